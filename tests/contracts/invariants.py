@@ -1,0 +1,243 @@
+"""DESIGN's invariants through a real Ignite ``Checkpoint`` and ``Engine``, for every backend.
+
+A backend opts in with ``class TestX(InvariantContract)`` and a ``target`` fixture returning
+a ``tests.helpers.Target`` (output_uri, storage_options, registry) with nothing in it yet.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import json
+import math
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+import torch
+
+from tests.helpers import SCORES, Target, attach, model, trainer_engine
+from tracker_saver import (
+    IntegrityError,
+    RecordState,
+    SerializationError,
+    find_models,
+    load_checkpoint,
+    rename_model,
+)
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def _run_process(target: Target, *, run: str, epochs: int, mode: str) -> dict:
+    config = {
+        "output_uri": target.output_uri,
+        "registry": target.registry if isinstance(target.registry, str) else None,
+        "storage_options": target.storage_options,
+        "run": run,
+        "epochs": epochs,
+        "mode": mode,
+    }
+    done = subprocess.run(
+        [sys.executable, "-m", "tests.resume_run", json.dumps(config)],
+        cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    return json.loads(done.stdout.strip().splitlines()[-1])
+
+
+class InvariantContract:
+    # -- 1. Footprint ---------------------------------------------------------------------
+    @pytest.mark.parametrize("epochs", [2, 7])
+    def test_footprint_is_min_of_saves_and_n_saved_after_every_save(self, target: Target, epochs: int) -> None:
+        seen: list[dict[str, int]] = []
+        saver = target.saver(post_upload=[lambda info: seen.append(target.counts())])
+        net = model()
+        opt = torch.optim.SGD(net.parameters(), lr=0.1)
+        trainer = trainer_engine(net)
+        attach(trainer, saver, {"model": net, "optimizer": opt, "trainer": trainer}, n_saved=1)
+        attach(trainer, saver, {"model": net}, n_saved=2, prefix="best", scores=SCORES)
+        attach(trainer, saver, {"model": net, "optimizer": opt}, n_saved=3, prefix="every")
+        trainer.run([0, 1], max_epochs=epochs)
+        limits = {"checkpoint": 1, "best_model": 2, "every_checkpoint": 3}
+        assert seen, "the post-upload callback never ran"
+        for counts in seen:
+            for stream, n in counts.items():
+                assert n <= limits[stream], (stream, counts)
+        assert target.counts() == {s: min(epochs, n) for s, n in limits.items()}
+        live = find_models(project="p", run="r", live=True, registry=target.registry)
+        assert len(live) == sum(target.counts().values())
+
+    def test_n_saved_none_keeps_everything(self, target: Target) -> None:
+        saver = target.saver()
+        net = model()
+        trainer = trainer_engine(net)
+        attach(trainer, saver, {"model": net}, n_saved=None)
+        trainer.run([0], max_epochs=5)
+        assert target.counts() == {"model": 5}
+        assert len(find_models(project="p", live=True, registry=target.registry)) == 5
+
+    # -- 2. Truth -------------------------------------------------------------------------
+    def test_every_live_record_has_its_bytes_and_evicted_ones_are_never_live(self, target: Target) -> None:
+        saver = target.saver()
+        net = model()
+        trainer = trainer_engine(net)
+        attach(trainer, saver, {"model": net}, n_saved=2, prefix="best", scores=SCORES)
+        trainer.run([0, 1], max_epochs=8)
+        storage = target.storage()
+        records = find_models(project="p", registry=target.registry)
+        live = [r for r in records if r.state is RecordState.LIVE]
+        assert len(live) == 2
+        for record in live:
+            with storage.get(record.key) as f:
+                data = f.read()
+            assert (len(data), hashlib.sha256(data).hexdigest()) == (record.size, record.sha256)
+        evicted = [r for r in records if r.state is RecordState.EVICTED]
+        assert evicted and not {r.id for r in evicted} & {r.id for r in live}
+        assert {r.state for r in records} == {RecordState.LIVE, RecordState.EVICTED}
+
+    def test_a_record_is_pending_until_its_bytes_are_complete(self, target: Target) -> None:
+        states = []
+
+        def observe(info) -> None:  # runs after the object is complete, before the commit
+            found = find_models(project="p", registry=target.registry)
+            states.append([r.state for r in found if r.filename == info.filename])
+            assert target.storage().stat(info.key).size == info.metadata["size"]
+
+        saver = target.saver(post_upload=[observe])
+        net = model()
+        trainer = trainer_engine(net)
+        attach(trainer, saver, {"model": net}, n_saved=1)
+        trainer.run([0], max_epochs=2)
+        assert states == [[RecordState.PENDING], [RecordState.PENDING]]
+
+    def test_a_checkpoint_torch_cannot_serialize_fails_clearly_and_leaves_nothing(self, target: Target) -> None:
+        import threading
+
+        class Unpicklable:
+            def state_dict(self):
+                return {"lock": threading.Lock()}
+
+        saver = target.saver()
+        trainer = trainer_engine(model())
+        attach(trainer, saver, {"thing": Unpicklable()}, n_saved=1)
+        with pytest.raises(SerializationError, match="state_dict") as caught:
+            trainer.run([0], max_epochs=1)
+        assert caught.value.__cause__ is not None
+        assert target.storage().list() == []
+        records = find_models(project="p", registry=target.registry)
+        assert [r.state for r in records] == [RecordState.FAILED]
+
+    # -- 3. Names -------------------------------------------------------------------------
+    def test_names_and_typed_metadata_for_score_and_step_streams(self, target: Target) -> None:
+        saver = target.saver()
+        net = model()
+        trainer = trainer_engine(net)
+        attach(trainer, saver, {"model": net}, n_saved=2, prefix="best", scores=SCORES)
+        attach(trainer, saver, {"model": net}, n_saved=1, step_transform=False)
+        trainer.run([0, 1, 2], max_epochs=4)
+        best = find_models(project="p", stream="best_model", live=True, order_by="-score", registry=target.registry)
+        assert [r.name for r in best] == ["best_model_4_val_acc=0.9000.pt", "best_model_2_val_acc=0.7000.pt"]
+        top = best[0]
+        assert top.metadata["global_step"] == 4 and type(top.metadata["global_step"]) is int
+        assert top.metadata["score"] == 0.9 and type(top.metadata["score"]) is float
+        assert top.metadata["slot"] in (0, 1) and type(top.metadata["slot"]) is int
+        assert (top.metadata["prefix"], top.metadata["name"], top.metadata["score_name"]) == ("best", "model", "val_acc")
+        assert top.metadata["torch_version"] == torch.__version__
+        assert top.key == f"p/r/best_model.slot{top.slot}.pt" and "val_acc" not in top.key
+        (step,) = find_models(project="p", stream="model", live=True, registry=target.registry)
+        assert step.name == "model_12.pt"  # no transform: Ignite's global step is the iteration
+        assert step.metadata["global_step"] == 12 and step.score is None
+        assert step.metadata["priority"] == 12 and type(step.metadata["priority"]) is int
+
+    def test_equal_scores_reuse_the_filename_without_growing(self, target: Target) -> None:
+        saver = target.saver()
+        net = model()
+        trainer = trainer_engine(net)
+        attach(trainer, saver, {"model": net}, n_saved=2, prefix="best", scores=[0.5, 0.5, 0.5, 0.7], step_transform=False)
+        trainer.run([0], max_epochs=4)
+        live = find_models(project="p", live=True, registry=target.registry)
+        assert sorted(r.name for r in live) == ["best_model_val_acc=0.5000.pt", "best_model_val_acc=0.7000.pt"]
+        assert target.counts() == {"best_model": 2}
+        assert len(find_models(project="p", registry=target.registry)) == 4
+
+    def test_nan_scores_are_recorded_as_absent_and_never_match(self, target: Target) -> None:
+        saver = target.saver()
+        net = model()
+        trainer = trainer_engine(net)
+        attach(trainer, saver, {"model": net}, n_saved=3, prefix="best", scores=[math.nan, 0.6, 0.7])
+        trainer.run([0], max_epochs=3)
+        records = find_models(project="p", registry=target.registry)
+        nan = next(r for r in records if "nan" in r.name)
+        assert nan.state is RecordState.LIVE and nan.score is None and nan.metadata["global_step"] == 1
+        assert [r.global_step for r in find_models(project="p", where="score>0", order_by="-score", registry=target.registry)] == [3, 2]
+        assert find_models(project="p", order_by="-score", registry=target.registry)[-1].id == nan.id
+
+    def test_a_rename_survives_later_saves(self, target: Target) -> None:
+        saver = target.saver()
+        net = model()
+        trainer = trainer_engine(net)
+        attach(trainer, saver, {"model": net}, n_saved=3, prefix="best", scores=SCORES)
+        trainer.run([0], max_epochs=2)
+        first = find_models(project="p", registry=target.registry)[0]
+        rename_model(first.id, "the one we ship", registry=target.registry)
+        trainer.run([0], max_epochs=8)
+        again = [r for r in find_models(project="p", registry=target.registry) if r.id == first.id]
+        assert again[0].name == "the one we ship" and again[0].filename == first.filename
+        assert sum(r.name == "the one we ship" for r in find_models(project="p", registry=target.registry)) == 1
+
+    def test_remove_of_a_name_that_never_saved_is_harmless(self, target: Target) -> None:
+        saver = target.saver()
+        saver.remove("best_model_99_val_acc=0.1000.pt")
+        net = model()
+        trainer = trainer_engine(net)
+        attach(trainer, saver, {"model": net}, n_saved=1)
+        trainer.run([0], max_epochs=2)
+        saver.remove("model_1.pt")  # already evicted by Ignite
+        assert target.counts() == {"model": 1}
+        assert len(find_models(project="p", live=True, registry=target.registry)) == 1
+
+    # -- load with verification ------------------------------------------------------------
+    def test_load_checkpoint_verifies_then_loads(self, target: Target) -> None:
+        saver = target.saver()
+        net = model()
+        trainer = trainer_engine(net)
+        attach(trainer, saver, {"model": net}, n_saved=1)
+        trainer.run([0], max_epochs=1)
+        (record,) = find_models(project="p", live=True, registry=target.registry)
+        fresh = torch.nn.Linear(4, 2)
+        load_checkpoint(record.id, {"model": fresh}, registry=target.registry, storage_options=target.storage_options)
+        assert all(torch.equal(a, b) for a, b in zip(fresh.state_dict().values(), net.state_dict().values()))
+        target.storage().put_stream(record.key, io.BytesIO(b"someone else's bytes"))
+        with pytest.raises(IntegrityError, match="overwritten or corrupted"):
+            load_checkpoint(record, {"model": fresh}, storage_options=target.storage_options)
+
+    # -- 4. Resume (new processes) ----------------------------------------------------------
+    def test_resume_in_a_new_process_continues_slots_and_eviction_order(self, target: Target) -> None:
+        reference = _run_process(target, run="straight", epochs=8, mode="restore")
+        first = _run_process(target, run="split", epochs=4, mode="restore")
+        second = _run_process(target, run="split", epochs=8, mode="restore")
+        assert first["loaded"] is None and second["loaded"] == "checkpoint_4.pt"
+        assert first["events"] + second["events"] == reference["events"]
+        for stream in ("saved_best", "saved_last", "saved_every"):
+            assert second[stream] == reference[stream], stream
+        assert second["weight_sum"] == pytest.approx(reference["weight_sum"])
+        for result in (first, second):
+            assert result["max_objects"]["best_model"] <= 2 and result["max_objects"]["checkpoint"] <= 1
+            assert result["max_objects"]["every_model"] <= 6
+        assert target.counts("split") == {"best_model": 2, "checkpoint": 1, "every_model": 6}
+        live = find_models(project="p", run="split", live=True, registry=target.registry)
+        expected = reference["saved_best"] + reference["saved_last"] + reference["saved_every"]
+        assert sorted(r.filename for r in live) == sorted(expected)
+
+    def test_a_fresh_checkpoint_in_an_old_run_reuses_inherited_slots(self, target: Target) -> None:
+        _run_process(target, run="again", epochs=4, mode="fresh")
+        before = {r.id for r in find_models(project="p", run="again", live=True, registry=target.registry)}
+        second = _run_process(target, run="again", epochs=4, mode="fresh")
+        assert second["max_objects"] == {"best_model": 2, "checkpoint": 1, "every_model": 4}
+        assert target.counts("again") == {"best_model": 2, "checkpoint": 1, "every_model": 4}
+        records = find_models(project="p", run="again", registry=target.registry)
+        assert all(r.state is RecordState.EVICTED for r in records if r.id in before)
+        assert len([r for r in records if r.state is RecordState.LIVE]) == 7

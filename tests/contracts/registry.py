@@ -1,0 +1,144 @@
+"""The registry contract: written once, run against every backend (SQLite, ClearML stand-in).
+
+A backend opts in with ``class TestX(RegistryContract)`` and a ``registry`` fixture that
+yields an empty registry in which project ``p`` and run ``r`` may be used.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tracker_saver.errors import RecordNotFoundError, RegistryError
+from tracker_saver.query import parse_order, parse_where
+from tracker_saver.records import RecordState, UploadInfo
+from tracker_saver.registry import Query, Registry
+from tracker_saver.registry.base import select
+
+SHA = "ab" * 32
+
+
+def pending(registry: Registry, filename: str, *, stream: str = "best_model", slot: int = 0, run: str = "r", **meta):
+    info = UploadInfo(
+        "p", run, stream, filename, metadata={"basename": stream, **meta}, slot=slot, key=f"p/{run}/{stream}.slot{slot}.pt"
+    )
+    return registry.create_pending(info, uri=f"file:///out/p/{run}/{stream}.slot{slot}.pt")
+
+
+def live(registry: Registry, filename: str, **kwargs):
+    record = pending(registry, filename, **kwargs)
+    return registry.commit(record.id, sha256=SHA, size=10)
+
+
+class RegistryContract:
+    def test_a_new_record_is_pending_with_its_slot_and_uri(self, registry: Registry) -> None:
+        record = pending(registry, "best_model_1_val_acc=0.5000.pt", slot=1, global_step=1)
+        assert record.state is RecordState.PENDING
+        assert record.name == record.filename == "best_model_1_val_acc=0.5000.pt"
+        assert (record.slot, record.key, record.stream) == (1, "p/r/best_model.slot1.pt", "best_model")
+        assert record.uri == "file:///out/p/r/best_model.slot1.pt"
+        assert record.sha256 is None and record.size is None
+
+    def test_commit_makes_it_live_with_sha256_size_and_typed_metadata(self, registry: Registry) -> None:
+        record = pending(registry, "best_model_3_val_acc=0.9312.pt", global_step=3, score=0.93121, score_name="val_acc")
+        done = registry.commit(record.id, sha256=SHA, size=1234, metadata={"priority": 0.93121})
+        assert done.state is RecordState.LIVE
+        assert (done.sha256, done.size) == (SHA, 1234)
+        got = registry.get(record.id)
+        assert got.metadata["global_step"] == 3 and type(got.metadata["global_step"]) is int
+        assert got.metadata["slot"] == 0 and type(got.metadata["slot"]) is int
+        assert got.metadata["score"] == pytest.approx(0.93121) and type(got.metadata["score"]) is float
+        assert got.metadata["score_name"] == "val_acc"
+        assert got.metadata["size"] == 1234 and got.metadata["sha256"] == SHA
+
+    def test_absent_score_stays_absent(self, registry: Registry) -> None:
+        record = live(registry, "checkpoint_4.pt", stream="checkpoint", global_step=4, score=None)
+        assert registry.get(record.id).metadata.get("score") is None
+        assert registry.get(record.id).score is None
+
+    def test_an_evicted_record_is_never_live(self, registry: Registry) -> None:
+        record = live(registry, "a_1.pt")
+        evicted = registry.evict(record.id)
+        assert evicted.state is RecordState.EVICTED
+        with pytest.raises(RegistryError, match="not pending"):
+            registry.commit(record.id, sha256=SHA, size=10)
+        with pytest.raises(RegistryError, match="evicted"):
+            registry.evict(record.id)
+        assert registry.get(record.id).state is RecordState.EVICTED
+        assert registry.query(Query(project="p", states=(RecordState.LIVE,))) == []
+
+    def test_a_pending_record_cannot_be_evicted_and_can_fail(self, registry: Registry) -> None:
+        record = pending(registry, "a_1.pt")
+        with pytest.raises(RegistryError):
+            registry.evict(record.id)
+        failed = registry.fail(record.id, "OSError: disk full")
+        assert failed.state is RecordState.FAILED and "disk full" in (failed.error or "")
+
+    def test_revive_moves_evicted_back_to_loadable(self, registry: Registry) -> None:
+        record = live(registry, "a_1.pt")
+        registry.evict(record.id)
+        revived = registry.set_state(record.id, RecordState.REVIVED, expected=(RecordState.EVICTED,))
+        assert revived.state is RecordState.REVIVED and revived.state.loadable
+
+    def test_rename_keeps_filename_and_survives_commit_of_others(self, registry: Registry) -> None:
+        first = live(registry, "best_model_1_val_acc=0.5000.pt")
+        registry.rename(first.id, "the one we ship")
+        live(registry, "best_model_2_val_acc=0.6000.pt", slot=1)
+        got = registry.get(first.id)
+        assert got.name == "the one we ship" and got.filename == "best_model_1_val_acc=0.5000.pt"
+
+    def test_tags_are_added_once(self, registry: Registry) -> None:
+        record = live(registry, "a_1.pt")
+        registry.add_tags(record.id, ["baseline", "baseline", "ship"])
+        assert set(registry.get(record.id).tags) >= {"baseline", "ship"}
+
+    def test_unknown_id_raises_record_not_found_naming_it(self, registry: Registry) -> None:
+        with pytest.raises(RecordNotFoundError, match="424242"):
+            registry.get("424242")
+        with pytest.raises(RecordNotFoundError):
+            registry.rename("424242", "x")
+
+    def test_query_by_stream_run_and_state(self, registry: Registry) -> None:
+        a = live(registry, "best_model_1_val_acc=0.5000.pt")
+        live(registry, "checkpoint_1.pt", stream="checkpoint")
+        live(registry, "best_model_1_val_acc=0.7000.pt", run="other")
+        registry.evict(a.id)
+        assert [r.filename for r in registry.query(Query(project="p", run="r", stream="best_model"))] == [a.filename]
+        assert registry.query(Query(project="p", run="r", stream="best_model", states=(RecordState.LIVE,))) == []
+        assert [r.filename for r in registry.query(Query(project="p", filename="checkpoint_1.pt"))] == ["checkpoint_1.pt"]
+
+    def test_where_range_equality_and_membership_match_the_reference(self, registry: Registry) -> None:
+        scores = [0.5, 0.93, None, 0.91, 0.2]
+        for step, score in enumerate(scores):
+            live(registry, f"best_model_{step}.pt", slot=step, global_step=step, score=score, prefix="best")
+        live(registry, "checkpoint_9.pt", stream="checkpoint", global_step=9, prefix="")
+        everything = registry.query(Query(project="p"))
+        for where in (
+            {"score": (">", 0.9)},
+            {"score": ("<=", 0.5)},
+            {"prefix": "best", "global_step": (">=", 3)},
+            {"global_step": ("in", [1, 9])},
+            {"prefix": ("!=", "best")},
+            {"score": ("!=", 0.5)},
+            {"global_step": 2},
+        ):
+            query = Query(project="p", where=parse_where(where))
+            got = [r.filename for r in registry.query(query)]
+            assert got == [r.filename for r in select(everything, query)], where
+        assert [r.global_step for r in registry.query(Query(project="p", where=parse_where("score>0.9")))] == [1, 3]
+
+    def test_order_by_any_key_puts_absent_last(self, registry: Registry) -> None:
+        for step, score in enumerate([0.5, 0.93, None, 0.91]):
+            live(registry, f"best_model_{step}.pt", slot=step, global_step=step, score=score)
+        desc = registry.query(Query(project="p", order_by=parse_order("-score")))
+        assert [r.global_step for r in desc] == [1, 3, 0, 2]
+        asc = registry.query(Query(project="p", order_by=parse_order("score")))
+        assert [r.global_step for r in asc] == [0, 3, 1, 2]
+        limited = registry.query(Query(project="p", order_by=parse_order("-global_step"), limit=2))
+        assert [r.global_step for r in limited] == [3, 2]
+
+    def test_query_values_are_data_not_code(self, registry: Registry) -> None:
+        live(registry, "a_1.pt", note="x")
+        evil = "x' OR '1'='1"
+        assert registry.query(Query(project="p", where=parse_where({"note": evil}))) == []
+        assert registry.query(Query(project=evil)) == []
+        assert len(registry.query(Query(project="p"))) == 1

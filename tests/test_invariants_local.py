@@ -1,0 +1,13 @@
+"""DESIGN's invariants on the defaults: a local folder and a SQLite registry."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.contracts.invariants import InvariantContract
+
+
+class TestLocalInvariants(InvariantContract):
+    @pytest.fixture
+    def target(self, local_target):
+        return local_target

@@ -1,0 +1,80 @@
+"""The SQLite registry: the contract, plus WAL, migrations, paths and two writers at once."""
+
+from __future__ import annotations
+
+import sqlite3
+import subprocess
+import sys
+
+import pytest
+
+from tests.contracts.registry import RegistryContract, live
+from tracker_saver.errors import ConfigError
+from tracker_saver.registry import DEFAULT_REGISTRY, Query, open_registry
+from tracker_saver.registry.migrations import MIGRATIONS
+from tracker_saver.registry.sqlite import SQLiteRegistry
+
+
+class TestSQLiteRegistry(RegistryContract):
+    @pytest.fixture
+    def registry(self, tmp_path):
+        reg = SQLiteRegistry(tmp_path / "registry.db")
+        yield reg
+        reg.close()
+
+
+def test_database_uses_wal_and_records_its_schema_version(tmp_path) -> None:
+    SQLiteRegistry(tmp_path / "r.db").close()
+    conn = sqlite3.connect(tmp_path / "r.db")
+    assert conn.execute("PRAGMA journal_mode").fetchone()[0] == "wal"
+    assert conn.execute("SELECT MAX(version) FROM schema_migrations").fetchone()[0] == MIGRATIONS[-1][0]
+    indexes = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    assert {"metadata_num", "metadata_text"} <= indexes
+
+
+def test_reopening_does_not_migrate_again(tmp_path) -> None:
+    live(SQLiteRegistry(tmp_path / "r.db"), "a_1.pt")
+    again = SQLiteRegistry(tmp_path / "r.db")
+    assert len(again.query(Query(project="p"))) == 1
+    rows = sqlite3.connect(tmp_path / "r.db").execute("SELECT COUNT(*) FROM schema_migrations").fetchone()[0]
+    assert rows == len(MIGRATIONS)
+
+
+def test_a_folder_as_registry_path_is_a_config_error_with_the_fix(tmp_path) -> None:
+    with pytest.raises(ConfigError, match=r"is a folder: pass a file path such as .*registry.db"):
+        SQLiteRegistry(tmp_path)
+
+
+def test_default_location_and_environment_override(tmp_path, monkeypatch) -> None:
+    monkeypatch.setenv("HOME", str(tmp_path))
+    monkeypatch.delenv("TRACKER_SAVER_REGISTRY", raising=False)
+    assert open_registry().uri == f"sqlite:///{tmp_path}/.tracker_saver/registry.db"
+    assert DEFAULT_REGISTRY == "~/.tracker_saver/registry.db"
+    monkeypatch.setenv("TRACKER_SAVER_REGISTRY", str(tmp_path / "env.db"))
+    assert open_registry().uri == f"sqlite:///{tmp_path}/env.db"
+    assert open_registry(tmp_path / "arg.db").uri == f"sqlite:///{tmp_path}/arg.db"
+    assert open_registry(f"sqlite:///{tmp_path}/url.db").uri == f"sqlite:///{tmp_path}/url.db"
+
+
+def test_an_unknown_registry_scheme_is_refused() -> None:
+    with pytest.raises(ConfigError, match="'sqlite', a file path"):
+        open_registry("postgres://db/x")
+
+
+WRITER = """
+import sys
+from tests.contracts.registry import live
+from tracker_saver.registry.sqlite import SQLiteRegistry
+reg = SQLiteRegistry(sys.argv[1])
+for i in range(40):
+    live(reg, f"{sys.argv[2]}_{i}.pt", stream=sys.argv[2], slot=i)
+"""
+
+
+def test_two_processes_can_write_at_once(tmp_path) -> None:
+    db = str(tmp_path / "shared.db")
+    procs = [subprocess.Popen([sys.executable, "-c", WRITER, db, name]) for name in ("alpha", "beta")]
+    assert [p.wait(timeout=120) for p in procs] == [0, 0]
+    records = SQLiteRegistry(db).query(Query(project="p"))
+    assert len(records) == 80
+    assert {r.stream for r in records} == {"alpha", "beta"}

@@ -1,0 +1,66 @@
+"""The local-folder storage: the contract, plus what only a local folder does."""
+
+from __future__ import annotations
+
+import io
+import os
+
+import pytest
+
+from tests.contracts.storage import StorageContract
+from tracker_saver.errors import ConfigError, StorageError
+from tracker_saver.storage import open_storage
+from tracker_saver.storage.local import TEMP_PREFIX, LocalStorage
+
+
+class TestLocalStorage(StorageContract):
+    @pytest.fixture
+    def storage(self, tmp_path):
+        return open_storage(tmp_path / "out")
+
+
+def test_writes_go_through_a_temp_file_in_the_same_folder(tmp_path) -> None:
+    store = LocalStorage(tmp_path)
+    seen = []
+    with store.writer("p/r/s.slot0.pt") as f:
+        f.write(b"x")
+        seen = os.listdir(tmp_path / "p" / "r")
+    assert len(seen) == 1 and seen[0].startswith(TEMP_PREFIX)
+    assert os.listdir(tmp_path / "p" / "r") == ["s.slot0.pt"]
+
+
+def test_temp_files_are_not_objects(tmp_path) -> None:
+    store = LocalStorage(tmp_path)
+    (tmp_path / "p").mkdir()
+    (tmp_path / "p" / (TEMP_PREFIX + "s.slot0.pt.abc")).write_bytes(b"crash leftover")
+    assert store.list() == []
+
+
+def test_file_uri_and_path_open_the_same_folder(tmp_path) -> None:
+    assert open_storage(tmp_path.as_uri()).uri == open_storage(str(tmp_path)).uri
+
+
+def test_unwritable_output_uri_is_a_config_error_naming_it(tmp_path) -> None:
+    blocker = tmp_path / "a-file"
+    blocker.write_text("not a folder")
+    with pytest.raises(ConfigError, match="a-file/sub.*not a writable folder"):
+        open_storage(blocker / "sub").check()
+
+
+def test_unknown_scheme_names_the_supported_ones() -> None:
+    with pytest.raises(ConfigError, match=r"unknown scheme 'gs'.*s3://BUCKET/PREFIX"):
+        open_storage("gs://bucket/x")
+
+
+def test_storage_options_on_a_local_folder_are_refused(tmp_path) -> None:
+    with pytest.raises(ConfigError, match="endpoint_url"):
+        open_storage(tmp_path, endpoint_url="http://x")
+
+
+def test_an_os_error_while_writing_is_a_storage_error_with_the_cause(tmp_path) -> None:
+    store = LocalStorage(tmp_path)
+    (tmp_path / "p").write_text("a file where the run folder should be")
+    with pytest.raises(StorageError, match="cannot write") as caught:
+        store.put_stream("p/r/s.slot0.pt", io.BytesIO(b"new"))
+    assert isinstance(caught.value.__cause__, OSError)
+    assert caught.value.key == "p/r/s.slot0.pt"

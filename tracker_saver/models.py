@@ -1,0 +1,160 @@
+"""Find, rename and load checkpoint records: the public functions the CLI is a thin layer over."""
+
+from __future__ import annotations
+
+import hashlib
+import io
+import os
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import torch
+from ignite.handlers import Checkpoint
+
+from tracker_saver.errors import IntegrityError, RegistryError, SerializationError
+from tracker_saver.query import parse_order, parse_where
+from tracker_saver.records import Record, RecordState
+from tracker_saver.registry import Query, Registry, open_registry
+from tracker_saver.storage import Storage, open_storage
+
+__all__ = ["find_models", "get_model", "load_checkpoint", "read_verified", "rename_model"]
+
+_LOADABLE = (RecordState.LIVE, RecordState.REVIVED)
+
+
+def find_models(
+    *,
+    project: str | None = None,
+    run: str | None = None,
+    stream: str | None = None,
+    where: Mapping[str, Any] | Sequence[str] | str | None = None,
+    order_by: str | Sequence[str] | None = None,
+    live: bool | None = None,
+    states: Sequence[RecordState | str] | None = None,
+    limit: int | None = None,
+    registry: str | os.PathLike[str] | Registry | None = None,
+) -> list[Record]:
+    """Records matching metadata conditions, sorted by any key.
+
+    Args:
+        project: only this project.
+        run: only this run.
+        stream: only this stream (Ignite basename, e.g. ``best_model``).
+        where: ``{"score": (">", 0.9), "prefix": "best", "global_step": ("in", [10, 20])}``, or
+            expressions such as ``"score>0.9"`` (see ``tracker_saver.query``).
+        order_by: a key or list of keys, ``-`` for descending (``"-score"``).
+        live: ``True``: only loadable records (live or revived); ``False``: only the others.
+        states: only these states (overrides ``live``).
+        limit: at most this many.
+        registry: which registry (default as in :func:`open_registry`).
+
+    Examples:
+        >>> find_models(project="nothing-here", registry=":memory:")
+        []
+    """
+    wanted: tuple[RecordState, ...] | None = None
+    if states is not None:
+        wanted = tuple(RecordState(s) for s in states)
+    elif live is not None:
+        wanted = _LOADABLE if live else tuple(s for s in RecordState if s not in _LOADABLE)
+    query = Query(
+        project=project,
+        run=run,
+        stream=stream,
+        states=wanted,
+        where=parse_where(where),
+        order_by=parse_order(order_by),
+        limit=limit,
+    )
+    return open_registry(registry).query(query)
+
+
+def get_model(record_id: str | int, *, registry: str | os.PathLike[str] | Registry | None = None) -> Record:
+    """The record with ``record_id`` (``RecordNotFoundError`` if none)."""
+    return open_registry(registry).get(str(record_id))
+
+
+def rename_model(record_id: str | int, name: str, *, registry: str | os.PathLike[str] | Registry | None = None) -> Record:
+    """Give a record a display name that later saves never overwrite.
+
+    Examples:
+        >>> rename_model(1, "the one we ship", registry=":memory:")  # doctest: +IGNORE_EXCEPTION_DETAIL
+        Traceback (most recent call last):
+        tracker_saver.errors.RecordNotFoundError: record 1 does not exist
+    """
+    return open_registry(registry).rename(str(record_id), name)
+
+
+def read_verified(
+    record: Record, *, storage: Storage | None = None, storage_options: Mapping[str, Any] | None = None
+) -> bytes:
+    """The bytes of a loadable record's slot object, after checking size and sha256.
+
+    Raises:
+        RegistryError: the record is not live (its slot may hold other bytes).
+        IntegrityError: the bytes differ from the record: the slot was overwritten or corrupted.
+    """
+    if record.state not in _LOADABLE or record.key is None or record.uri is None:
+        raise RegistryError(
+            f"record {record.id} ({record.name!r}) is {record.state.value}: its slot may hold other bytes; "
+            "load a live record (tracker-saver models list --live)",
+            record_id=record.id,
+        )
+    if storage is None or storage.url(record.key) != record.uri:
+        storage = open_storage(record.uri[: -len(record.key) - 1], **dict(storage_options or {}))
+    sha = hashlib.sha256()
+    buf = io.BytesIO()
+    with storage.get(record.key) as src:
+        while chunk := src.read(1 << 20):
+            sha.update(chunk)
+            buf.write(chunk)
+    size = buf.tell()
+    if size != record.size or sha.hexdigest() != record.sha256:
+        raise IntegrityError(
+            f"record {record.id} ({record.name!r}): {record.uri} has {size} bytes with sha256 "
+            f"{sha.hexdigest()[:12]}…, the record says {record.size} bytes, {str(record.sha256)[:12]}…: "
+            "the slot was probably overwritten or corrupted; run `tracker-saver fsck`, or load another record",
+            key=record.key,
+            record_id=record.id,
+        )
+    return buf.getvalue()
+
+
+def load_checkpoint(
+    record: Record | str | int,
+    to_load: Mapping[str, Any],
+    *,
+    registry: str | os.PathLike[str] | Registry | None = None,
+    storage: Storage | None = None,
+    storage_options: Mapping[str, Any] | None = None,
+    map_location: Any = "cpu",
+    weights_only: bool = True,
+) -> Record:
+    """Verify a record's bytes (size, sha256), then load them into ``to_load``'s objects.
+
+    Args:
+        record: a record or its id.
+        to_load: ``{"model": model, "optimizer": opt, ...}`` as given to ``Checkpoint``.
+        registry: where to find ``record`` when an id is given.
+        storage: an open storage to read from (e.g. ``saver.storage``), if it holds the record.
+        storage_options: options for opening the record's storage (S3 endpoint, profile, …).
+        map_location: passed to ``torch.load``.
+        weights_only: passed to ``torch.load``; Ignite state dicts load with ``True``.
+
+    Returns:
+        The record that was loaded.
+
+    Examples:
+        >>> load_checkpoint("17", {"model": torch.nn.Linear(2, 1)}, registry=":memory:")  # doctest: +IGNORE_EXCEPTION_DETAIL
+        Traceback (most recent call last):
+        tracker_saver.errors.RecordNotFoundError: record 17 does not exist
+    """
+    if not isinstance(record, Record):
+        record = open_registry(registry).get(str(record))
+    data = read_verified(record, storage=storage, storage_options=storage_options)
+    try:
+        checkpoint = torch.load(io.BytesIO(data), map_location=map_location, weights_only=weights_only)
+    except Exception as exc:
+        raise SerializationError(f"torch.load could not read record {record.id} ({record.name!r}): {exc}") from exc
+    Checkpoint.load_objects(to_load=to_load, checkpoint=checkpoint)
+    return record

@@ -1,0 +1,158 @@
+"""Parse Ignite's checkpoint filenames into typed metadata and build safe slot keys; pure.
+
+Ignite's default ``filename_pattern`` is ``{filename_prefix}_{name}_{global_step}_{score_name}={score}.{ext}``,
+where each part is present only when it applies. Ignite passes the save handler
+``basename``, ``score_name`` and ``priority`` (the exact score, or the global step when there is
+no score function), so the filename only has to tell the global step:
+
+* with a ``score_name``: ``score`` is ``priority`` (exact, not the 4-digit string), and a number
+  before ``_{score_name}=`` is the global step;
+* without one: two numbers are ``global_step`` and ``score``; one number with a decimal point
+  (or ``nan``/``inf``) is a score, one integer is a global step. (A score function that returns
+  ints and has no ``score_name`` is therefore recorded as a step: give it a ``score_name``.)
+* a custom ``filename_pattern`` that does not start with the basename, or does not parse: no
+  ``global_step``; ``score`` is ``priority`` when there is a ``score_name``.
+
+NaN and infinite scores are recorded as absent (see ``records.clean_metadata``).
+"""
+
+from __future__ import annotations
+
+import math
+import posixpath
+import re
+from numbers import Number
+from typing import Any
+
+from tracker_saver.errors import ConfigError
+from tracker_saver.records import MetaValue
+
+__all__ = ["check_key", "check_segment", "parse_filename", "slot_key", "split_basename"]
+
+_SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9 ._=+-]{0,199}")
+_KEY = re.compile(r"[A-Za-z0-9 ._=+/-]{1,1000}")
+_INT = re.compile(r"-?\d+")
+_FLOAT = re.compile(r"-?(\d+\.\d*|\d*\.\d+|nan|inf)")
+
+
+def check_segment(what: str, value: str) -> str:
+    """Return ``value`` if it is safe as one path segment of a storage key, else raise.
+
+    Examples:
+        >>> check_segment("project", "mnist")
+        'mnist'
+    """
+    if not isinstance(value, str) or not _SEGMENT.fullmatch(value) or value.endswith((" ", ".")):
+        raise ConfigError(
+            f"{what} {value!r} cannot be part of a storage key: use 1-200 letters, digits, "
+            "spaces or . _ - = + (no '/', no leading '.', no '..')"
+        )
+    return value
+
+
+def check_key(key: str) -> str:
+    """Return ``key`` if it stays inside output_uri (relative, no ``..``), else raise.
+
+    Examples:
+        >>> check_key("mnist/r1/best_model.slot0.pt")
+        'mnist/r1/best_model.slot0.pt'
+    """
+    if (
+        not isinstance(key, str)
+        or not _KEY.fullmatch(key)
+        or key.startswith("/")
+        or posixpath.normpath(key) != key
+        or any(part in ("", ".", "..") for part in key.split("/"))
+    ):
+        raise ConfigError(f"storage key {key!r} would escape output_uri: keys are relative, without '..'")
+    return key
+
+
+def slot_key(project: str, run: str, stream: str, slot: int, ext: str) -> str:
+    """The storage key of a slot: ``<project>/<run>/<stream>.slot<k><ext>``.
+
+    Examples:
+        >>> slot_key("mnist", "resnet-lr0.1", "best_model", 1, ".pt")
+        'mnist/resnet-lr0.1/best_model.slot1.pt'
+    """
+    if not isinstance(slot, int) or isinstance(slot, bool) or slot < 0:
+        raise ConfigError(f"slot must be a non-negative int, got {slot!r}")
+    if ext and not re.fullmatch(r"\.[A-Za-z0-9]{1,16}", ext):
+        raise ConfigError(f"extension {ext!r} is not a plain file extension like '.pt'")
+    for what, value in (("project", project), ("run", run), ("stream", stream)):
+        check_segment(what, value)
+    return check_key(f"{project}/{run}/{stream}.slot{slot}{ext}")
+
+
+def split_basename(basename: str) -> tuple[str, str]:
+    """Split Ignite's basename ``{prefix}_{name}`` into (prefix, name).
+
+    Ignite joins them with ``_`` and passes only the joined string, so the split is at the
+    first ``_`` (``checkpoint`` keeps an empty prefix).
+
+    Examples:
+        >>> split_basename("best_model")
+        ('best', 'model')
+        >>> split_basename("checkpoint")
+        ('', 'checkpoint')
+    """
+    prefix, sep, name = basename.partition("_")
+    return (prefix, name) if sep else ("", basename)
+
+
+def _number(value: Any) -> int | float | None:
+    if isinstance(value, bool) or not isinstance(value, Number):
+        return None
+    if isinstance(value, int):
+        return value
+    as_float = float(value)  # type: ignore[arg-type]
+    return as_float if math.isfinite(as_float) else None
+
+
+def parse_filename(filename: str, basename: str, score_name: str | None, priority: Any) -> dict[str, MetaValue]:
+    """Typed metadata of one checkpoint from Ignite's filename and metadata.
+
+    Examples:
+        >>> meta = parse_filename("best_model_17_val_acc=0.9312.pt", "best_model", "val_acc", 0.93121)
+        >>> meta["global_step"], meta["score"], meta["score_name"]
+        (17, 0.93121, 'val_acc')
+        >>> parse_filename("checkpoint_400.pt", "checkpoint", None, 400)["global_step"]
+        400
+    """
+    prefix, name = split_basename(basename)
+    stem, ext = posixpath.splitext(filename)
+    step: int | None = None
+    score: int | float | None = None
+    parsed = False
+    if stem.startswith(basename):
+        rest = stem[len(basename):]
+        if score_name is not None:
+            tail = f"_{score_name}="
+            cut = rest.rfind(tail)
+            if cut >= 0:
+                rest = rest[:cut]
+        parts = rest[1:].split("_") if rest.startswith("_") else ([] if not rest else None)
+        if parts is not None and len(parts) <= 2:
+            parsed = True
+            if score_name is None and parts and _FLOAT.fullmatch(parts[-1]):
+                score = _number(priority)
+                parts = parts[:-1]
+            if len(parts) == 1 and _INT.fullmatch(parts[0]):
+                step = int(parts[0])
+            elif parts:
+                parsed = False
+    if score_name is not None:
+        score = _number(priority)
+    meta: dict[str, MetaValue] = {
+        "prefix": prefix,
+        "name": name,
+        "basename": basename,
+        "global_step": step,
+        "score_name": score_name,
+        "score": float(score) if score is not None else None,
+        "priority": _number(priority),
+        "ext": ext,
+    }
+    if not parsed:
+        meta["filename_pattern"] = "custom"
+    return meta

@@ -1,0 +1,169 @@
+"""Where-expressions over record metadata: parse once, then run on SQLite or client-side.
+
+A condition is ``(key, op, value)`` with ``op`` one of ``== != > >= < <= in``. In Python,
+``where`` is a dict: ``{"score": (">", 0.9), "prefix": "best", "slot": ("in", [0, 1])}``
+(a bare value means equality). On the command line each ``--where`` is one expression:
+``score>0.9``, ``prefix=best``, ``global_step in 10,20``. A record whose metadata lacks the
+key (or holds ``None``, e.g. a NaN score) never matches a condition on it, and sorts last.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from tracker_saver.errors import ConfigError
+from tracker_saver.records import MetaValue
+
+__all__ = ["OPS", "Condition", "Order", "matches", "parse_order", "parse_where", "sort_key"]
+
+OPS = ("==", "!=", ">=", "<=", ">", "<", "in")
+_KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,99}")
+_EXPR = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_.-]*)\s*(==|!=|>=|<=|>|<|=|\s+in\s+)\s*(.*?)\s*")
+
+
+@dataclass(frozen=True)
+class Condition:
+    """One condition on a metadata key.
+
+    Examples:
+        >>> Condition("score", ">", 0.9).test(0.95)
+        True
+    """
+
+    key: str
+    op: str
+    value: Any
+
+    def __post_init__(self) -> None:
+        if not _KEY.fullmatch(self.key):
+            raise ConfigError(f"where key {self.key!r} is not a metadata key name like 'score'")
+        if self.op not in OPS:
+            raise ConfigError(f"where operator {self.op!r} for {self.key!r} is unknown: use one of {', '.join(OPS)}")
+        if self.op == "in" and (isinstance(self.value, (str, bytes)) or not isinstance(self.value, Iterable)):
+            raise ConfigError(f"where {self.key!r} 'in' needs a list of values, got {self.value!r}")
+
+    def test(self, actual: MetaValue) -> bool:
+        """Whether a metadata value satisfies the condition (``None`` never does)."""
+        if actual is None:
+            return False
+        if self.op == "in":
+            return any(_eq(actual, v) for v in self.value)
+        if self.op == "==":
+            return _eq(actual, self.value)
+        if self.op == "!=":
+            return not _eq(actual, self.value)
+        if _is_num(actual) != _is_num(self.value):
+            return False
+        try:
+            if self.op == ">":
+                return bool(actual > self.value)
+            if self.op == ">=":
+                return bool(actual >= self.value)
+            if self.op == "<":
+                return bool(actual < self.value)
+            return bool(actual <= self.value)
+        except TypeError:
+            return False
+
+
+@dataclass(frozen=True)
+class Order:
+    """Sort by a metadata key (or ``created_at``/``name``/``state``/``id``), descending if ``desc``."""
+
+    key: str
+    desc: bool = False
+
+
+def _is_num(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _eq(a: Any, b: Any) -> bool:
+    if _is_num(a) and _is_num(b):
+        return bool(float(a) == float(b))
+    return type(a) is type(b) and bool(a == b)  # True is not 1, "1" is not 1
+
+
+def _typed(text: str) -> MetaValue:
+    text = text.strip()
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return text[1:-1]
+    for kind in (int, float):
+        try:
+            return kind(text)  # type: ignore[no-any-return]
+        except ValueError:
+            pass
+    return {"true": True, "false": False}.get(text.lower(), text)
+
+
+def parse_where(where: Mapping[str, Any] | Sequence[str] | str | None) -> tuple[Condition, ...]:
+    """Normalize a where-dict, one expression or a list of expressions to conditions.
+
+    Examples:
+        >>> parse_where("score>0.9")
+        (Condition(key='score', op='>', value=0.9),)
+        >>> parse_where({"prefix": "best", "slot": ("in", [0, 1])})[1].op
+        'in'
+    """
+    if where is None:
+        return ()
+    if isinstance(where, str):
+        where = [where]
+    if isinstance(where, Mapping):
+        out = []
+        for key, cond in where.items():
+            if isinstance(cond, tuple) and len(cond) == 2 and isinstance(cond[0], str) and cond[0] in OPS + ("=",):
+                op, value = cond
+                out.append(Condition(key, "==" if op == "=" else op, list(value) if op == "in" else value))
+            else:
+                out.append(Condition(key, "==", cond))
+        return tuple(out)
+    conditions = []
+    for expr in where:
+        m = _EXPR.fullmatch(expr)
+        if not m or not m.group(3):
+            raise ConfigError(
+                f"where expression {expr!r} is not 'KEY OP VALUE': e.g. 'score>0.9', 'prefix=best', "
+                "'global_step in 10,20'"
+            )
+        key, op, raw = m.group(1), m.group(2).strip(), m.group(3)
+        if op == "in":
+            conditions.append(Condition(key, "in", [_typed(v) for v in raw.split(",")]))
+        else:
+            conditions.append(Condition(key, "==" if op == "=" else op, _typed(raw)))
+    return tuple(conditions)
+
+
+def parse_order(order_by: str | Sequence[str] | None) -> tuple[Order, ...]:
+    """``"-score"`` → descending score; a list sorts by several keys.
+
+    Examples:
+        >>> parse_order("-score")
+        (Order(key='score', desc=True),)
+    """
+    if order_by is None:
+        return ()
+    keys = [order_by] if isinstance(order_by, str) else list(order_by)
+    out = []
+    for raw in keys:
+        desc = raw.startswith("-")
+        key = raw.lstrip("+-")
+        if not _KEY.fullmatch(key):
+            raise ConfigError(f"order_by {raw!r} is not a key like 'score' or '-score'")
+        out.append(Order(key, desc))
+    return tuple(out)
+
+
+def matches(metadata: Mapping[str, MetaValue], conditions: Iterable[Condition]) -> bool:
+    """Whether metadata satisfies every condition (client-side filtering)."""
+    return all(c.test(metadata.get(c.key)) for c in conditions)
+
+
+def sort_key(value: MetaValue) -> tuple[int, Any]:
+    """A key that orders numbers before strings and bools (absent values are placed by the caller)."""
+    if _is_num(value):
+        return (0, float(value))  # type: ignore[arg-type]
+    return (1, str(value))

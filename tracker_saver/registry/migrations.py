@@ -1,0 +1,77 @@
+"""Numbered schema migrations of the SQLite registry, each applied once and recorded."""
+
+from __future__ import annotations
+
+import sqlite3
+import time
+
+__all__ = ["MIGRATIONS", "migrate"]
+
+#: (version, SQL). Append only: never edit a migration that has shipped.
+MIGRATIONS: tuple[tuple[int, str], ...] = (
+    (
+        1,
+        """
+        CREATE TABLE records (
+            id          INTEGER PRIMARY KEY AUTOINCREMENT,
+            project     TEXT NOT NULL,
+            run         TEXT NOT NULL,
+            stream      TEXT NOT NULL,
+            filename    TEXT NOT NULL,
+            name        TEXT NOT NULL,
+            state       TEXT NOT NULL CHECK (state IN ('pending', 'live', 'evicted', 'revived', 'failed')),
+            slot        INTEGER,
+            key         TEXT,
+            uri         TEXT,
+            sha256      TEXT,
+            size        INTEGER,
+            created_at  REAL NOT NULL,
+            updated_at  REAL NOT NULL,
+            error       TEXT
+        );
+        CREATE INDEX records_stream ON records (project, run, stream, state);
+        CREATE INDEX records_filename ON records (project, run, filename);
+        CREATE TABLE metadata (
+            record_id  INTEGER NOT NULL REFERENCES records (id) ON DELETE CASCADE,
+            key        TEXT NOT NULL,
+            type       TEXT NOT NULL CHECK (type IN ('int', 'float', 'str', 'bool', 'none')),
+            num        REAL,
+            text       TEXT,
+            PRIMARY KEY (record_id, key)
+        );
+        CREATE INDEX metadata_num ON metadata (key, num);
+        CREATE INDEX metadata_text ON metadata (key, text);
+        CREATE TABLE tags (
+            record_id  INTEGER NOT NULL REFERENCES records (id) ON DELETE CASCADE,
+            tag        TEXT NOT NULL,
+            PRIMARY KEY (record_id, tag)
+        );
+        CREATE INDEX tags_tag ON tags (tag);
+        """,
+    ),
+)
+
+
+def migrate(conn: sqlite3.Connection) -> int:
+    """Apply every migration newer than the database's version; return the version reached."""
+    conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)")
+    current = conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()[0]
+    for version, sql in MIGRATIONS:
+        if version <= current:
+            continue
+        # BEGIN IMMEDIATE takes the write lock first, so two processes opening a new
+        # database at once cannot both apply the same migration.
+        conn.execute("BEGIN IMMEDIATE")
+        try:
+            again = conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()[0]
+            if version > again:
+                for statement in sql.split(";"):
+                    if statement.strip():
+                        conn.execute(statement)
+                conn.execute("INSERT INTO schema_migrations VALUES (?, ?)", (version, time.time()))
+            conn.execute("COMMIT")
+        except BaseException:
+            conn.execute("ROLLBACK")
+            raise
+        current = version
+    return current

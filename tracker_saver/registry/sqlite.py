@@ -1,0 +1,318 @@
+"""The SQLite registry: WAL, busy timeout, numbered migrations, every query parametrized."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import Any
+
+from tracker_saver.errors import ConfigError, RecordNotFoundError, RegistryError
+from tracker_saver.query import Condition, Order
+from tracker_saver.records import MetaValue, Record, RecordState, UploadInfo, clean_metadata
+from tracker_saver.registry.base import RECORD_FIELDS, Query, Registry
+from tracker_saver.registry.migrations import migrate
+
+__all__ = ["SQLiteRegistry"]
+
+_OPS_SQL = {">": ">", ">=": ">=", "<": "<", "<=": "<="}
+
+
+def _encode(value: MetaValue) -> tuple[str, float | None, str | None]:
+    if value is None:
+        return ("none", None, None)
+    if isinstance(value, bool):
+        return ("bool", float(value), str(value))
+    if isinstance(value, int):
+        return ("int", float(value), str(value))
+    if isinstance(value, float):
+        return ("float", value, repr(value))
+    return ("str", None, str(value))
+
+
+def _decode(kind: str, text: str | None) -> MetaValue:
+    if kind == "none" or text is None:
+        return None
+    if kind == "int":
+        return int(text)
+    if kind == "float":
+        return float(text)
+    if kind == "bool":
+        return text == "True"
+    return text
+
+
+def _is_num(value: Any) -> bool:
+    return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _value_sql(alias: str, op: str, value: Any) -> tuple[str, list[Any]]:
+    """SQL that is true when metadata row ``alias`` compares to ``value`` as ``Condition.test`` does."""
+    if isinstance(value, bool):
+        kind, col, arg = "m.type = 'bool'", "num", float(value)
+    elif _is_num(value):
+        kind, col, arg = "m.type IN ('int', 'float')", "num", float(value)
+    else:
+        kind, col, arg = "m.type = 'str'", "text", str(value)
+    kind = kind.replace("m.", f"{alias}.")
+    sql_op = "=" if op == "==" else _OPS_SQL[op]
+    return f"({kind} AND {alias}.{col} {sql_op} ?)", [arg]
+
+
+def _condition_sql(cond: Condition) -> tuple[str, list[Any]]:
+    if cond.key in RECORD_FIELDS:
+        raise ConfigError(f"where key {cond.key!r} is a record field: filter it with the query's own argument")
+    if cond.op == "in":
+        parts = [_value_sql("m", "==", v) for v in cond.value] or [("0", [])]
+        test = "(" + " OR ".join(p for p, _ in parts) + ")"
+        args = [a for _, arg in parts for a in arg]
+    elif cond.op == "!=":
+        eq, args = _value_sql("m", "==", cond.value)
+        test = f"(m.type != 'none' AND NOT {eq})"
+    else:
+        test, args = _value_sql("m", cond.op, cond.value)
+    sql = f"EXISTS (SELECT 1 FROM metadata m WHERE m.record_id = r.id AND m.key = ? AND {test})"
+    return sql, [cond.key, *args]
+
+
+class SQLiteRegistry(Registry):
+    """Records in one SQLite file, safe for several processes writing at once.
+
+    Args:
+        path: the database file (created with its folder), or ``":memory:"``.
+        timeout: seconds a writer waits for another process's lock (SQLite busy timeout).
+
+    Examples:
+        >>> reg = SQLiteRegistry(":memory:")
+        >>> reg.query(Query(project="mnist"))
+        []
+    """
+
+    def __init__(self, path: str | os.PathLike[str], *, timeout: float = 30.0) -> None:
+        text = os.fspath(path)
+        if text != ":memory:":
+            target = Path(text).expanduser()
+            if target.is_dir():
+                raise ConfigError(
+                    f"registry path {str(target)!r} is a folder: pass a file path such as "
+                    f"{str(target / 'registry.db')!r}"
+                )
+            try:
+                target.parent.mkdir(parents=True, exist_ok=True)
+            except OSError as exc:
+                raise ConfigError(
+                    f"registry folder {str(target.parent)!r} cannot be created ({exc.strerror}): "
+                    "pass a registry path in a writable folder"
+                ) from exc
+            text = str(target.resolve())
+        self.path = text
+        self.uri = f"sqlite:///{text}" if text != ":memory:" else "sqlite://:memory:"
+        self._lock = threading.RLock()
+        try:
+            # isolation_level=None: we issue BEGIN IMMEDIATE ourselves, so a transaction takes
+            # the write lock up front and the busy timeout applies instead of a deadlock.
+            self._conn = sqlite3.connect(text, timeout=timeout, isolation_level=None, check_same_thread=False)
+            self._conn.execute("PRAGMA foreign_keys = ON")
+            if text != ":memory:":
+                self._conn.execute("PRAGMA journal_mode = WAL")
+                self._conn.execute("PRAGMA synchronous = FULL")
+            migrate(self._conn)
+        except sqlite3.Error as exc:
+            raise ConfigError(f"registry {self.uri!r} cannot be opened ({exc}): pass a path to a SQLite file") from exc
+
+    @contextlib.contextmanager
+    def atomic(self) -> Iterator[sqlite3.Connection]:
+        """One write transaction; errors are rolled back and raised as ``RegistryError``."""
+        with self._lock:
+            try:
+                self._conn.execute("BEGIN IMMEDIATE")
+                try:
+                    yield self._conn
+                except BaseException:
+                    self._conn.execute("ROLLBACK")
+                    raise
+                self._conn.execute("COMMIT")
+            except sqlite3.Error as exc:
+                raise RegistryError(f"registry {self.uri!r}: {exc}") from exc
+
+    def _read(self, sql: str, args: Sequence[Any]) -> list[sqlite3.Row]:
+        with self._lock:
+            try:
+                cur = self._conn.execute(sql, args)
+                cur.row_factory = sqlite3.Row
+                return cur.fetchall()
+            except sqlite3.Error as exc:
+                raise RegistryError(f"registry {self.uri!r}: {exc}") from exc
+
+    def _load(self, rows: list[sqlite3.Row]) -> list[Record]:
+        if not rows:
+            return []
+        ids = [row["id"] for row in rows]
+        meta: dict[int, dict[str, MetaValue]] = {i: {} for i in ids}
+        tags: dict[int, list[str]] = {i: [] for i in ids}
+        for start in range(0, len(ids), 500):
+            chunk = ids[start : start + 500]
+            marks = ",".join("?" * len(chunk))
+            for m in self._read(f"SELECT record_id, key, type, text FROM metadata WHERE record_id IN ({marks})", chunk):
+                meta[m["record_id"]][m["key"]] = _decode(m["type"], m["text"])
+            for t in self._read(f"SELECT record_id, tag FROM tags WHERE record_id IN ({marks}) ORDER BY tag", chunk):
+                tags[t["record_id"]].append(t["tag"])
+        return [
+            Record(
+                id=str(row["id"]),
+                project=row["project"],
+                run=row["run"],
+                stream=row["stream"],
+                filename=row["filename"],
+                name=row["name"],
+                state=RecordState(row["state"]),
+                slot=row["slot"],
+                key=row["key"],
+                uri=row["uri"],
+                sha256=row["sha256"],
+                size=row["size"],
+                metadata=meta[row["id"]],
+                tags=tuple(tags[row["id"]]),
+                created_at=row["created_at"],
+                error=row["error"],
+            )
+            for row in rows
+        ]
+
+    @staticmethod
+    def _id(record_id: str | int) -> int:
+        try:
+            return int(record_id)
+        except (TypeError, ValueError):
+            raise RecordNotFoundError(
+                f"record id {record_id!r} is not a SQLite record id (an integer): "
+                "see `tracker-saver models list` for ids",
+                record_id=str(record_id),
+            ) from None
+
+    def _set_metadata(self, conn: sqlite3.Connection, rid: int, metadata: dict[str, MetaValue]) -> None:
+        conn.executemany(
+            "INSERT OR REPLACE INTO metadata (record_id, key, type, num, text) VALUES (?, ?, ?, ?, ?)",
+            [(rid, k, *_encode(v)) for k, v in clean_metadata(metadata).items()],
+        )
+
+    def create_pending(self, info: UploadInfo, *, uri: str) -> Record:
+        now = time.time()
+        with self.atomic() as conn:
+            cur = conn.execute(
+                "INSERT INTO records (project, run, stream, filename, name, state, slot, key, uri, created_at, updated_at)"
+                " VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?)",
+                (info.project, info.run, info.stream, info.filename, info.name, info.slot, info.key, uri, now, now),
+            )
+            rid = int(cur.lastrowid or 0)
+            self._set_metadata(conn, rid, {**info.metadata, "slot": info.slot, "created_at": now})
+            conn.executemany("INSERT OR IGNORE INTO tags VALUES (?, ?)", [(rid, t) for t in info.tags])
+        return self.get(str(rid))
+
+    def commit(self, record_id: str, *, sha256: str, size: int, metadata: dict[str, MetaValue] | None = None) -> Record:
+        rid = self._id(record_id)
+        with self.atomic() as conn:
+            row = conn.execute("SELECT state, uri FROM records WHERE id = ?", (rid,)).fetchone()
+            if row is None:
+                raise RecordNotFoundError(f"record {record_id} does not exist", record_id=str(record_id))
+            if row[0] != RecordState.PENDING.value:
+                raise RegistryError(f"record {record_id} is {row[0]}, not pending: it cannot become live", record_id=str(record_id))
+            conn.execute(
+                "UPDATE records SET state = 'live', sha256 = ?, size = ?, updated_at = ? WHERE id = ?",
+                (sha256, size, time.time(), rid),
+            )
+            self._set_metadata(conn, rid, {**(metadata or {}), "sha256": sha256, "size": size, "uri": row[1]})
+        return self.get(record_id)
+
+    def set_state(
+        self, record_id: str, state: RecordState, *, expected: Sequence[RecordState], error: str | None = None
+    ) -> Record:
+        rid = self._id(record_id)
+        with self.atomic() as conn:
+            row = conn.execute("SELECT state FROM records WHERE id = ?", (rid,)).fetchone()
+            if row is None:
+                raise RecordNotFoundError(f"record {record_id} does not exist", record_id=str(record_id))
+            if RecordState(row[0]) not in expected:
+                raise RegistryError(
+                    f"record {record_id} is {row[0]}: it can become {state.value} only from "
+                    f"{', '.join(s.value for s in expected)}",
+                    record_id=str(record_id),
+                )
+            conn.execute(
+                "UPDATE records SET state = ?, error = COALESCE(?, error), updated_at = ? WHERE id = ?",
+                (state.value, error, time.time(), rid),
+            )
+        return self.get(record_id)
+
+    def rename(self, record_id: str, name: str) -> Record:
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError(f"new name {name!r} for record {record_id} is empty: give a non-empty name")
+        with self.atomic() as conn:
+            if conn.execute("UPDATE records SET name = ?, updated_at = ? WHERE id = ?", (name, time.time(), self._id(record_id))).rowcount == 0:
+                raise RecordNotFoundError(f"record {record_id} does not exist", record_id=str(record_id))
+        return self.get(record_id)
+
+    def add_tags(self, record_id: str, tags: Iterable[str]) -> Record:
+        rid = self._id(record_id)
+        self.get(record_id)
+        with self.atomic() as conn:
+            conn.executemany("INSERT OR IGNORE INTO tags VALUES (?, ?)", [(rid, str(t)) for t in tags])
+        return self.get(record_id)
+
+    def get(self, record_id: str) -> Record:
+        records = self._load(self._read("SELECT * FROM records WHERE id = ?", (self._id(record_id),)))
+        if not records:
+            raise RecordNotFoundError(
+                f"record {record_id} does not exist in {self.uri}: see `tracker-saver models list` for ids",
+                record_id=str(record_id),
+            )
+        return records[0]
+
+    def query(self, query: Query) -> list[Record]:
+        sql = ["SELECT r.* FROM records r"]
+        args: list[Any] = []
+        where: list[str] = []
+        for column in ("project", "run", "stream", "filename"):
+            value = getattr(query, column)
+            if value is not None:
+                where.append(f"r.{column} = ?")
+                args.append(value)
+        if query.states is not None:
+            where.append(f"r.state IN ({','.join('?' * len(query.states)) or 'NULL'})")
+            args.extend(s.value for s in query.states)
+        for cond in query.where:
+            text, cond_args = _condition_sql(cond)
+            where.append(text)
+            args.extend(cond_args)
+        order_sql: list[str] = []
+        join_args: list[Any] = []
+        for i, order in enumerate(query.order_by):
+            direction = "DESC" if order.desc else "ASC"
+            if order.key in RECORD_FIELDS:
+                column = "CAST(r.id AS INTEGER)" if order.key == "id" else f"r.{order.key}"
+                order_sql += [f"({column} IS NULL)", f"{column} {direction}"]
+                continue
+            alias = f"o{i}"
+            sql.append(f"LEFT JOIN metadata {alias} ON {alias}.record_id = r.id AND {alias}.key = ?")
+            join_args.append(order.key)
+            order_sql += [
+                f"({alias}.type IS NULL OR {alias}.type = 'none')",
+                f"(CASE WHEN {alias}.type IN ('int', 'float') THEN 0 ELSE 1 END) {direction}",
+                f"{alias}.num {direction}",
+                f"{alias}.text {direction}",
+            ]
+        if where:
+            sql.append("WHERE " + " AND ".join(where))
+        sql.append("ORDER BY " + ", ".join([*order_sql, "r.created_at", "r.id"]))
+        if query.limit is not None:
+            sql.append("LIMIT ?")
+            args.append(int(query.limit))
+        return self._load(self._read(" ".join(sql), join_args + args))
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()

@@ -1,0 +1,95 @@
+"""Resume a run: load its newest checkpoint and rebuild ``Checkpoint`` handlers from the registry."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from ignite.handlers import Checkpoint
+
+from tracker_saver.errors import ConfigError
+from tracker_saver.models import load_checkpoint
+from tracker_saver.records import Record, RecordState
+from tracker_saver.registry import Query
+from tracker_saver.saver import TrackerSaver
+
+__all__ = ["resume", "stream_of"]
+
+_LOADABLE = (RecordState.LIVE, RecordState.REVIVED)
+
+
+def stream_of(handler: Checkpoint) -> str:
+    """The stream (Ignite basename) a ``Checkpoint`` writes: ``{filename_prefix}_{name}``.
+
+    ``name`` is the single key of ``to_save``, or ``checkpoint`` when there are several,
+    exactly as ``Checkpoint.__call__`` computes it.
+    """
+    name = next(iter(handler.to_save)) if len(handler.to_save) == 1 else "checkpoint"
+    return f"{handler.filename_prefix}_{name}" if handler.filename_prefix else name
+
+
+def resume(
+    saver: TrackerSaver,
+    to_load: Mapping[str, Any],
+    handlers: Sequence[Checkpoint] = (),
+    *,
+    stream: str = "checkpoint",
+    **load_kwargs: Any,
+) -> Record | None:
+    """Continue a run in a new process, as if it had never stopped.
+
+    1. Loads the newest live record of ``stream`` in ``saver``'s run into ``to_load``
+       (model, optimizer, trainer, …), with sha256 verified.
+    2. Rebuilds each handler's ``_saved`` list from its stream's live records (the best
+       ``n_saved`` by priority) and tells the saver those records are *adopted*: Ignite's own
+       ``remove`` calls then drive eviction exactly as without the restart.
+
+    Live records that no handler adopts stay *inherited*: new saves reuse their slots first.
+
+    Args:
+        saver: the ``TrackerSaver`` the handlers write through (same output_uri, registry, run).
+        to_load: objects to restore from the newest ``stream`` checkpoint.
+        handlers: the ``Checkpoint`` handlers to restore.
+        stream: which stream holds the full training state (Ignite's default: ``checkpoint``).
+        load_kwargs: passed to :func:`load_checkpoint` (``map_location``, ``weights_only``…).
+
+    Returns:
+        The loaded record, or ``None`` when the run has no live record of ``stream`` yet.
+
+    Examples:
+        >>> import tempfile, torch
+        >>> root = tempfile.mkdtemp()
+        >>> saver = TrackerSaver(root + "/out", run="r", registry=root + "/reg.db")
+        >>> resume(saver, {"model": torch.nn.Linear(2, 1)}) is None
+        True
+    """
+    for handler in handlers:
+        if handler.save_handler is not saver:
+            raise ConfigError(
+                f"Checkpoint handler for stream {stream_of(handler)!r} saves through "
+                f"{handler.save_handler!r}, not this TrackerSaver: pass the handlers built with it"
+            )
+    latest = saver.registry.query(
+        Query(project=saver.project, run=saver.run, stream=stream, states=_LOADABLE)
+    )
+    record = latest[-1] if latest else None
+    if record is not None:
+        load_checkpoint(record, to_load, storage=saver.storage, **load_kwargs)
+    for handler in handlers:
+        name = stream_of(handler)
+        live = saver.registry.query(Query(project=saver.project, run=saver.run, stream=name, states=_LOADABLE))
+        # Stable sort by priority alone, as Ignite sorts _saved: ties keep save order.
+        items = sorted(((_priority(r), r.filename) for r in live), key=lambda item: item[0])
+        if handler.n_saved is not None:
+            items = items[len(items) - handler.n_saved :] if len(items) > handler.n_saved else items
+        handler.load_state_dict({"_saved": items})
+        saver.slots.adopt(name, [filename for _, filename in items])
+    return record
+
+
+def _priority(record: Record) -> float | int:
+    value = record.metadata.get("priority")
+    if isinstance(value, (int, float)) and not isinstance(value, bool):
+        return value
+    return -math.inf  # a NaN score: Ignite would replace it first

@@ -1,0 +1,161 @@
+"""``TrackerSaver``: Ignite's save handler that turns ``__call__``/``remove`` into pipeline steps."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+from typing import Any
+
+import ignite
+import ignite.distributed as idist
+import torch
+from ignite.handlers.checkpoint import BaseSaveHandler
+
+from tracker_saver.callbacks import CallbackChain, PostUploadCallback, PreUploadCallback
+from tracker_saver.errors import ConfigError, SerializationError
+from tracker_saver.naming import check_segment, parse_filename
+from tracker_saver.pipeline import Pipeline
+from tracker_saver.records import Record, UploadInfo, clean_metadata
+from tracker_saver.registry import Registry, open_registry
+from tracker_saver.slots import SlotAllocator
+from tracker_saver.storage import Storage, open_storage
+
+__all__ = ["TrackerSaver"]
+
+
+class TrackerSaver(BaseSaveHandler):
+    """Save Ignite checkpoints to cycled slot keys at ``output_uri`` and record each one.
+
+    Every checkpoint becomes a record named by Ignite's semantic filename, with typed metadata
+    (global_step, score, priority, slot, sha256, …). Its bytes go to
+    ``<output_uri>/<project>/<run>/<basename>.slot<k><ext>``, so a stream never holds more than
+    its ``n_saved`` objects, even across restarts.
+
+    Args:
+        output_uri: a local folder, ``file:///path`` or ``s3://BUCKET/PREFIX``. Holds checkpoint
+            objects only: never the registry.
+        project: namespace of the run (a storage key segment).
+        run: the run; a new process with the same ``run`` continues its streams' slots.
+        registry: ``None`` (``$TRACKER_SAVER_REGISTRY`` or ``~/.tracker_saver/registry.db``),
+            a SQLite path, ``"clearml"``, or a ``Registry``.
+        storage_options: options for the storage backend (S3: ``endpoint_url``, ``profile``, …).
+        pre_upload: callbacks run after the slot allocator; see :class:`CallbackChain`.
+        post_upload: callbacks run once the bytes are complete, before the record is live.
+        save_on_rank: only this distributed rank writes (like Ignite's ``DiskSaver``).
+
+    Raises:
+        ConfigError: at construction, for an unwritable or unknown output_uri, a bad
+            project/run name, or a registry inside output_uri.
+
+    Examples:
+        >>> import tempfile, torch
+        >>> from ignite.engine import Engine, Events
+        >>> from ignite.handlers import Checkpoint
+        >>> root = tempfile.mkdtemp()
+        >>> saver = TrackerSaver(root + "/ckpt", project="demo", run="r1", registry=root + "/reg.db")
+        >>> trainer = Engine(lambda e, b: None)
+        >>> ckpt = Checkpoint({"model": torch.nn.Linear(2, 1)}, saver, n_saved=1)
+        >>> _ = trainer.add_event_handler(Events.EPOCH_COMPLETED, ckpt)
+        >>> _ = trainer.run([0, 1], max_epochs=3)
+        >>> [r.name for r in saver.records(live=True)]
+        ['model_6.pt']
+    """
+
+    def __init__(
+        self,
+        output_uri: str | os.PathLike[str],
+        *,
+        project: str = "default",
+        run: str = "default",
+        registry: str | os.PathLike[str] | Registry | None = None,
+        storage_options: Mapping[str, Any] | None = None,
+        pre_upload: Iterable[PreUploadCallback] = (),
+        post_upload: Iterable[PostUploadCallback] = (),
+        save_on_rank: int = 0,
+    ) -> None:
+        self.project = check_segment("project", project)
+        self.run = check_segment("run", run)
+        self.storage: Storage = open_storage(output_uri, **dict(storage_options or {}))
+        self.storage.check()
+        self.registry: Registry = open_registry(registry)
+        self._check_registry_outside(self.storage, self.registry)
+        self.save_on_rank = save_on_rank
+        self.callbacks = CallbackChain()
+        for pre in pre_upload:
+            self.callbacks.add_pre(pre)
+        for post in post_upload:
+            self.callbacks.add_post(post)
+        self.slots = SlotAllocator(self.registry, self.project, self.run)
+        self._pipeline = Pipeline(self.storage, self.registry, self.slots, self.callbacks)
+        self._versions = {"torch_version": torch.__version__, "ignite_version": ignite.__version__}
+
+    @staticmethod
+    def _check_registry_outside(storage: Storage, registry: Registry) -> None:
+        path = getattr(registry, "path", None)
+        root = getattr(storage, "root", None)
+        if path is None or root is None or path == ":memory:":
+            return
+        if Path(path).resolve().is_relative_to(Path(root).resolve()):
+            raise ConfigError(
+                f"registry {path!r} is inside output_uri {str(root)!r}, which holds checkpoint "
+                "objects only: put the registry elsewhere (default ~/.tracker_saver/registry.db)"
+            )
+
+    def _is_saving_rank(self) -> bool:
+        return idist.get_world_size() <= 1 or idist.get_rank() == self.save_on_rank
+
+    def __call__(self, checkpoint: Mapping[str, Any], filename: str, metadata: Mapping[str, Any] | None = None) -> None:
+        """Save one checkpoint (Ignite calls this after ``remove`` of the one it replaces)."""
+        if not self._is_saving_rank():
+            return
+        if metadata is None or "basename" not in metadata:
+            raise ConfigError(
+                f"TrackerSaver got no Ignite metadata for {filename!r}: call it as "
+                "saver(checkpoint, filename, metadata) from ignite.handlers.Checkpoint (pytorch-ignite >= 0.4.2)"
+            )
+        basename = str(metadata["basename"])
+        parsed = parse_filename(filename, basename, metadata.get("score_name"), metadata.get("priority"))
+        info = UploadInfo(
+            project=self.project,
+            run=self.run,
+            stream=check_segment("stream (Ignite basename)", basename),
+            filename=filename,
+            metadata=clean_metadata({**parsed, **self._versions}),
+        )
+        try:
+            self._pipeline.save(checkpoint, info)
+        except TypeError as exc:
+            # Ignite retries save_handler(checkpoint, filename) on TypeError: never let one out.
+            raise SerializationError(f"saving {filename!r} failed: {exc!r}") from exc
+
+    def remove(self, filename: str) -> None:
+        """Evict ``filename``'s record and free its slot (harmless for an unknown name)."""
+        if not self._is_saving_rank():
+            return
+        self._pipeline.remove(filename)
+
+    def add_pre_upload(self, callback: PreUploadCallback) -> None:
+        """Add a pre-upload callback; it runs after the slot allocator."""
+        self.callbacks.add_pre(callback)
+
+    def add_post_upload(self, callback: PostUploadCallback) -> None:
+        """Add a post-upload callback."""
+        self.callbacks.add_post(callback)
+
+    def records(self, *, live: bool | None = None) -> list[Record]:
+        """This run's records, oldest first; ``live=True`` keeps only loadable ones."""
+        from tracker_saver.models import find_models
+
+        return find_models(project=self.project, run=self.run, live=live, registry=self.registry)
+
+    def flush(self) -> None:
+        """Wait until every scheduled save is complete (sync mode: nothing is ever pending)."""
+
+    def close(self) -> None:
+        """Flush, then release the registry connection."""
+        self.flush()
+        self.registry.close()
+
+    def __repr__(self) -> str:
+        return f"TrackerSaver(output_uri={self.storage.uri!r}, project={self.project!r}, run={self.run!r}, registry={self.registry.uri!r})"

@@ -1,0 +1,53 @@
+"""Open the storage for an output_uri, chosen by its scheme (``file`` or ``s3``)."""
+
+from __future__ import annotations
+
+import os
+from typing import Any
+from urllib.parse import urlsplit
+from urllib.request import url2pathname
+
+from tracker_saver.errors import ConfigError
+from tracker_saver.storage.base import ObjectStat, Storage
+
+__all__ = ["ObjectStat", "Storage", "open_storage"]
+
+
+def open_storage(uri: str | os.PathLike[str], **storage_options: Any) -> Storage:
+    """Return the storage for ``uri``: a local folder, ``file://`` URI or ``s3://bucket/prefix``.
+
+    Args:
+        uri: the output_uri.
+        storage_options: backend options (S3: ``endpoint_url``, ``region_name``, ``profile``,
+            ``addressing_style``, ``multipart_chunksize``, ``max_concurrency``, ...).
+
+    Examples:
+        >>> import tempfile
+        >>> open_storage(tempfile.mkdtemp()).uri.startswith("file://")
+        True
+    """
+    text = os.fspath(uri)
+    if not text:
+        raise ConfigError("output_uri is empty: pass a folder or s3://BUCKET/PREFIX")
+    scheme = urlsplit(text).scheme.lower() if "://" in text else ""
+    if scheme in ("", "file"):
+        from tracker_saver.storage.local import LocalStorage
+
+        if storage_options:
+            raise ConfigError(
+                f"storage_options {sorted(storage_options)} do not apply to a local output_uri: "
+                "remove them, or use an s3:// output_uri"
+            )
+        return LocalStorage(url2pathname(urlsplit(text).path) if scheme else text)
+    if scheme == "s3":
+        try:
+            from tracker_saver.storage.s3 import S3Storage
+        except ModuleNotFoundError as exc:
+            raise ModuleNotFoundError(
+                "an s3:// output_uri needs boto3: pip install 'tracker-saver[s3]'"
+            ) from exc
+        return S3Storage(text, **storage_options)
+    raise ConfigError(
+        f"output_uri {text!r} has the unknown scheme {scheme!r}: use a local folder, "
+        "file:///path or s3://BUCKET/PREFIX"
+    )

@@ -1,0 +1,97 @@
+"""The ``Storage`` seam: where checkpoint objects live, addressed by key under one root URI."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import tempfile
+from abc import ABC, abstractmethod
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import BinaryIO
+
+from tracker_saver.naming import check_key
+
+__all__ = ["ObjectStat", "Storage"]
+
+#: Checkpoints up to this size are buffered in memory before upload; larger ones spill to a
+#: temp file. Backends that write in place (local) ignore it.
+DEFAULT_SPOOL_BYTES = 256 * 1024 * 1024
+
+
+@dataclass(frozen=True)
+class ObjectStat:
+    """The size of one object, as the storage reports it."""
+
+    key: str
+    size: int
+
+
+class Storage(ABC):
+    """Objects under one root (``/abs/folder`` or ``s3://bucket/prefix``), addressed by key.
+
+    A storage never sees records: it moves bytes for keys. Every write is atomic per key:
+    a reader sees the previous object or the new one, never a mix (DESIGN invariant 6).
+
+    Subclasses implement the six abstract methods; ``writer`` has a default that buffers
+    (in memory, spilling to a temp file past ``spool_bytes``) and calls ``put_stream``.
+
+    Examples:
+        >>> from tracker_saver.storage import open_storage
+        >>> import tempfile
+        >>> store = open_storage(tempfile.mkdtemp())
+        >>> with store.writer("p/r/best_model.slot0.pt") as f:
+        ...     _ = f.write(b"bytes")
+        >>> store.stat("p/r/best_model.slot0.pt").size
+        5
+    """
+
+    #: URI of the root, without a trailing slash.
+    uri: str
+    spool_bytes: int = DEFAULT_SPOOL_BYTES
+
+    def url(self, key: str) -> str:
+        """The full URI of ``key``."""
+        return f"{self.uri}/{check_key(key)}"
+
+    def check(self) -> None:
+        """Raise a clear error now if the root cannot be written (default: nothing to check)."""
+
+    @contextlib.contextmanager
+    def writer(self, key: str) -> Iterator[BinaryIO]:
+        """Yield a binary file; on a clean exit its bytes replace ``key`` atomically.
+
+        On an exception nothing is written and the previous object stays intact.
+        """
+        check_key(key)
+        with tempfile.SpooledTemporaryFile(max_size=self.spool_bytes) as spool:
+            yield spool  # type: ignore[misc]
+            spool.seek(0)
+            self.put_stream(key, spool)  # type: ignore[arg-type]
+
+    @abstractmethod
+    def put_file(self, key: str, path: str | os.PathLike[str]) -> None:
+        """Write the file at ``path`` to ``key`` atomically, without reading it all into memory."""
+
+    @abstractmethod
+    def put_stream(self, key: str, stream: BinaryIO) -> None:
+        """Write the rest of ``stream`` to ``key`` atomically."""
+
+    @abstractmethod
+    def get(self, key: str) -> contextlib.AbstractContextManager[BinaryIO]:
+        """Open ``key`` for reading; raise ``StorageError`` if it does not exist."""
+
+    @abstractmethod
+    def stat(self, key: str) -> ObjectStat | None:
+        """The object's size, or ``None`` if ``key`` does not exist."""
+
+    @abstractmethod
+    def list(self, prefix: str = "") -> list[ObjectStat]:
+        """All objects whose key starts with ``prefix``, sorted by key (temp files excluded)."""
+
+    @abstractmethod
+    def delete(self, key: str) -> None:
+        """Delete ``key``; deleting a missing key is not an error."""
+
+    def __repr__(self) -> str:
+        return f"{type(self).__name__}({self.uri!r})"

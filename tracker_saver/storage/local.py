@@ -1,0 +1,129 @@
+"""Local-folder storage: each write is a temp file in the slot's folder, fsync, ``os.replace``."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import BinaryIO
+
+from tracker_saver.errors import ConfigError, StorageError
+from tracker_saver.naming import check_key
+from tracker_saver.storage.base import ObjectStat, Storage
+
+__all__ = ["LocalStorage"]
+
+#: Temp files start with this and are invisible to ``list``: a stream's footprint counts
+#: only complete objects. ``fsck`` reports the leftovers of a crash.
+TEMP_PREFIX = ".tmp-"
+
+
+def _fsync_dir(path: Path) -> None:
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+class LocalStorage(Storage):
+    """Objects as files under a local folder.
+
+    Args:
+        root: the folder; created if missing.
+
+    Examples:
+        >>> import tempfile
+        >>> store = LocalStorage(tempfile.mkdtemp())
+        >>> store.put_stream("a/b.slot0.pt", __import__("io").BytesIO(b"x"))
+        >>> [s.key for s in store.list()]
+        ['a/b.slot0.pt']
+    """
+
+    def __init__(self, root: str | os.PathLike[str]) -> None:
+        self.root = Path(root).expanduser().resolve()
+        self.uri = self.root.as_uri()
+
+    def check(self) -> None:
+        try:
+            self.root.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=self.root, prefix=TEMP_PREFIX):
+                pass
+        except OSError as exc:
+            raise ConfigError(
+                f"output_uri {str(self.root)!r} is not a writable folder ({exc.strerror}): "
+                "pass a folder you can write to"
+            ) from exc
+
+    def _path(self, key: str) -> Path:
+        return self.root / check_key(key)
+
+    @contextlib.contextmanager
+    def writer(self, key: str) -> Iterator[BinaryIO]:
+        path = self._path(key)
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TEMP_PREFIX + path.name + ".")
+        except OSError as exc:
+            raise StorageError(f"cannot write {str(path)!r}: {exc.strerror}", key=key) from exc
+        try:
+            with os.fdopen(fd, "wb") as f:
+                yield f
+                f.flush()
+                os.fsync(f.fileno())
+            # The temp file is in the slot's own folder, so os.replace is an atomic rename:
+            # a crash leaves either the old slot bytes or the new ones (invariant 6).
+            os.replace(tmp, path)
+            _fsync_dir(path.parent)
+        except BaseException as exc:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(tmp)
+            if isinstance(exc, OSError):
+                raise StorageError(f"cannot write {str(path)!r}: {exc.strerror}", key=key) from exc
+            raise
+
+    def put_file(self, key: str, path: str | os.PathLike[str]) -> None:
+        with open(path, "rb") as src, self.writer(key) as dst:
+            shutil.copyfileobj(src, dst, 1 << 20)
+
+    def put_stream(self, key: str, stream: BinaryIO) -> None:
+        with self.writer(key) as dst:
+            shutil.copyfileobj(stream, dst, 1 << 20)
+
+    def get(self, key: str) -> contextlib.AbstractContextManager[BinaryIO]:
+        path = self._path(key)
+        try:
+            return open(path, "rb")
+        except OSError as exc:
+            raise StorageError(f"cannot read {str(path)!r}: {exc.strerror}", key=key) from exc
+
+    def stat(self, key: str) -> ObjectStat | None:
+        try:
+            return ObjectStat(key, self._path(key).stat().st_size)
+        except FileNotFoundError:
+            return None
+
+    def list(self, prefix: str = "") -> list[ObjectStat]:
+        out = []
+        for dirpath, _dirs, files in os.walk(self.root):
+            for name in files:
+                if name.startswith(TEMP_PREFIX):
+                    continue
+                full = Path(dirpath) / name
+                key = full.relative_to(self.root).as_posix()
+                if key.startswith(prefix):
+                    out.append(ObjectStat(key, full.stat().st_size))
+        return sorted(out, key=lambda s: s.key)
+
+    def delete(self, key: str) -> None:
+        path = self._path(key)
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            return
+        except OSError as exc:
+            raise StorageError(f"cannot delete {str(path)!r}: {exc.strerror}", key=key) from exc
+        _fsync_dir(path.parent)
