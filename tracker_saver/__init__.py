@@ -1,7 +1,7 @@
 """tracker_saver: Ignite checkpoints in a bucket and a model registry, n_saved objects per stream.
 
 Examples:
-    >>> from tracker_saver import TrackerSaver, find_models, load_checkpoint  # doctest: +SKIP
+    >>> from tracker_saver import TrackerSaver, find_models, load_checkpoint
 """
 
 from tracker_saver.callbacks import CallbackChain, PostUploadCallback, PreUploadCallback

@@ -37,7 +37,7 @@ def _size(n: int | None) -> str:
     return str(n)
 
 
-def makemake_console() -> Console:
+def make_console() -> Console:
     # Piped output (CI logs, `| less`) still gets a table wide enough to read.
     return Console() if sys.stdout.isatty() else Console(width=200)
 
@@ -169,6 +169,11 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Run the CLI; errors become one line on stderr and exit status 2."""
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # `--sort -score` reads naturally, but argparse takes "-score" for an option: glue it.
+    for i in range(len(argv) - 2, -1, -1):
+        if argv[i] == "--sort" and argv[i + 1].startswith("-"):
+            argv[i : i + 2] = [f"--sort={argv[i + 1]}"]
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))

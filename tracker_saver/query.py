@@ -93,7 +93,7 @@ def _typed(text: str) -> MetaValue:
         return text[1:-1]
     for kind in (int, float):
         try:
-            return kind(text)  # type: ignore[no-any-return]
+            return kind(text)
         except ValueError:
             pass
     return {"true": True, "false": False}.get(text.lower(), text)
@@ -115,16 +115,17 @@ def parse_where(where: Mapping[str, Any] | Sequence[str] | str | None) -> tuple[
     if isinstance(where, Mapping):
         out = []
         for key, cond in where.items():
-            if isinstance(cond, tuple) and len(cond) == 2 and isinstance(cond[0], str) and cond[0] in OPS + ("=",):
+            if isinstance(cond, tuple) and len(cond) == 2 and isinstance(cond[0], str):
                 op, value = cond
-                out.append(Condition(key, "==" if op == "=" else op, list(value) if op == "in" else value))
+                is_list = op == "in" and not isinstance(value, (str, bytes))
+                out.append(Condition(key, "==" if op == "=" else op, list(value) if is_list else value))
             else:
                 out.append(Condition(key, "==", cond))
         return tuple(out)
     conditions = []
     for expr in where:
         m = _EXPR.fullmatch(expr)
-        if not m or not m.group(3):
+        if not m or not m.group(3) or m.group(3)[0] in "<>=!":
             raise ConfigError(
                 f"where expression {expr!r} is not 'KEY OP VALUE': e.g. 'score>0.9', 'prefix=best', "
                 "'global_step in 10,20'"

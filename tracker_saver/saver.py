@@ -17,7 +17,7 @@ from tracker_saver.errors import ConfigError, SerializationError
 from tracker_saver.naming import check_segment, parse_filename
 from tracker_saver.pipeline import Pipeline
 from tracker_saver.records import Record, UploadInfo, clean_metadata
-from tracker_saver.registry import Registry, open_registry
+from tracker_saver.registry import Registry, open_registry, sqlite_path
 from tracker_saver.slots import SlotAllocator
 from tracker_saver.storage import Storage, open_storage
 
@@ -77,9 +77,11 @@ class TrackerSaver(BaseSaveHandler):
         self.project = check_segment("project", project)
         self.run = check_segment("run", run)
         self.storage: Storage = open_storage(output_uri, **dict(storage_options or {}))
+        # Validate everything before creating anything: a bad argument leaves no folder or file.
+        if not isinstance(registry, Registry):
+            self._check_registry_outside(self.storage, sqlite_path(registry))
         self.storage.check()
         self.registry: Registry = open_registry(registry)
-        self._check_registry_outside(self.storage, self.registry)
         self.save_on_rank = save_on_rank
         self.callbacks = CallbackChain()
         for pre in pre_upload:
@@ -91,8 +93,7 @@ class TrackerSaver(BaseSaveHandler):
         self._versions = {"torch_version": torch.__version__, "ignite_version": ignite.__version__}
 
     @staticmethod
-    def _check_registry_outside(storage: Storage, registry: Registry) -> None:
-        path = getattr(registry, "path", None)
+    def _check_registry_outside(storage: Storage, path: str | None) -> None:
         root = getattr(storage, "root", None)
         if path is None or root is None or path == ":memory:":
             return

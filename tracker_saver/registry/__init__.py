@@ -8,17 +8,32 @@ from pathlib import Path
 from tracker_saver.errors import ConfigError
 from tracker_saver.registry.base import Query, Registry
 
-__all__ = ["DEFAULT_REGISTRY", "Query", "Registry", "open_registry", "registry_spec"]
+__all__ = ["DEFAULT_REGISTRY", "Query", "Registry", "open_registry", "sqlite_path"]
 
 #: Where records live when neither an argument nor ``TRACKER_SAVER_REGISTRY`` says otherwise.
 DEFAULT_REGISTRY = "~/.tracker_saver/registry.db"
 
 
-def registry_spec(registry: str | os.PathLike[str] | None) -> str:
-    """The registry to use: the argument, else ``$TRACKER_SAVER_REGISTRY``, else the default."""
-    if registry is not None:
-        return os.fspath(registry)
-    return os.environ.get("TRACKER_SAVER_REGISTRY") or DEFAULT_REGISTRY
+def sqlite_path(registry: str | os.PathLike[str] | None) -> str | None:
+    """The SQLite file a registry spec names (``None`` for ClearML); opens nothing.
+
+    Explicit argument > ``$TRACKER_SAVER_REGISTRY`` > ``~/.tracker_saver/registry.db``.
+
+    Examples:
+        >>> sqlite_path("sqlite:////tmp/r.db"), sqlite_path("clearml"), sqlite_path(":memory:")
+        ('/tmp/r.db', None, ':memory:')
+    """
+    env = os.environ.get("TRACKER_SAVER_REGISTRY") or None
+    spec = os.fspath(registry) if registry is not None else (env or DEFAULT_REGISTRY)
+    if spec == "sqlite":  # "the SQLite registry": the environment's file if it names one
+        spec = env if env and env not in ("sqlite", "clearml") else DEFAULT_REGISTRY
+    if spec == "clearml":
+        return None
+    if spec.startswith("sqlite:///"):
+        spec = spec[len("sqlite:///") :]  # sqlite:///rel/path or sqlite:////abs/path
+    elif "://" in spec:
+        raise ConfigError(f"registry {spec!r} is not understood: use 'sqlite', a file path, sqlite:///PATH or 'clearml'")
+    return spec if spec == ":memory:" else str(Path(spec).expanduser())
 
 
 def open_registry(registry: str | os.PathLike[str] | Registry | None = None) -> Registry:
@@ -35,22 +50,13 @@ def open_registry(registry: str | os.PathLike[str] | Registry | None = None) -> 
     """
     if isinstance(registry, Registry):
         return registry
-    spec = registry_spec(registry)
-    if spec == "clearml":
+    path = sqlite_path(registry)
+    if path is None:
         try:
             from tracker_saver.registry.clearml import ClearMLRegistry
         except ModuleNotFoundError as exc:
             raise ModuleNotFoundError("registry='clearml' needs clearml: pip install 'tracker-saver[clearml]'") from exc
         return ClearMLRegistry()
-    if spec == "sqlite":
-        env = os.environ.get("TRACKER_SAVER_REGISTRY")
-        spec = env if env and env not in ("sqlite", "clearml") else DEFAULT_REGISTRY
-    if spec.startswith("sqlite:///"):
-        spec = spec[len("sqlite:///") :]  # sqlite:///rel/path or sqlite:////abs/path
-    elif "://" in spec:
-        raise ConfigError(
-            f"registry {spec!r} is not understood: use 'sqlite', a file path, sqlite:///PATH or 'clearml'"
-        )
     from tracker_saver.registry.sqlite import SQLiteRegistry
 
-    return SQLiteRegistry(spec if spec == ":memory:" else Path(spec).expanduser())
+    return SQLiteRegistry(path)

@@ -34,7 +34,7 @@ def record_field(record: Record, key: str) -> MetaValue:
     """The value ``key`` names on a record: one of its own fields, else a metadata key."""
     if key in RECORD_FIELDS:
         value = getattr(record, key)
-        return value.value if isinstance(value, RecordState) else value  # type: ignore[no-any-return]
+        return value.value if isinstance(value, RecordState) else value
     return record.metadata.get(key)
 
 

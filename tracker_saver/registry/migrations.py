@@ -55,7 +55,7 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
 def migrate(conn: sqlite3.Connection) -> int:
     """Apply every migration newer than the database's version; return the version reached."""
     conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)")
-    current = conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()[0]
+    current = int(conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()[0])
     for version, sql in MIGRATIONS:
         if version <= current:
             continue

@@ -52,6 +52,7 @@ def _is_num(value: Any) -> bool:
 
 def _value_sql(alias: str, op: str, value: Any) -> tuple[str, list[Any]]:
     """SQL that is true when metadata row ``alias`` compares to ``value`` as ``Condition.test`` does."""
+    arg: float | str
     if isinstance(value, bool):
         kind, col, arg = "m.type = 'bool'", "num", float(value)
     elif _is_num(value):
@@ -218,7 +219,7 @@ class SQLiteRegistry(Registry):
         with self.atomic() as conn:
             row = conn.execute("SELECT state, uri FROM records WHERE id = ?", (rid,)).fetchone()
             if row is None:
-                raise RecordNotFoundError(f"record {record_id} does not exist", record_id=str(record_id))
+                raise self._missing(record_id)
             if row[0] != RecordState.PENDING.value:
                 raise RegistryError(f"record {record_id} is {row[0]}, not pending: it cannot become live", record_id=str(record_id))
             conn.execute(
@@ -235,7 +236,7 @@ class SQLiteRegistry(Registry):
         with self.atomic() as conn:
             row = conn.execute("SELECT state FROM records WHERE id = ?", (rid,)).fetchone()
             if row is None:
-                raise RecordNotFoundError(f"record {record_id} does not exist", record_id=str(record_id))
+                raise self._missing(record_id)
             if RecordState(row[0]) not in expected:
                 raise RegistryError(
                     f"record {record_id} is {row[0]}: it can become {state.value} only from "
@@ -253,7 +254,7 @@ class SQLiteRegistry(Registry):
             raise ConfigError(f"new name {name!r} for record {record_id} is empty: give a non-empty name")
         with self.atomic() as conn:
             if conn.execute("UPDATE records SET name = ?, updated_at = ? WHERE id = ?", (name, time.time(), self._id(record_id))).rowcount == 0:
-                raise RecordNotFoundError(f"record {record_id} does not exist", record_id=str(record_id))
+                raise self._missing(record_id)
         return self.get(record_id)
 
     def add_tags(self, record_id: str, tags: Iterable[str]) -> Record:
@@ -266,11 +267,14 @@ class SQLiteRegistry(Registry):
     def get(self, record_id: str) -> Record:
         records = self._load(self._read("SELECT * FROM records WHERE id = ?", (self._id(record_id),)))
         if not records:
-            raise RecordNotFoundError(
-                f"record {record_id} does not exist in {self.uri}: see `tracker-saver models list` for ids",
-                record_id=str(record_id),
-            )
+            raise self._missing(record_id)
         return records[0]
+
+    def _missing(self, record_id: str) -> RecordNotFoundError:
+        return RecordNotFoundError(
+            f"record {record_id} does not exist in {self.uri}: see `tracker-saver models list` for ids",
+            record_id=str(record_id),
+        )
 
     def query(self, query: Query) -> list[Record]:
         sql = ["SELECT r.* FROM records r"]

@@ -1,0 +1,65 @@
+"""The pre/post-upload chain, through a real Checkpoint: change, skip, and never swallow."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.helpers import attach, model, trainer_engine
+from tracker_saver import CallbackError, find_models
+from tracker_saver.callbacks import CallbackChain
+from tracker_saver.records import UploadInfo
+
+
+def test_a_pre_upload_callback_adds_tags_and_metadata(local_target) -> None:
+    def tag(info: UploadInfo) -> UploadInfo:
+        info.tags.append("baseline")
+        info.metadata["lr"] = 0.1
+        return info
+
+    saver = local_target.saver(pre_upload=[tag])
+    trainer = trainer_engine(model())
+    attach(trainer, saver, {"model": model()}, n_saved=1)
+    trainer.run([0], max_epochs=1)
+    (record,) = find_models(project="p", registry=local_target.registry)
+    assert record.tags == ("baseline",) and record.metadata["lr"] == 0.1
+
+
+def test_a_callback_that_returns_none_skips_the_upload_and_frees_the_slot(local_target) -> None:
+    saver = local_target.saver(pre_upload=[lambda info: None if info.metadata["global_step"] == 1 else info])
+    trainer = trainer_engine(model())
+    attach(trainer, saver, {"model": model()}, n_saved=1)
+    trainer.run([0], max_epochs=3)
+    records = find_models(project="p", registry=local_target.registry)
+    assert [r.global_step for r in records] == [2, 3]
+    assert local_target.counts() == {"model": 1}
+    assert {r.slot for r in records} == {0}
+
+
+def test_the_slot_allocator_runs_before_user_callbacks(local_target) -> None:
+    seen = []
+    saver = local_target.saver(pre_upload=[lambda info: (seen.append((info.slot, info.key)), info)[1]])
+    trainer = trainer_engine(model())
+    attach(trainer, saver, {"model": model()}, n_saved=1)
+    trainer.run([0], max_epochs=1)
+    assert seen == [(0, "p/r/model.slot0.pt")]
+
+
+@pytest.mark.parametrize("where", ["pre", "post"])
+def test_a_raising_callback_reaches_training_with_the_cause(local_target, where) -> None:
+    def boom(info):
+        raise RuntimeError("callback exploded")
+
+    saver = local_target.saver(**{f"{where}_upload": [boom]})
+    trainer = trainer_engine(model())
+    attach(trainer, saver, {"model": model()}, n_saved=1)
+    with pytest.raises(CallbackError, match=f"{where}-upload callback .*boom.*callback exploded") as caught:
+        trainer.run([0], max_epochs=1)
+    assert isinstance(caught.value.__cause__, RuntimeError)
+    assert find_models(project="p", live=True, registry=local_target.registry) == []
+
+
+def test_a_callback_returning_the_wrong_type_is_refused() -> None:
+    chain = CallbackChain()
+    chain.add_pre(lambda info: "oops")
+    with pytest.raises(CallbackError, match="return the UploadInfo"):
+        chain.run_pre(UploadInfo("p", "r", "s", "s_1.pt"))

@@ -1,0 +1,61 @@
+"""Ignite filenames → typed metadata, and slot keys that stay inside output_uri (pure)."""
+
+from __future__ import annotations
+
+import math
+
+import pytest
+
+from tracker_saver.errors import ConfigError
+from tracker_saver.naming import check_segment, parse_filename, slot_key, split_basename
+
+
+@pytest.mark.parametrize(
+    ("filename", "basename", "score_name", "priority", "step", "score"),
+    [
+        ("best_model_17_val_acc=0.9312.pt", "best_model", "val_acc", 0.93121, 17, 0.93121),
+        ("best_model_val_acc=0.9312.pt", "best_model", "val_acc", 0.93121, None, 0.93121),
+        ("checkpoint_400.pt", "checkpoint", None, 400, 400, None),
+        ("best_model_0.9312.pt", "best_model", None, 0.93121, None, 0.93121),
+        ("best_model_3_0.9312.pt", "best_model", None, 0.93121, 3, 0.93121),
+        ("model_3_val_loss=-0.5000.pt", "model", "val_loss", -0.5, 3, -0.5),
+        ("best_model_2_val_acc=nan.pt", "best_model", "val_acc", math.nan, 2, None),
+        ("best_checkpoint_5_acc=1.0000.pt", "best_checkpoint", "acc", 1, 5, 1.0),
+    ],
+)
+def test_default_pattern_gives_typed_step_and_score(filename, basename, score_name, priority, step, score) -> None:
+    meta = parse_filename(filename, basename, score_name, priority)
+    assert meta["global_step"] == step
+    assert meta["score"] == (pytest.approx(score) if score is not None else None)
+    assert meta["score"] is None or type(meta["score"]) is float
+    assert meta["global_step"] is None or type(meta["global_step"]) is int
+    assert meta["basename"] == basename and meta["ext"] == ".pt" and "filename_pattern" not in meta
+
+
+def test_a_custom_pattern_keeps_score_from_priority_and_says_so() -> None:
+    meta = parse_filename("run-7-model.pt", "model", "acc", 0.8)
+    assert (meta["global_step"], meta["score"], meta["filename_pattern"]) == (None, 0.8, "custom")
+
+
+def test_basename_splits_into_prefix_and_name() -> None:
+    assert split_basename("best_model") == ("best", "model")
+    assert split_basename("checkpoint") == ("", "checkpoint")
+
+
+def test_slot_key_is_deterministic_and_free_of_the_semantic_name() -> None:
+    assert slot_key("mnist", "resnet-lr0.1", "best_model", 1, ".pt") == "mnist/resnet-lr0.1/best_model.slot1.pt"
+
+
+@pytest.mark.parametrize("bad", ["..", "a/b", "../x", ".hidden", "", "a\\b", "x\x00", "trailing ", "a" * 201])
+def test_unsafe_project_run_or_stream_names_are_refused_with_the_rule(bad) -> None:
+    with pytest.raises(ConfigError, match="cannot be part of a storage key"):
+        check_segment("project", bad)
+    with pytest.raises(ConfigError):
+        slot_key("p", bad, "s", 0, ".pt")
+
+
+def test_slot_must_be_a_non_negative_int() -> None:
+    with pytest.raises(ConfigError, match="non-negative int"):
+        slot_key("p", "r", "s", -1, ".pt")
+    with pytest.raises(ConfigError, match="plain file extension"):
+        slot_key("p", "r", "s", 0, "./../x")

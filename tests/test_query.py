@@ -1,0 +1,50 @@
+"""Where-expressions and ordering, parsed once (pure)."""
+
+from __future__ import annotations
+
+import pytest
+
+from tracker_saver.errors import ConfigError
+from tracker_saver.query import Condition, Order, matches, parse_order, parse_where
+
+
+def test_cli_expressions_parse_to_typed_conditions() -> None:
+    assert parse_where(["score>0.9", "prefix=best", "global_step in 10,20", "name != 'x y'"]) == (
+        Condition("score", ">", 0.9),
+        Condition("prefix", "==", "best"),
+        Condition("global_step", "in", [10, 20]),
+        Condition("name", "!=", "x y"),
+    )
+
+
+def test_dict_where_supports_equality_range_and_membership() -> None:
+    conds = parse_where({"prefix": "best", "score": (">=", 0.5), "slot": ("in", (0, 1))})
+    assert matches({"prefix": "best", "score": 0.5, "slot": 1}, conds)
+    assert not matches({"prefix": "best", "score": 0.4, "slot": 1}, conds)
+    assert not matches({"prefix": "best", "score": None, "slot": 1}, conds)
+
+
+def test_absent_values_never_match_and_types_do_not_mix() -> None:
+    assert not Condition("score", "!=", 0.5).test(None)
+    assert not Condition("score", ">", 0.5).test("0.9")
+    assert not Condition("flag", "==", 1).test(True)
+    assert Condition("step", "==", 3).test(3.0)
+
+
+@pytest.mark.parametrize("bad", ["score", "score>", ">0.9", "1score>2", "score ~ 2"])
+def test_malformed_expressions_are_refused_with_an_example(bad) -> None:
+    with pytest.raises(ConfigError, match="KEY OP VALUE|not a metadata key"):
+        parse_where(bad)
+
+
+def test_bad_operator_and_in_without_a_list_are_refused() -> None:
+    with pytest.raises(ConfigError, match="unknown"):
+        parse_where({"score": ("~", 1)})
+    with pytest.raises(ConfigError, match="needs a list"):
+        Condition("slot", "in", "01")
+
+
+def test_order_by_minus_means_descending() -> None:
+    assert parse_order(["-score", "global_step"]) == (Order("score", True), Order("global_step", False))
+    with pytest.raises(ConfigError, match="is not a key"):
+        parse_order("-")

@@ -1,0 +1,34 @@
+"""The package type-checks under mypy --strict, and the docs build without warnings."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def test_mypy_strict_passes_on_the_package() -> None:
+    done = subprocess.run([sys.executable, "-m", "mypy", "tracker_saver"], cwd=ROOT, capture_output=True, text=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+
+
+def test_mkdocs_builds_strictly(tmp_path) -> None:
+    done = subprocess.run(
+        [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
+        cwd=ROOT, capture_output=True, text=True,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr
+
+
+def test_readme_and_getting_started_show_the_same_commands() -> None:
+    readme = (ROOT / "README.md").read_text()
+    start = (ROOT / "docs" / "index.md").read_text()
+    for command in ("bash scripts/dev.sh demo", "bash scripts/dev.sh test"):
+        assert command in readme
+    assert "bash scripts/dev.sh demo" in start
+    for snippet in re.findall(r'TrackerSaver\(output_uri="\./checkpoints", project="mnist", run="resnet-lr0.1"\)', readme):
+        assert snippet in start
+    assert (ROOT / ".ci" / "run").read_text().count("scripts/dev.sh test") == 1
