@@ -6,10 +6,7 @@ import pytest
 
 from tests.helpers import Target
 
-import importlib.util
-
-# TEMP during integration: load backend plugins once they exist.
-pytest_plugins = [m for m in ("tests.conftest_ceph", "tests.conftest_clearml") if importlib.util.find_spec(m)]
+pytest_plugins = ["tests.conftest_ceph", "tests.conftest_clearml"]
 
 
 @pytest.fixture(autouse=True)

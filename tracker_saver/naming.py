@@ -27,7 +27,7 @@ from typing import Any
 from tracker_saver.errors import ConfigError
 from tracker_saver.records import MetaValue
 
-__all__ = ["check_key", "check_segment", "parse_filename", "slot_key", "split_basename"]
+__all__ = ["check_key", "check_path", "check_segment", "parse_filename", "slot_key", "split_basename"]
 
 _SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9 ._=+-]{0,199}")
 _KEY = re.compile(r"[A-Za-z0-9 ._=+/-]{1,1000}")
@@ -47,6 +47,26 @@ def check_segment(what: str, value: str) -> str:
             f"{what} {value!r} cannot be part of a storage key: use 1-200 letters, digits, "
             "spaces or . _ - = + (no '/', no leading '.', no '..')"
         )
+    return value
+
+
+def check_path(what: str, value: str) -> str:
+    """Like :func:`check_segment`, for a name of ``/``-separated segments (a ClearML project).
+
+    Examples:
+        >>> check_path("project", "team/mnist")
+        'team/mnist'
+    """
+    if not isinstance(value, str) or not value:
+        return check_segment(what, value)
+    for part in value.split("/"):
+        try:
+            check_segment(what, part)
+        except ConfigError:
+            raise ConfigError(
+                f"{what} {value!r} cannot be part of a storage key: use '/'-separated names of 1-200 "
+                "letters, digits, spaces or . _ - = + (no leading '.', no '..')"
+            ) from None
     return value
 
 
@@ -79,7 +99,8 @@ def slot_key(project: str, run: str, stream: str, slot: int, ext: str) -> str:
         raise ConfigError(f"slot must be a non-negative int, got {slot!r}")
     if ext and not re.fullmatch(r"\.[A-Za-z0-9]{1,16}", ext):
         raise ConfigError(f"extension {ext!r} is not a plain file extension like '.pt'")
-    for what, value in (("project", project), ("run", run), ("stream", stream)):
+    check_path("project", project)
+    for what, value in (("run", run), ("stream", stream)):
         check_segment(what, value)
     return check_key(f"{project}/{run}/{stream}.slot{slot}{ext}")
 

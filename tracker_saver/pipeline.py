@@ -7,9 +7,11 @@ record ``live``. Any failure marks the record ``failed``, gives the slot back, a
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
 import logging
-from collections.abc import Mapping
+import threading
+from collections.abc import Iterator, Mapping
 from typing import Any, BinaryIO
 
 import torch
@@ -21,9 +23,30 @@ from tracker_saver.registry.base import Registry
 from tracker_saver.slots import SlotAllocator
 from tracker_saver.storage.base import Storage
 
-__all__ = ["HashingWriter", "Pipeline"]
+__all__ = ["HashingWriter", "Pipeline", "is_writing", "writing"]
 
 log = logging.getLogger(__name__)
+
+_local = threading.local()
+
+
+def is_writing() -> bool:
+    """Whether this thread is inside a pipeline's ``torch.save`` (for framework bindings).
+
+    ClearML patches ``torch.save`` to upload whatever it sees; ``tracker_saver.clearml``
+    asks this to make ClearML's binding skip our writes, so there is never a second copy.
+    """
+    return bool(getattr(_local, "writing", False))
+
+
+@contextlib.contextmanager
+def writing() -> Iterator[None]:
+    """Mark this thread as writing a slot (what :func:`is_writing` reports)."""
+    _local.writing = True
+    try:
+        yield
+    finally:
+        _local.writing = False
 
 
 class HashingWriter:
@@ -108,7 +131,8 @@ class Pipeline:
         try:
             with self.storage.writer(key) as target:
                 writer = HashingWriter(target)
-                torch.save(checkpoint, writer)  # type: ignore[arg-type]
+                with writing():
+                    torch.save(checkpoint, writer)  # type: ignore[arg-type]
         except TrackerSaverError:
             raise
         except Exception as exc:

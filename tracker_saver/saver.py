@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -14,7 +15,7 @@ from ignite.handlers.checkpoint import BaseSaveHandler
 
 from tracker_saver.callbacks import CallbackChain, PostUploadCallback, PreUploadCallback
 from tracker_saver.errors import ConfigError, SerializationError
-from tracker_saver.naming import check_segment, parse_filename
+from tracker_saver.naming import check_path, check_segment, parse_filename
 from tracker_saver.pipeline import Pipeline
 from tracker_saver.records import Record, UploadInfo, clean_metadata
 from tracker_saver.registry import Registry, open_registry, sqlite_path
@@ -34,9 +35,11 @@ class TrackerSaver(BaseSaveHandler):
 
     Args:
         output_uri: a local folder, ``file:///path`` or ``s3://BUCKET/PREFIX``. Holds checkpoint
-            objects only: never the registry.
-        project: namespace of the run (a storage key segment).
-        run: the run; a new process with the same ``run`` continues its streams' slots.
+            objects only: never the registry. With ClearML, defaults to the task's output_uri.
+        project: namespace of the run (storage key segments, ``/`` allowed); with ClearML the
+            task's project, else ``"default"``.
+        run: the run; a new process with the same ``run`` continues its streams' slots. With
+            ClearML the task's name, else ``"default"``.
         registry: ``None`` (``$TRACKER_SAVER_REGISTRY`` or ``~/.tracker_saver/registry.db``),
             a SQLite path, ``"clearml"``, or a ``Registry``.
         storage_options: options for the storage backend (S3: ``endpoint_url``, ``profile``, …).
@@ -64,24 +67,44 @@ class TrackerSaver(BaseSaveHandler):
 
     def __init__(
         self,
-        output_uri: str | os.PathLike[str],
+        output_uri: str | os.PathLike[str] | None = None,
         *,
-        project: str = "default",
-        run: str = "default",
+        project: str | None = None,
+        run: str | None = None,
         registry: str | os.PathLike[str] | Registry | None = None,
         storage_options: Mapping[str, Any] | None = None,
         pre_upload: Iterable[PreUploadCallback] = (),
         post_upload: Iterable[PostUploadCallback] = (),
         save_on_rank: int = 0,
     ) -> None:
-        self.project = check_segment("project", project)
-        self.run = check_segment("run", run)
-        self.storage: Storage = open_storage(output_uri, **dict(storage_options or {}))
+        opened: Registry | None = None
+        db_path: str | None = None
+        if isinstance(registry, Registry):
+            opened = registry
+        elif (db_path := sqlite_path(registry)) is None:
+            opened = open_registry(registry)  # ClearML: it knows the task's project, name, output_uri
+        defaults = opened.run_defaults() if opened is not None else {}
+        self.project = check_path("project", project or defaults.get("project") or "default")
+        self.run = check_segment("run", run or defaults.get("run") or "default")
+        output_uri = output_uri or defaults.get("output_uri")
+        if not output_uri:
+            raise ConfigError(
+                "TrackerSaver needs an output_uri: pass a folder or s3://BUCKET/PREFIX "
+                "(with registry='clearml' it defaults to the task's output_uri)"
+            )
+        options = dict(storage_options or {})
+        if opened is not None:
+            options = opened.storage_options_for(os.fspath(output_uri), options)
+        self.storage: Storage = open_storage(output_uri, **options)
         # Validate everything before creating anything: a bad argument leaves no folder or file.
-        if not isinstance(registry, Registry):
-            self._check_registry_outside(self.storage, sqlite_path(registry))
+        self._check_registry_outside(self.storage, db_path)
         self.storage.check()
-        self.registry: Registry = open_registry(registry)
+        self.registry: Registry = opened or open_registry(registry)
+        if "clearml" in sys.modules:
+            # A ClearML task may have patched torch.save: make it skip our slot writes.
+            from tracker_saver.clearml import guard_torch_save_binding
+
+            guard_torch_save_binding()
         self.save_on_rank = save_on_rank
         self.callbacks = CallbackChain()
         for pre in pre_upload:

@@ -27,7 +27,7 @@ def sqlite_path(registry: str | os.PathLike[str] | None) -> str | None:
     spec = os.fspath(registry) if registry is not None else (env or DEFAULT_REGISTRY)
     if spec == "sqlite":  # "the SQLite registry": the environment's file if it names one
         spec = env if env and env not in ("sqlite", "clearml") else DEFAULT_REGISTRY
-    if spec == "clearml":
+    if spec == "clearml" or spec.startswith("clearml:"):
         return None
     if spec.startswith("sqlite:///"):
         spec = spec[len("sqlite:///") :]  # sqlite:///rel/path or sqlite:////abs/path
@@ -42,7 +42,8 @@ def open_registry(registry: str | os.PathLike[str] | Registry | None = None) -> 
     Args:
         registry: ``None`` (``$TRACKER_SAVER_REGISTRY`` or ``~/.tracker_saver/registry.db``),
             ``"sqlite"`` (the default file), a file path or ``sqlite:///path``, ``":memory:"``,
-            ``"clearml"`` (the current ClearML task's server), or a ``Registry`` instance.
+            ``"clearml"`` (the current ClearML task's server), ``"clearml:ROOT"`` (records'
+            projects under the ClearML project ``ROOT``), or a ``Registry`` instance.
 
     Examples:
         >>> open_registry(":memory:").uri
@@ -56,7 +57,9 @@ def open_registry(registry: str | os.PathLike[str] | Registry | None = None) -> 
             from tracker_saver.registry.clearml import ClearMLRegistry
         except ModuleNotFoundError as exc:
             raise ModuleNotFoundError("registry='clearml' needs clearml: pip install 'tracker-saver[clearml]'") from exc
-        return ClearMLRegistry()
+        spec = os.fspath(registry) if registry is not None else os.environ.get("TRACKER_SAVER_REGISTRY", "")
+        root = spec.partition(":")[2] or None
+        return ClearMLRegistry(project_root=root)
     from tracker_saver.registry.sqlite import SQLiteRegistry
 
     return SQLiteRegistry(path)

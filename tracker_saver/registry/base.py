@@ -114,6 +114,17 @@ class Registry(ABC):
     def query(self, query: Query) -> list[Record]:
         """Records matching ``query``, sorted as :func:`select` sorts them."""
 
+    def run_defaults(self) -> dict[str, str]:
+        """What this registry knows of the run being saved: ``project``, ``run``, ``output_uri``.
+
+        ``TrackerSaver`` uses these for arguments it was not given (ClearML: the task's).
+        """
+        return {}
+
+    def storage_options_for(self, output_uri: str, options: dict[str, Any]) -> dict[str, Any]:
+        """Storage options to use for ``output_uri`` (ClearML adds clearml.conf S3 credentials)."""
+        return options
+
     def evict(self, record_id: str) -> Record:
         """``live``/``revived`` → ``evicted``: Ignite removed it, or its slot was reused."""
         return self.set_state(record_id, RecordState.EVICTED, expected=(RecordState.LIVE, RecordState.REVIVED))

@@ -1,0 +1,340 @@
+"""pytest plugin: a real Ceph RADOS Gateway for ``@pytest.mark.ceph`` tests (never a mock).
+
+Loaded from ``tests/conftest.py`` with ``pytest_plugins = ["tests.conftest_ceph"]``.
+
+Where the gateway comes from, in this order:
+
+1. ``TRACKER_SAVER_CEPH=1``: one is running and the environment says where
+   (``eval "$(scripts/ceph-s3.sh start)"`` exports ``AWS_ENDPOINT_URL``, the keys and this flag).
+2. Running as root with ``radosgw`` on PATH: the session uses the script's gateway if it is
+   up, else starts it with ``scripts/ceph-s3.sh start``. Sessions on one machine share it
+   (a flock on ``<CEPH_S3_DIR>.lock``); the last session out stops a gateway that a session
+   started, never one that the developer started.
+3. Otherwise the Ceph tests are skipped, with the reason; but when ``CI`` is set they FAIL:
+   CI always runs them.
+
+Fixtures:
+
+* ``ceph_s3`` (session): the gateway: endpoint, keys, ``client()``, ``gateway_stopped()``.
+* ``s3_bucket`` (module): a fresh bucket, emptied and removed after the module.
+* ``s3_env`` (function): the process environment pointed at the gateway, and only at it
+  (no profile, no ``~/.aws`` files, no instance metadata), so boto3's chain finds these keys.
+* ``s3_output_uri`` (function): ``s3://<bucket>/<unique prefix>`` with ``s3_env`` applied:
+  ``open_storage(s3_output_uri)`` is an empty storage on the gateway.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import fcntl
+import os
+import shutil
+import subprocess
+import time
+import urllib.error
+import urllib.request
+import uuid
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "ceph-s3.sh"
+
+
+def _state_dir() -> Path:
+    return Path(os.environ.get("CEPH_S3_DIR", "/tmp/tracker-saver-ceph"))
+
+
+def _started_marker() -> Path:
+    return Path(f"{_state_dir()}.started-by-pytest")
+
+
+class _SessionLock:
+    """Several pytest sessions on one machine share the one gateway the script can run.
+
+    Each holds a shared flock on ``<state dir>.lock`` for its lifetime; starting the gateway
+    holds it exclusively (so two sessions never start it at once, which would make the second
+    wipe the first's half-started cluster). Stopping the gateway, at the end or in a test, needs
+    the lock exclusively: a session never stops a gateway that another session is using.
+    """
+
+    def __init__(self) -> None:
+        path = Path(f"{_state_dir()}.lock")
+        self._fd = os.open(path, os.O_RDWR | os.O_CREAT, 0o600)
+
+    def exclusive(self, timeout: float = 0.0) -> bool:
+        """Try for ``timeout`` seconds to hold the lock alone; on failure hold it shared again."""
+        deadline = time.monotonic() + timeout
+        while True:
+            try:
+                fcntl.flock(self._fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                return True
+            except BlockingIOError:
+                # A failed conversion may have dropped our shared lock (flock(2)): take it again.
+                fcntl.flock(self._fd, fcntl.LOCK_SH)
+                if time.monotonic() >= deadline:
+                    return False
+                time.sleep(0.2)
+
+    def shared(self) -> None:
+        fcntl.flock(self._fd, fcntl.LOCK_SH)
+
+    def close(self) -> None:
+        os.close(self._fd)  # releases the lock
+
+
+def _parse_exports(text: str) -> dict[str, str]:
+    """The ``export NAME=value`` lines printed by ``ceph-s3.sh`` (values are shell-quoted by %q)."""
+    import shlex
+
+    env = {}
+    for line in text.splitlines():
+        if line.startswith("export ") and "=" in line:
+            name, _, value = line[len("export ") :].partition("=")
+            env[name] = shlex.split(value)[0] if value else ""
+    return env
+
+
+def _answers(endpoint: str, timeout: float = 2.0) -> bool:
+    try:
+        urllib.request.urlopen(endpoint, timeout=timeout).close()
+    except urllib.error.HTTPError:
+        return True  # any HTTP answer means the gateway is up
+    except OSError:
+        return False
+    return True
+
+
+def _script(command: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(SCRIPT), command], capture_output=True, text=True, timeout=timeout, check=False
+    )
+
+
+@dataclass
+class CephS3:
+    """A running S3 gateway and how to reach it."""
+
+    endpoint_url: str
+    access_key: str
+    secret_key: str
+    region: str
+    started_here: bool = False
+    script_env: dict[str, str] = field(default_factory=dict)
+    lock: _SessionLock | None = None
+
+    def env(self) -> dict[str, str]:
+        return {
+            "AWS_ENDPOINT_URL": self.endpoint_url,
+            "AWS_ACCESS_KEY_ID": self.access_key,
+            "AWS_SECRET_ACCESS_KEY": self.secret_key,
+            "AWS_DEFAULT_REGION": self.region,
+        }
+
+    def storage_options(self) -> dict[str, str]:
+        """Explicit options for ``open_storage`` / ``S3Storage``, independent of the environment."""
+        return {
+            "endpoint_url": self.endpoint_url,
+            "aws_access_key_id": self.access_key,
+            "aws_secret_access_key": self.secret_key,
+            "region_name": self.region,
+        }
+
+    def client(self, **config: Any) -> Any:
+        """A plain boto3 client for the gateway (for test setup and for checking what S3 holds)."""
+        import boto3
+        from botocore.config import Config
+
+        return boto3.Session(
+            aws_access_key_id=self.access_key, aws_secret_access_key=self.secret_key, region_name=self.region
+        ).client("s3", endpoint_url=self.endpoint_url, config=Config(s3={"addressing_style": "path"}, **config))
+
+    def create_user(self, uid: str) -> tuple[str, str]:
+        """A second S3 user with its own keys (for permission tests); needs the script's cluster."""
+        if not self.can_restart:
+            pytest.skip("creating an S3 user needs a gateway started by scripts/ceph-s3.sh")
+        conf = _state_dir() / "ceph.conf"
+        access, secret = f"{uid}-access", f"{uid}-secret-{uuid.uuid4().hex[:8]}"
+        result = subprocess.run(
+            ["timeout", "20", "radosgw-admin", "-c", str(conf), "user", "create", f"--uid={uid}",
+             f"--display-name={uid}", f"--access-key={access}", f"--secret-key={secret}"],
+            capture_output=True, text=True, check=False,
+        )
+        if result.returncode != 0:
+            raise RuntimeError(f"radosgw-admin user create failed:\n{result.stderr[-2000:]}")
+        return access, secret
+
+    # -- stopping and starting the gateway (mon and osd keep running) ------------------------
+    @property
+    def can_restart(self) -> bool:
+        """Whether ``scripts/ceph-s3.sh`` controls this gateway, so a test may stop it."""
+        state = _state_dir()
+        port = os.environ.get("CEPH_S3_PORT", "7480")
+        return SCRIPT.exists() and (state / "ceph.conf").exists() and self.endpoint_url.endswith(f":{port}")
+
+    def stop_rgw(self) -> None:
+        result = _script("stop-rgw", timeout=30)
+        if result.returncode != 0:
+            raise RuntimeError(f"ceph-s3.sh stop-rgw failed:\n{result.stderr}")
+
+    def start_rgw(self) -> None:
+        result = _script("start-rgw", timeout=90)
+        if result.returncode != 0 or not _answers(self.endpoint_url):
+            raise RuntimeError(f"ceph-s3.sh start-rgw failed:\n{result.stderr}")
+
+    def ensure_up(self) -> None:
+        """Restart the gateway if a test left it stopped, so later tests have one."""
+        if not _answers(self.endpoint_url) and self.can_restart:
+            self.start_rgw()
+
+    @contextlib.contextmanager
+    def gateway_stopped(self) -> Iterator[None]:
+        """Stop radosgw inside the block; it is always running again after it."""
+        if not self.can_restart:
+            _unavailable("this test stops the gateway: it needs one started by scripts/ceph-s3.sh")
+        if self.lock is not None and not self.lock.exclusive():
+            _unavailable("this test stops the gateway, and another pytest session is using it")
+        try:
+            yield
+        finally:
+            try:
+                self.start_rgw()
+            finally:
+                if self.lock is not None:
+                    self.lock.shared()
+
+
+def _unavailable(reason: str) -> None:
+    if os.environ.get("CI"):
+        pytest.fail(f"Ceph RGW is required in CI but unavailable: {reason}", pytrace=False)
+    pytest.skip(f"Ceph RGW unavailable: {reason} (see docs/s3.md, 'Running the Ceph tests')")
+
+
+@pytest.fixture(scope="session")
+def ceph_s3() -> Iterator[CephS3]:
+    """The S3 gateway for this session (see the module docstring for where it comes from)."""
+    lock = _SessionLock()
+    try:
+        yield from _gateway(lock)
+    finally:
+        lock.close()
+
+
+def _gateway(lock: _SessionLock) -> Iterator[CephS3]:
+    if os.environ.get("TRACKER_SAVER_CEPH") == "1":
+        missing = [n for n in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY") if not os.environ.get(n)]
+        if missing:
+            _unavailable(f"TRACKER_SAVER_CEPH=1 but {', '.join(missing)} not set: eval \"$(scripts/ceph-s3.sh env)\"")
+        gw = CephS3(
+            endpoint_url=os.environ["AWS_ENDPOINT_URL"],
+            access_key=os.environ["AWS_ACCESS_KEY_ID"],
+            secret_key=os.environ["AWS_SECRET_ACCESS_KEY"],
+            region=os.environ.get("AWS_DEFAULT_REGION", "us-east-1"),
+            lock=lock,
+        )
+        lock.shared()
+        if not _answers(gw.endpoint_url):
+            gw.ensure_up()  # a previous session may have stopped it mid-test
+            if not _answers(gw.endpoint_url):
+                _unavailable(f"TRACKER_SAVER_CEPH=1 but nothing answers at {gw.endpoint_url}")
+        yield gw
+        return
+    if not (hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("radosgw")):
+        _unavailable(
+            "TRACKER_SAVER_CEPH is not set and this session cannot start one (needs root and radosgw "
+            "on PATH: sudo scripts/ceph-s3.sh install)"
+        )
+    t0 = time.monotonic()
+    lock.shared()
+    port = os.environ.get("CEPH_S3_PORT", "7480")
+    if (_state_dir() / "ceph.conf").exists() and _answers(f"http://127.0.0.1:{port}"):
+        result = _script("env")  # another session (or the developer) started it: share it
+        started_here = False
+    else:
+        # Alone, so that no other session's tests run against a cluster being (re)started;
+        # after a minute go ahead anyway (start is idempotent when the gateway is up).
+        lock.exclusive(timeout=60)
+        try:
+            result = _script("start")
+        finally:
+            lock.shared()
+        started_here = "already running" not in result.stderr
+        if started_here and result.returncode == 0:
+            _started_marker().touch()
+    if result.returncode != 0:
+        _unavailable(f"scripts/ceph-s3.sh start failed:\n{result.stderr[-3000:]}")
+    env = _parse_exports(result.stdout)
+    gw = CephS3(
+        endpoint_url=env["AWS_ENDPOINT_URL"],
+        access_key=env["AWS_ACCESS_KEY_ID"],
+        secret_key=env["AWS_SECRET_ACCESS_KEY"],
+        region=env.get("AWS_DEFAULT_REGION", "us-east-1"),
+        started_here=started_here,
+        script_env=env,
+        lock=lock,
+    )
+    print(f"\nceph_s3: gateway at {gw.endpoint_url} ({'started' if started_here else 'reused'} in {time.monotonic() - t0:.1f} s)")
+    try:
+        yield gw
+    finally:
+        # Stop only a gateway that a pytest session started (never the developer's), and only
+        # when no other session still uses it: the last session out stops it.
+        if _started_marker().exists() and lock.exclusive():
+            _script("stop", timeout=60)
+            _started_marker().unlink(missing_ok=True)
+
+
+def _empty_and_remove(client: Any, bucket: str) -> None:
+    with contextlib.suppress(Exception):
+        for page in client.get_paginator("list_multipart_uploads").paginate(Bucket=bucket):
+            for up in page.get("Uploads", []):
+                client.abort_multipart_upload(Bucket=bucket, Key=up["Key"], UploadId=up["UploadId"])
+        for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket):
+            keys = [{"Key": o["Key"]} for o in page.get("Contents", [])]
+            if keys:
+                client.delete_objects(Bucket=bucket, Delete={"Objects": keys, "Quiet": True})
+        client.delete_bucket(Bucket=bucket)
+
+
+@pytest.fixture(scope="module")
+def s3_bucket(ceph_s3: CephS3) -> Iterator[str]:
+    """A fresh, empty bucket on the gateway for this test module; removed afterwards."""
+    ceph_s3.ensure_up()
+    client = ceph_s3.client()
+    bucket = f"ts-test-{uuid.uuid4().hex[:12]}"
+    client.create_bucket(Bucket=bucket)
+    yield bucket
+    ceph_s3.ensure_up()
+    _empty_and_remove(client, bucket)
+
+
+@pytest.fixture
+def s3_env(ceph_s3: CephS3, monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+    """Point boto3's own configuration chain at the gateway, and at nothing else.
+
+    Subprocesses started by the test inherit it.
+    """
+    for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN",
+                 "AWS_ENDPOINT_URL_S3", "AWS_MAX_ATTEMPTS", "AWS_RETRY_MODE", "AWS_ROLE_ARN",
+                 "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+                 "AWS_CONTAINER_CREDENTIALS_FULL_URI"):
+        monkeypatch.delenv(name, raising=False)
+    nowhere = tmp_path_factory.getbasetemp() / "no-aws-config"
+    env = {
+        **ceph_s3.env(),
+        "AWS_CONFIG_FILE": str(nowhere),
+        "AWS_SHARED_CREDENTIALS_FILE": str(nowhere),
+        "AWS_EC2_METADATA_DISABLED": "true",
+    }
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    return env
+
+
+@pytest.fixture
+def s3_output_uri(s3_bucket: str, s3_env: dict[str, str]) -> str:
+    """``s3://<bucket>/<unique prefix>``: an empty output_uri on the gateway, env already set."""
+    return f"s3://{s3_bucket}/t-{uuid.uuid4().hex[:10]}"

@@ -1,0 +1,443 @@
+"""The ClearML registry, and the ClearML API stand-in it is tested against, with the real SDK.
+
+Most assertions read back through the clearml SDK (``Model``, ``Task``), so they hold on a
+live server too (set CLEARML_API_HOST/ACCESS_KEY/SECRET_KEY). Tests that count requests,
+inject faults or read the stand-in's entities skip there.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import uuid
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("clearml", reason="ClearML tests need clearml: pip install 'tracker-saver[clearml]'")
+
+from tests.conftest_clearml import ClearMLServer, init_task, live_server_configured  # noqa: E402
+from tests.contracts.registry import SHA, RegistryContract, live  # noqa: E402
+from tracker_saver.errors import ConfigError, RecordNotFoundError, RegistryError  # noqa: E402
+from tracker_saver.query import parse_order, parse_where  # noqa: E402
+from tracker_saver.records import RecordState, UploadInfo  # noqa: E402
+from tracker_saver.registry import Query  # noqa: E402
+from tracker_saver.registry.clearml import ClearMLRegistry  # noqa: E402
+
+pytestmark = pytest.mark.clearml
+
+
+def _root() -> str:
+    return f"tracker_saver-tests/{uuid.uuid4().hex[:12]}"
+
+
+class TestClearMLRegistryContract(RegistryContract):
+    @pytest.fixture
+    def registry(self, clearml_server: ClearMLServer):
+        # ClearML refuses project names under 3 characters, so project "p" lives under a root.
+        reg = ClearMLRegistry(project_root=_root())
+        yield reg
+        reg.close()
+
+
+def _info(run: str, filename: str, *, project: str = "ckpts", stream: str = "best_model", slot: int = 0,
+          **meta: Any) -> UploadInfo:
+    return UploadInfo(project, run, stream, filename, metadata=dict(meta), slot=slot,
+                      key=f"{project}/{run}/{stream}.slot{slot}.pt")
+
+
+@pytest.fixture
+def run_task(clearml_server: ClearMLServer, tmp_path: Path):
+    """A task named ``train-run`` in project ``<root>/ckpts``, and a registry bound to it."""
+    root = _root()
+    task = init_task(f"{root}/ckpts", "train-run", output_uri=str(tmp_path))
+    try:
+        yield task, ClearMLRegistry(task, project_root=root)
+    finally:
+        task.close()
+
+
+def _listed(task: Any) -> list[str]:
+    """The task's output-model list (what the web UI shows). ``task.get_models()`` would also
+    add every model whose ``task`` field names the task, archived ones included."""
+    task.reload()
+    return [item.model for item in task.data.models.output or []]
+
+
+def _commit(registry: ClearMLRegistry, filename: str, **kwargs: Any):
+    record = registry.create_pending(_info("train-run", filename, **kwargs),
+                                     uri=f"file:///out/ckpts/train-run/best_model.slot{kwargs.get('slot', 0)}.pt")
+    return registry.commit(record.id, sha256=SHA, size=10)
+
+
+# -- ClearML-specific behaviour of the registry ------------------------------------------------------
+
+
+def test_a_record_is_a_model_attached_to_its_task(run_task) -> None:
+    from clearml import Model
+
+    task, registry = run_task
+    record = _commit(registry, "best_model_1_val_acc=0.5000.pt", global_step=1)
+    model = Model(record.id)
+    assert model.name == "best_model_1_val_acc=0.5000.pt"
+    assert model.task == task.id
+    assert model.url == "file:///out/ckpts/train-run/best_model.slot0.pt"
+    assert "stream:best_model" in model.tags and "archived" not in (model.system_tags or [])
+    assert _listed(task) == [record.id]
+    assert registry.task_project_run == ("ckpts", "train-run")
+
+
+def test_a_rename_made_by_another_client_is_kept_by_later_saves(run_task) -> None:
+    from clearml import Model
+
+    _, registry = run_task
+    first = _commit(registry, "best_model_1_val_acc=0.5000.pt")
+    Model(first.id).name = "renamed in the web UI"  # another client, straight through the SDK
+    assert registry.get(first.id).name == "renamed in the web UI"
+    second = _commit(registry, "best_model_2_val_acc=0.6000.pt", slot=1)
+    registry.evict(first.id)
+    registry.add_tags(first.id, ["kept"])
+    got = registry.get(first.id)
+    assert (got.name, got.filename) == ("renamed in the web UI", "best_model_1_val_acc=0.5000.pt")
+    assert Model(first.id).name == "renamed in the web UI"
+    assert registry.get(second.id).name == "best_model_2_val_acc=0.6000.pt"
+
+
+def test_a_pending_model_does_not_look_usable(run_task) -> None:
+    from clearml import Model
+
+    task, registry = run_task
+    record = registry.create_pending(_info("train-run", "checkpoint_7.pt", stream="checkpoint"),
+                                     uri="file:///out/ckpts/train-run/checkpoint.slot0.pt")
+    model = Model(record.id)
+    assert not model.url and "pending" in model.tags and "archived" in model.system_tags
+    assert record.uri == "file:///out/ckpts/train-run/checkpoint.slot0.pt"
+    assert Model.query_models(project_name=task.get_project_name()) == []
+    assert _listed(task) == []
+
+
+def test_an_evicted_model_is_archived_tagged_and_taken_off_the_task(run_task) -> None:
+    from clearml import Model
+
+    task, registry = run_task
+    old = _commit(registry, "best_model_1_val_acc=0.5000.pt")
+    new = _commit(registry, "best_model_2_val_acc=0.6000.pt", slot=1)
+    registry.evict(old.id)
+    model = Model(old.id)
+    assert "evicted" in model.tags and "archived" in model.system_tags
+    project = task.get_project_name()
+    assert [m.id for m in Model.query_models(project_name=project, tags=["-evicted"])] == [new.id]
+    assert {m.id for m in Model.query_models(project_name=project, include_archived=True)} == {old.id, new.id}
+    assert _listed(task) == [new.id]
+    revived = registry.set_state(old.id, RecordState.REVIVED, expected=(RecordState.EVICTED,))
+    assert revived.state is RecordState.REVIVED
+    assert "archived" not in (Model(old.id).system_tags or []) and "revived" in Model(old.id).tags
+
+
+def test_repair_can_make_a_pending_record_live_and_list_it(run_task) -> None:
+    from clearml import Model
+
+    task, registry = run_task
+    record = registry.create_pending(_info("train-run", "checkpoint_7.pt", stream="checkpoint"),
+                                     uri="file:///out/ckpts/train-run/checkpoint.slot0.pt")
+    done = registry.set_state(record.id, RecordState.LIVE, expected=(RecordState.PENDING,))
+    assert done.state is RecordState.LIVE
+    assert Model(record.id).url == "file:///out/ckpts/train-run/checkpoint.slot0.pt"
+    assert "archived" not in (Model(record.id).system_tags or []) and _listed(task) == [record.id]
+
+
+def test_a_failed_model_is_archived_with_its_error(run_task) -> None:
+    from clearml import Model
+
+    _, registry = run_task
+    record = registry.create_pending(_info("train-run", "checkpoint_7.pt", stream="checkpoint"), uri="file:///x.pt")
+    failed = registry.fail(record.id, "OSError: disk full")
+    model = Model(record.id)
+    assert "failed" in model.tags and "archived" in model.system_tags
+    assert model.get_metadata("error") == "OSError: disk full" and failed.error == "OSError: disk full"
+
+
+def test_metadata_is_typed_as_the_server_stores_it(run_task) -> None:
+    from clearml import Model
+
+    _, registry = run_task
+    record = _commit(registry, "best_model_3_val_acc=0.9312.pt", global_step=3, score=0.93121,
+                     score_name="val_acc", nan_score=None, flag=True)
+    stored = Model(record.id).get_all_metadata()
+    assert {k: stored[k]["type"] for k in ("global_step", "slot", "size", "score", "score_name", "flag")} == {
+        "global_step": "int", "slot": "int", "size": "int", "score": "float", "score_name": "str", "flag": "bool"}
+    assert stored["score"]["value"] == "0.93121" and stored["state"]["value"] == "live"
+    assert Model(record.id).get_all_metadata_casted()["nan_score"] is None  # absent stays absent for the SDK too
+    got = registry.get(record.id).metadata
+    assert (got["global_step"], got["score"], got["flag"], got["nan_score"]) == (3, 0.93121, True, None)
+    assert "state" not in got and "stream" not in got  # record fields are not user metadata
+
+
+def test_users_find_live_checkpoints_with_model_query_models(run_task) -> None:
+    from clearml import Model
+
+    task, registry = run_task
+    a = _commit(registry, "best_model_1_val_acc=0.5000.pt", prefix="best")
+    _commit(registry, "checkpoint_1.pt", stream="checkpoint", slot=0)
+    project = task.get_project_name()
+    found = Model.query_models(project_name=project, tags=["stream:best_model"], metadata={"prefix": "best"})
+    assert [m.id for m in found] == [a.id]
+
+
+def test_models_not_made_by_tracker_saver_are_not_records(run_task) -> None:
+    from clearml import OutputModel
+
+    task, registry = run_task
+    other = OutputModel(task=task, name="someone else's model", framework="PyTorch")
+    other.update_weights(register_uri="file:///elsewhere/model.pt")
+    mine = _commit(registry, "best_model_1_val_acc=0.5000.pt")
+    assert [r.id for r in registry.query(Query(project="ckpts"))] == [mine.id]
+    with pytest.raises(RecordNotFoundError, match="not a tracker_saver checkpoint record"):
+        registry.get(other.id)
+
+
+def test_records_of_a_run_without_a_task_are_models_without_a_task(clearml_server: ClearMLServer) -> None:
+    from clearml import Model
+
+    registry = ClearMLRegistry(project_root=_root())
+    record = live(registry, "a_1.pt", run="r")
+    assert not Model(record.id).task and record.run == "r"
+
+
+def test_reserved_metadata_keys_tags_and_short_names_are_refused_with_the_fix(run_task) -> None:
+    _, registry = run_task
+    with pytest.raises(ConfigError, match=r"'state'.*record fields.*rename them"):
+        registry.create_pending(_info("train-run", "checkpoint_1.pt", state="mine"), uri="file:///x.pt")
+    with pytest.raises(ConfigError, match="at least 3 characters"):
+        registry.create_pending(UploadInfo("ckpts", "train-run", "a", "a", slot=0, key="k"), uri="file:///x.pt")
+    record = _commit(registry, "checkpoint_1.pt", stream="checkpoint")
+    with pytest.raises(ConfigError, match="reserved"):
+        registry.add_tags(record.id, ["evicted"])
+    with pytest.raises(ConfigError, match="at least 3 characters"):
+        registry.rename(record.id, "ab")
+
+
+def test_bad_constructor_arguments_are_config_errors_with_the_fix(clearml_server: ClearMLServer) -> None:
+    with pytest.raises(ConfigError, match="is not a clearml.Task: pass the result of Task.init"):
+        ClearMLRegistry(task="train-run")
+    with pytest.raises(ConfigError, match="project_root '/' is empty"):
+        ClearMLRegistry(project_root="/")
+
+
+def test_a_bad_metadata_value_is_a_config_error_not_a_type_error(run_task) -> None:
+    _, registry = run_task
+    with pytest.raises(ConfigError, match="use an int, float, str or bool"):
+        registry.create_pending(_info("train-run", "checkpoint_1.pt", shape=[1, 2]), uri="file:///x.pt")
+
+
+def test_a_live_server_is_used_only_when_host_and_both_keys_are_set() -> None:
+    full = {"CLEARML_API_HOST": "https://api.example", "CLEARML_API_ACCESS_KEY": "a", "CLEARML_API_SECRET_KEY": "s"}
+    assert live_server_configured(full)
+    assert not live_server_configured({**full, "CLEARML_API_SECRET_KEY": ""})
+    assert not live_server_configured({"CLEARML_API_HOST": "https://api.example"})
+
+
+# -- stand-in only: requests, push-down, faults -----------------------------------------------------
+
+
+def test_requests_per_operation_are_few(clearml_standin, run_task) -> None:
+    _, registry = run_task
+    registry.create_pending(_info("train-run", "warm_up.pt"), uri="file:///x.pt")  # project looked up once
+    with clearml_standin.count() as create:
+        record = registry.create_pending(_info("train-run", "best_model_1.pt"), uri="file:///x.pt")
+    with clearml_standin.count() as commit:
+        registry.commit(record.id, sha256=SHA, size=10)
+    with clearml_standin.count() as evict:
+        registry.evict(record.id)
+    with clearml_standin.count() as get:
+        registry.get(record.id)
+    assert [c.endpoint for c in create] == ["models.create", "models.add_or_update_metadata"]
+    assert [c.endpoint for c in commit] == ["models.get_by_id", "models.add_or_update_metadata", "models.edit",
+                                            "tasks.add_or_update_model"]
+    assert [c.endpoint for c in evict] == ["models.get_by_id", "models.add_or_update_metadata", "models.edit",
+                                           "tasks.delete_models"]
+    assert len(get) == 1
+
+
+def test_another_process_evicting_reads_the_task_before_taking_a_model_off(clearml_standin, run_task) -> None:
+    task, first = run_task
+    old = _commit(first, "checkpoint_5.pt", stream="checkpoint")
+    second = ClearMLRegistry(task, project_root=first._root)  # e.g. the run resumed in a new process
+    newer = _commit(second, "checkpoint_5.pt", stream="checkpoint", slot=1)  # same filename saved again
+    third = ClearMLRegistry(task, project_root=first._root)  # knows nothing of either listing
+    with clearml_standin.count("tasks\\.") as calls:
+        third.evict(old.id)
+    assert [c.endpoint for c in calls] == ["tasks.get_all"]  # the entry names the newer model: keep it
+    assert _listed(task) == [newer.id]
+    with clearml_standin.count("tasks\\.") as calls:
+        third.evict(newer.id)
+    assert [c.endpoint for c in calls] == ["tasks.get_all", "tasks.delete_models"]
+    assert _listed(task) == []
+
+
+def test_query_pushes_project_run_stream_state_and_string_equality_to_the_server(clearml_standin) -> None:
+    registry = ClearMLRegistry(project_root=_root())
+    for step in range(3):
+        live(registry, f"best_model_{step}.pt", slot=step, global_step=step, score=0.1 * step, prefix="best")
+    live(registry, "checkpoint_1.pt", stream="checkpoint", prefix="")
+    query = Query(project="p", run="r", stream="best_model", states=(RecordState.LIVE,),
+                  where=parse_where({"prefix": "best", "score": (">", 0.05), "note": "-1"}),
+                  order_by=parse_order("-score"))
+    with clearml_standin.count("models\\.get_all") as calls:
+        got = registry.query(dataclasses.replace(query, where=query.where[:2]))
+    assert [r.global_step for r in got] == [2, 1]
+    (call,) = calls
+    assert call.data["metadata.run.value"] == ["r"] and call.data["metadata.stream.value"] == ["best_model"]
+    assert call.data["metadata.state.value"] == ["live"] and call.data["metadata.prefix.value"] == ["best"]
+    assert "metadata.score.value" not in call.data  # ranges and numbers are filtered client-side
+    with clearml_standin.count("models\\.get_all") as calls:
+        assert registry.query(query) == []
+    assert "metadata.note.value" not in calls[0].data  # "-1" would be an exclusion to the server
+
+
+def test_a_server_error_is_a_registry_error_naming_the_model(clearml_standin, run_task) -> None:
+    _, registry = run_task
+    record = _commit(registry, "checkpoint_1.pt", stream="checkpoint")
+    clearml_standin.fail(r"models\.edit", code=500, msg="mongo is down")
+    with pytest.raises(RegistryError, match=rf"updating model {record.id} failed with 500/0 \(mongo is down\)"):
+        registry.evict(record.id)
+
+
+class _RefusingSession:
+    """A session whose every request fails the way requests does when the server is gone.
+
+    (Patching the SDK's shared session instead would also break the SDK's own reporter, whose
+    error log lines it then tries to send, and so on, without end.)
+    """
+
+    access_key = "STANDIN_ACCESS_KEY"
+    secret_key = "s3cr3t-value"
+    host = "http://127.0.0.1:1"
+    _offline_mode = False
+
+    def send(self, request: Any) -> Any:
+        import requests
+
+        raise requests.ConnectionError(f"cannot reach http://{self.access_key}:{self.secret_key}@127.0.0.1:1/")
+
+
+def test_a_connection_error_is_chained_and_never_shows_credentials(clearml_server: ClearMLServer) -> None:
+    import requests
+
+    registry = ClearMLRegistry(project_root=_root())
+    registry._session = _RefusingSession()  # the server went away after the registry connected
+    with pytest.raises(RegistryError, match="reading model 0123abcd failed .*check that the ClearML server") as err:
+        registry.get("0123abcd")
+    assert isinstance(err.value.__cause__, requests.ConnectionError)
+    assert "s3cr3t-value" not in str(err.value) and "STANDIN_ACCESS_KEY" not in str(err.value)
+    with pytest.raises(RegistryError, match="cannot reach"):
+        registry.create_pending(_info("train-run", "checkpoint_1.pt"), uri="file:///x.pt")
+
+
+def test_an_unreachable_server_fails_fast_with_the_fix(clearml_server: ClearMLServer, monkeypatch) -> None:
+    import time
+
+    from clearml.backend_interface.base import InterfaceBase
+
+    monkeypatch.setattr(InterfaceBase, "_default_session", None)
+    monkeypatch.setenv("CLEARML_API_HOST", "http://127.0.0.1:9")  # discard port: nothing listens
+    monkeypatch.delenv("CLEARML_AUTH_TOKEN", raising=False)
+    started = time.monotonic()
+    with pytest.raises(ConfigError, match="cannot connect .*server is up.*CLEARML_API_HOST") as err:
+        ClearMLRegistry(project_root=_root())  # fails at construction, before any training
+    assert time.monotonic() - started < 30  # the test config caps retries; SDK defaults would wait minutes
+    assert err.value.__cause__ is not None
+    assert os.environ["CLEARML_API_SECRET_KEY"] not in str(err.value)
+
+
+# -- the stand-in runs the real SDK ------------------------------------------------------------------
+
+
+def test_the_stand_in_joins_tag_filters_like_clearml_server(clearml_project) -> None:
+    """The registry pushes no tag filters because of this: on a live server it checks the server."""
+    from clearml import Model
+
+    task = init_task(clearml_project, "tag-filters")
+    try:
+        ids = {}
+        for name, tags in (("has-a", ["a"]), ("has-b", ["b"]), ("has-a-b", ["a", "b"]), ("none-of", [])):
+            model = Model(_output_model(task, name))
+            model.tags = tags
+            ids[name] = model.id
+
+        def names(tags: list[str]) -> set[str]:
+            found = {m.id for m in Model.query_models(project_name=clearml_project, tags=tags)}
+            return {n for n, i in ids.items() if i in found}
+
+        assert names(["a"]) == {"has-a", "has-a-b"}
+        assert names(["-b"]) == {"has-a", "none-of"}
+        assert names(["a", "-b"]) == {"has-a", "has-a-b", "none-of"}  # OR: "has a" or "lacks b"
+        assert names(["__$all", "a", "__$not", "b"]) == {"has-a"}
+    finally:
+        task.close()
+
+
+def _output_model(task: Any, name: str) -> str:
+    from clearml import OutputModel
+
+    model = OutputModel(task=task, name=name, framework="PyTorch")
+    model.update_weights(register_uri=f"file:///models/{name}.pt")
+    return str(model.id)
+
+
+def test_the_sdk_creates_tasks_models_and_queries_them(clearml_standin, clearml_project, tmp_path) -> None:
+    from clearml import Model, OutputModel
+
+    task = init_task(clearml_project, "sdk-task", output_uri=str(tmp_path))
+    try:
+        model = OutputModel(task=task, name="sdk model", framework="PyTorch")
+        model.update_weights(register_uri="file:///models/sdk.pt")
+        model.set_all_metadata({"global_step": {"value": 3, "type": "int"}, "score": {"value": 0.5, "type": "float"}})
+        model.tags = ["stream:best", "sdk"]
+        stored = clearml_standin.models[model.id]
+        assert (stored["uri"], stored["task"], stored["tags"]) == ("file:///models/sdk.pt", task.id, ["sdk", "stream:best"])
+        assert stored["metadata"]["global_step"] == {"key": "global_step", "type": "int", "value": "3"}
+        assert [e["model"] for e in clearml_standin.tasks[task.id]["models"]["output"]] == [model.id]
+        found = Model.query_models(project_name=clearml_project, tags=["stream:best"], metadata={"global_step": "3"})
+        assert [m.id for m in found] == [model.id]
+        assert Model.query_models(project_name=clearml_project, metadata={"global_step": "4"}) == []
+        Model(model.id).archive()
+        assert Model.query_models(project_name=clearml_project) == []
+        assert clearml_standin.models[model.id]["system_tags"] == ["archived"]
+    finally:
+        task.close()
+    again = init_task(clearml_project, "sdk-task", continue_last_task=True, reuse_last_task_id=True,
+                      output_uri=str(tmp_path))
+    try:
+        assert again.id == task.id and clearml_standin.tasks[task.id]["status"] == "in_progress"
+    finally:
+        again.close()
+    assert clearml_standin.unknown_calls == []
+
+
+def test_ignite_clearml_saver_runs_against_the_stand_in(clearml_standin, clearml_project, tmp_path) -> None:
+    import torch
+    from ignite.engine import Engine, Events
+    from ignite.handlers import Checkpoint
+    from ignite.handlers.clearml_logger import ClearMLLogger, ClearMLSaver
+
+    out = tmp_path / "output"
+    out.mkdir()
+    logger = ClearMLLogger(project_name=clearml_project, task_name="ignite-run", output_uri=str(out),
+                           auto_connect_streams=False, auto_resource_monitoring=False, auto_connect_arg_parser=False)
+    try:
+        engine = Engine(lambda engine, batch: None)
+        saver = ClearMLSaver(logger, output_uri=str(out), dirname=str(tmp_path / "ckpt"))
+        engine.add_event_handler(Events.EPOCH_COMPLETED, Checkpoint({"model": torch.nn.Linear(2, 1)}, saver, n_saved=2))
+        with clearml_standin.count() as calls:
+            engine.run([0, 1], max_epochs=4)
+        objects = sorted(p.name for p in out.rglob("*.pt"))
+        assert objects == ["model_0.pt", "model_1.pt"]  # ClearMLSaver cycles 2 slots in one process
+        task_id = logger._task.id
+        models = [m for m in clearml_standin.models.values() if m["task"] == task_id]
+        assert len(models) == 2 and all(m["uri"].endswith(("model_0.pt", "model_1.pt")) for m in models)
+        assert 10 <= len(calls) / 4 <= 40  # the notes measured ~20 requests per save
+    finally:
+        logger.close()
+    assert clearml_standin.unknown_calls == []

@@ -1,0 +1,142 @@
+"""TrackerSaver with the ClearML registry, through the real clearml SDK against the stand-in.
+
+Includes the reproduction from the TrainsSaver discussion: a CNN trained under
+``Task.init(output_uri=<dir>)`` with ClearML's torch.save binding on, ``n_saved=1``,
+``filename_prefix="epoch"``, 3 epochs — once with ignite's ClearMLSaver, once with ours.
+"""
+
+from __future__ import annotations
+
+import contextlib
+from pathlib import Path
+
+import pytest
+import torch
+from ignite.engine import Events, create_supervised_trainer
+from ignite.handlers import Checkpoint, global_step_from_engine
+from torch.utils.data import DataLoader
+
+from tests.conftest_clearml import init_task
+from tests.contracts.invariants import InvariantContract
+from tests.helpers import Target, attach, model, trainer_engine
+from tracker_saver import RecordState, RegistryError, TrackerSaver, find_models, load_checkpoint
+from tracker_saver.demo import make_data, small_cnn
+
+pytestmark = pytest.mark.clearml
+
+
+class TestClearMLInvariants(InvariantContract):
+    @pytest.fixture
+    def target(self, clearml_server, clearml_project, tmp_path):
+        return Target(output_uri=str(tmp_path / "output"), registry=f"clearml:{clearml_project}")
+
+
+def _objects(root: Path) -> list[str]:
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+
+
+@contextlib.contextmanager
+def _task(project: str, name: str, out: Path, **kwargs):
+    # The default Task.init: ClearML patches torch.save and uploads whatever it sees.
+    out.mkdir(parents=True, exist_ok=True)  # ClearML refuses a missing local output_uri
+    task = init_task(project, name, output_uri=str(out), auto_connect_frameworks=True, **kwargs)
+    try:
+        yield task
+    finally:
+        task.close()
+
+
+def _train_cnn(saver, epochs: int = 3):
+    """Train the CNN for ``epochs``; returns a function that trains on to a later epoch."""
+    torch.manual_seed(0)
+    net = small_cnn()
+    opt = torch.optim.SGD(net.parameters(), lr=0.02)
+    trainer = create_supervised_trainer(net, opt, torch.nn.CrossEntropyLoss())
+    handler = Checkpoint({"model": net}, saver, n_saved=1, filename_prefix="epoch",
+                         global_step_transform=global_step_from_engine(trainer))  # fmt: skip
+    trainer.add_event_handler(Events.EPOCH_COMPLETED, handler)
+    data = DataLoader(make_data(64, seed=1), batch_size=32)
+    trainer.run(data, max_epochs=epochs)
+    return lambda until: trainer.run(data, max_epochs=until)
+
+
+def test_ignite_clearml_saver_in_the_discussion_scenario(clearml_standin, clearml_project, tmp_path) -> None:
+    """The baseline our docs compare against: one model per slot, renamed; metadata a string."""
+    from ignite.handlers.clearml_logger import ClearMLSaver as IgniteClearMLSaver
+
+    out = tmp_path / "output"
+    with _task(clearml_project, "ignite-saver", out) as task:
+        _train_cnn(IgniteClearMLSaver(dirname=str(tmp_path / "tmp")))
+        task.flush(wait_for_uploads=True)
+        models = [m for m in clearml_standin.models.values() if m["task"] == task.id]
+    assert len(_objects(out)) == 1
+    assert len(models) == 1  # three checkpoints, one entity
+    (entity,) = models
+    assert entity["name"] != "epoch_model_1.pt" and not entity.get("metadata")
+    assert "Checkpoint Metadata" in entity.get("comment", "")
+
+
+def test_tracker_saver_in_the_discussion_scenario(clearml_standin, clearml_project, tmp_path) -> None:
+    from tracker_saver.clearml import ClearMLSaver
+
+    out = tmp_path / "output"
+    with _task(clearml_project, "our-saver", out) as task:
+        saver = ClearMLSaver(dirname=str(tmp_path / "tmp"))
+        train_on = _train_cnn(saver)
+        names = sorted(m["name"] for m in clearml_standin.models.values() if m["task"] == task.id)
+        records = find_models(project=clearml_project, run="our-saver", registry=saver.registry)
+        clearml_standin.edit_model(records[0].id, name="renamed in the web UI")
+        train_on(5)
+        after = saver.registry.get(records[0].id)
+    assert _objects(out) == [f"{clearml_project}/our-saver/epoch_model.slot0.pt"]
+    assert names == ["epoch_model_1.pt", "epoch_model_2.pt", "epoch_model_3.pt"]
+    assert [r.global_step for r in records] == [1, 2, 3] and type(records[0].metadata["global_step"]) is int
+    assert [r.state for r in records] == [RecordState.EVICTED, RecordState.EVICTED, RecordState.LIVE]
+    assert after.name == "renamed in the web UI"
+    live = [m for m in clearml_standin.models.values() if m["task"] == task.id and "archived" not in m.get("system_tags", [])]
+    assert len(live) == 1 and live[0]["uri"].endswith("epoch_model.slot0.pt")
+    assert clearml_standin.unknown_calls == []
+
+
+def test_defaults_come_from_the_task(clearml_standin, clearml_project, tmp_path) -> None:
+    out = tmp_path / "output"
+    with _task(clearml_project, "defaults", out):
+        saver = TrackerSaver(registry="clearml")
+        assert (saver.project, saver.run) == (clearml_project, "defaults")
+        assert saver.storage.uri == out.resolve().as_uri()
+
+
+def test_the_binding_guard_makes_clearml_skip_what_torch_saves_during_our_writes(
+    clearml_standin, clearml_project, tmp_path
+) -> None:
+    """Our writer has no file name, so ClearML's patch already ignores it; the guard makes that
+    hold for any writer: a named file saved while a slot is being written is skipped too."""
+    from tracker_saver.clearml import guard_torch_save_binding
+    from tracker_saver.pipeline import writing
+
+    out = tmp_path / "output"
+    with _task(clearml_project, "guarded", out) as task:
+        guard_torch_save_binding()
+        with writing():
+            torch.save({"w": torch.ones(2)}, str(tmp_path / "inside.pt"))
+        torch.save({"w": torch.ones(2)}, str(tmp_path / "outside.pt"))
+        task.flush(wait_for_uploads=True)
+        names = sorted(m["name"] for m in clearml_standin.models.values() if m["task"] == task.id)
+    assert names == ["guarded - outside"]
+    assert _objects(out) == [p for p in _objects(out) if p.endswith("outside.pt")] and len(_objects(out)) == 1
+
+
+def test_a_server_failure_during_a_save_reaches_training(clearml_standin, clearml_project, tmp_path) -> None:
+    saver = TrackerSaver(tmp_path / "output", project="proj", registry=f"clearml:{clearml_project}")
+    trainer = trainer_engine(model())
+    attach(trainer, saver, {"model": model()}, n_saved=2)
+    trainer.run([0], max_epochs=1)
+    clearml_standin.fail("models.create", code=500)
+    try:
+        with pytest.raises(RegistryError) as caught:
+            trainer.run([0], max_epochs=2)
+    finally:
+        clearml_standin.clear_faults()
+    assert "injected fault" in str(caught.value) and "model_2.pt" in str(caught.value)
+    (record,) = find_models(project="proj", live=True, registry=saver.registry)
+    load_checkpoint(record.id, {"model": model()}, registry=saver.registry)
