@@ -74,3 +74,12 @@ def test_an_empty_new_name_is_refused(local_target) -> None:
     record = live(SQLiteRegistry(local_target.registry), "a_1.pt")
     with pytest.raises(ConfigError, match="empty"):
         rename_model(record.id, "  ", registry=local_target.registry)
+
+
+def test_check_raises_again_when_output_uri_stopped_being_writable(tmp_path) -> None:
+    saver = TrackerSaver(tmp_path / "out", registry=tmp_path / "r.db")
+    saver.check()
+    (tmp_path / "out").rmdir()
+    (tmp_path / "out").write_text("now a file")
+    with pytest.raises(ConfigError, match="not a writable folder"):
+        saver.check()

@@ -140,3 +140,58 @@ def test_a_server_failure_during_a_save_reaches_training(clearml_standin, clearm
     assert "injected fault" in str(caught.value) and "model_2.pt" in str(caught.value)
     (record,) = find_models(project="proj", live=True, registry=saver.registry)
     load_checkpoint(record.id, {"model": model()}, registry=saver.registry)
+
+
+RESUME_SCRIPT = """
+import json, sys, torch
+from clearml import Task
+from ignite.engine import Engine, Events
+from ignite.handlers import Checkpoint
+from tracker_saver import TrackerSaver, resume
+project, out, epochs, mode = sys.argv[1], sys.argv[2], int(sys.argv[3]), sys.argv[4]
+task = Task.init(project_name=project, task_name="resnet", output_uri=out, reuse_last_task_id=(mode == "continue"),
+                 continue_last_task=(mode == "continue"), auto_connect_frameworks=True,
+                 auto_connect_streams=False, auto_resource_monitoring=False, auto_connect_arg_parser=False)
+saver = TrackerSaver(registry="clearml")          # project, run and output_uri from the task
+net = torch.nn.Linear(2, 1)
+trainer = Engine(lambda e, b: None)
+scores = [0.5, 0.7, 0.6, 0.9, 0.4, 0.95]
+best = Checkpoint({"model": net}, saver, n_saved=2, filename_prefix="best", score_name="acc",
+                  score_function=lambda e: scores[e.state.epoch - 1], global_step_transform=lambda e, _: e.state.epoch)
+last = Checkpoint({"model": net, "trainer": trainer}, saver, n_saved=1, global_step_transform=lambda e, _: e.state.epoch)
+trainer.add_event_handler(Events.EPOCH_COMPLETED, best)
+trainer.add_event_handler(Events.EPOCH_COMPLETED, last)
+resume(saver, {"model": net, "trainer": trainer}, [best, last])
+trainer.run([0], max_epochs=epochs)
+print(json.dumps({"task": task.id, "best": [f for _, f in best._saved]}))
+task.close()
+"""
+
+
+@pytest.mark.parametrize("mode", ["new-task", "continue"])
+def test_a_restarted_task_rebuilds_slots_from_the_live_models(clearml_standin, clearml_project, tmp_path, mode) -> None:
+    import json
+    import os
+    import subprocess
+    import sys
+
+    out = tmp_path / "output"
+    out.mkdir()
+    root = Path(__file__).resolve().parents[1]
+
+    def run(epochs: int) -> dict:
+        done = subprocess.run(
+            [sys.executable, "-c", RESUME_SCRIPT, clearml_project, str(out), str(epochs), mode],
+            cwd=root, capture_output=True, text=True, timeout=180, env={**os.environ, "PYTHONPATH": str(root)},
+        )  # fmt: skip
+        assert done.returncode == 0, done.stderr[-3000:]
+        return json.loads(done.stdout.strip().splitlines()[-1])
+
+    first, second = run(3), run(6)
+    assert (first["task"] == second["task"]) == (mode == "continue")
+    assert second["best"] == ["best_model_4_acc=0.9000.pt", "best_model_6_acc=0.9500.pt"]
+    objects = _objects(out)
+    assert len(objects) == 3 and all(".slot" in p for p in objects)
+    records = find_models(project=clearml_project, run="resnet", live=True, registry="clearml")
+    assert sorted(r.filename for r in records) == ["best_model_4_acc=0.9000.pt", "best_model_6_acc=0.9500.pt", "checkpoint_6.pt"]
+    assert clearml_standin.unknown_calls == []

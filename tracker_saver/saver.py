@@ -159,6 +159,14 @@ class TrackerSaver(BaseSaveHandler):
             return
         self._pipeline.remove(filename)
 
+    def check(self) -> None:
+        """Check again that output_uri can be written (the constructor already did once).
+
+        For S3 this reaches the endpoint: wrong credentials, a missing bucket or a wrong
+        endpoint raise ``ConfigError`` here, before training spends time.
+        """
+        self.storage.check()
+
     def add_pre_upload(self, callback: PreUploadCallback) -> None:
         """Add a pre-upload callback; it runs after the slot allocator."""
         self.callbacks.add_pre(callback)
