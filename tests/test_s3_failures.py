@@ -268,3 +268,64 @@ def test_gateway_dying_mid_multipart_upload_keeps_the_previous_object(path, s3_o
     with store.get(key) as f:
         assert hashlib.sha256(f.read()).digest() == hashlib.sha256(previous).digest()
     assert [s.key for s in store.list()] == [key]
+
+
+@pytest.mark.ceph
+def test_gateway_dying_mid_upload_during_training_leaves_no_live_record_on_foreign_bytes(
+    s3_output_uri, ceph_s3, tmp_path
+) -> None:
+    """Through a real Checkpoint: epoch 2's 256 MiB save dies mid-multipart; the registry stays true."""
+    torch = pytest.importorskip("torch")
+    from ignite.engine import Engine, Events
+    from ignite.handlers import Checkpoint
+
+    from tracker_saver import RecordState, TrackerSaver, find_models
+
+    saver = TrackerSaver(
+        s3_output_uri, project="p", run="r", registry=tmp_path / "r.db",
+        storage_options={"max_attempts": 2, "connect_timeout": 2, "max_concurrency": 4},
+    )  # fmt: skip
+    net = torch.nn.Linear(1024, 64 * 1024, bias=False)  # 256 MiB of weights
+    trainer = Engine(lambda engine, batch: None)
+    trainer.add_event_handler(Events.EPOCH_COMPLETED, Checkpoint({"model": net}, saver, n_saved=1))
+    trainer.run([0], max_epochs=1)
+    (first,) = find_models(project="p", registry=saver.registry)
+
+    parts_done, gateway_down = threading.Event(), threading.Event()
+    count = [0]
+
+    def after_part(http_response, **_):
+        if http_response is not None and http_response.status_code < 300:
+            count[0] += 1
+            if count[0] >= 3:
+                parts_done.set()
+
+    def before_part(**_):
+        if parts_done.is_set():
+            gateway_down.wait(60)
+
+    events = saver.storage._client.meta.events
+    events.register("after-call.s3.UploadPart", after_part)
+    events.register("before-send.s3.UploadPart", before_part)
+    failure: list[BaseException] = []
+
+    def second_epoch() -> None:
+        try:
+            trainer.run([0], max_epochs=2)
+        except BaseException as exc:
+            failure.append(exc)
+
+    worker = threading.Thread(target=second_epoch)
+    with ceph_s3.gateway_stopped():
+        worker.start()
+        assert parts_done.wait(60), "the upload never got 3 parts up"
+        ceph_s3.stop_rgw()
+        gateway_down.set()
+        worker.join(90)
+        assert not worker.is_alive(), "training hung after the gateway went away"
+    assert len(failure) == 1 and isinstance(failure[0], StorageError), failure
+    records = find_models(project="p", registry=saver.registry)
+    assert [r.state for r in records] == [RecordState.EVICTED, RecordState.FAILED]
+    assert find_models(project="p", live=True, registry=saver.registry) == []
+    with saver.storage.get(first.key) as f:  # Ignite removed it, but its bytes are intact
+        assert hashlib.sha256(f.read()).hexdigest() == first.sha256
