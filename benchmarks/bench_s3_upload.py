@@ -7,6 +7,8 @@ all of them alike:
 * ``put_file``: ``S3Storage.put_file`` of the same file (the saver's path for a file);
 * ``streamed``: the saver's path for a checkpoint: ``torch.save(state_dict)`` into
   ``HashingWriter(storage.writer(key))``, i.e. serialize + sha256 + upload until the commit;
+* ``save+boto3``: what a user does with raw boto3 for a checkpoint: ``torch.save`` to a file,
+  then ``upload_file``; the end-to-end baseline for ``streamed``;
 * ``spooled``: the same through the base class's spooling writer (``stream_writes=False``),
   which serializes the whole checkpoint first and uploads it afterwards.
 
@@ -48,7 +50,7 @@ from tracker_saver.pipeline import HashingWriter  # noqa: E402
 from tracker_saver.storage.s3 import S3Storage  # noqa: E402
 
 MiB = 1024 * 1024
-VARIANTS = ("boto3", "put_file", "streamed", "spooled")
+VARIANTS = ("boto3", "put_file", "save+boto3", "streamed", "spooled")
 
 
 @contextlib.contextmanager
@@ -120,6 +122,7 @@ def main() -> None:
                     runs: dict[str, Callable[[], int | None]] = {
                         "boto3": lambda src=src: client.upload_file(str(src), bucket, "raw/ckpt.pt"),
                         "put_file": lambda src=src: streamed.put_file("p/r/file.slot0.pt", src),
+                        "save+boto3": lambda state=state, tmp=tmp: _save_then_upload(client, bucket, state, tmp),
                         "streamed": lambda state=state: _save(streamed, "p/r/streamed.slot0.pt", state),
                         "spooled": lambda state=state: _save(spooled, "p/r/spooled.slot0.pt", state),
                     }
@@ -151,14 +154,14 @@ def main() -> None:
         },
         "sizes": {},
     }
-    header = f"{'size':>8} " + "".join(f"{v + ' MB/s':>15}" for v in args.variants)
-    header += "".join(f"{v + '/boto3':>16}" for v in args.variants if v != "boto3")
+    header = f"{'size':>8} " + "".join(f"{v + ' MB/s':>17}" for v in args.variants)
+    header += "".join(f"{v + '/boto3':>18}" for v in args.variants if v != "boto3")
     print(header)
     for size_mib, per in results.items():
         medians = {v: statistics.median(per[v]) for v in args.variants}
         ratios = {v: medians[v] / medians["boto3"] for v in args.variants if v != "boto3" and "boto3" in medians}
-        line = f"{size_mib:>5} MiB " + "".join(f"{medians[v]:>15.1f}" for v in args.variants)
-        line += "".join(f"{ratios[v]:>16.2f}" for v in ratios)
+        line = f"{size_mib:>5} MiB " + "".join(f"{medians[v]:>17.1f}" for v in args.variants)
+        line += "".join(f"{ratios[v]:>18.2f}" for v in ratios)
         print(line)
         report["sizes"][str(size_mib)] = {
             "bytes": nbytes[size_mib],
@@ -167,6 +170,16 @@ def main() -> None:
             "ratio_to_boto3": {v: round(r, 3) for v, r in ratios.items()},
         }
     print(json.dumps(report, separators=(",", ":")))
+
+
+def _save_then_upload(client: Any, bucket: str, state: dict[str, torch.Tensor], tmp: str) -> int:
+    """Raw boto3 for a checkpoint: serialize to a local file, then upload it."""
+    path = Path(tmp) / "save-then-upload.pt"
+    torch.save(state, path)
+    client.upload_file(str(path), bucket, "raw/saved.pt")
+    size = path.stat().st_size
+    path.unlink()
+    return size
 
 
 def _save(storage: S3Storage, key: str, state: dict[str, torch.Tensor]) -> int:

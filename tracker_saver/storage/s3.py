@@ -345,8 +345,9 @@ class S3Storage(Storage):
         max_attempts: attempts per request including the first; default: ``AWS_MAX_ATTEMPTS``,
             else botocore's (3).
         connect_timeout, read_timeout: seconds; default botocore's (60).
-        request_checksum_calculation: botocore's ``"when_supported"`` (its default) or
-            ``"when_required"``. Either works with Ceph; integrity is checked client-side anyway.
+        request_checksum_calculation: ``"when_required"`` (default here, unless
+            ``AWS_REQUEST_CHECKSUM_CALCULATION`` is set) or botocore's ``"when_supported"``.
+            Our own sha256, verified on every load, makes botocore's CRC32 redundant CPU work.
         spool_bytes: ``get`` keeps a downloaded object in memory up to this size, then spills
             it to a temp file; with ``stream_writes=False`` the same holds for ``writer``.
         stream_writes: ``writer`` streams to S3 while the caller writes (default), instead
@@ -462,6 +463,10 @@ class S3Storage(Storage):
             config_kwargs["connect_timeout"] = connect_timeout
         if read_timeout is not None:
             config_kwargs["read_timeout"] = read_timeout
+        if checksums is None and not os.environ.get("AWS_REQUEST_CHECKSUM_CALCULATION"):
+            # The saver hashes every byte itself (sha256, verified on load); botocore's CRC32
+            # on top cost the streamed 512 MiB save ~6 % throughput on 2 cores (docs/s3.md).
+            checksums = "when_required"
         if checksums is not None:
             config_kwargs["request_checksum_calculation"] = checksums
             config_kwargs["response_checksum_validation"] = checksums
