@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import hashlib
-import io
 import os
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Iterator, Mapping, Sequence
+from typing import Any, BinaryIO
 
 import torch
 from ignite.handlers import Checkpoint
@@ -17,7 +17,7 @@ from tracker_saver.records import Record, RecordState
 from tracker_saver.registry import Query, Registry, open_registry
 from tracker_saver.storage import Storage, open_storage
 
-__all__ = ["find_models", "get_model", "load_checkpoint", "read_verified", "rename_model"]
+__all__ = ["find_models", "get_model", "load_checkpoint", "open_verified", "rename_model"]
 
 _LOADABLE = (RecordState.LIVE, RecordState.REVIVED)
 
@@ -85,10 +85,14 @@ def rename_model(record_id: str | int, name: str, *, registry: str | os.PathLike
     return open_registry(registry).rename(str(record_id), name)
 
 
-def read_verified(
+@contextlib.contextmanager
+def open_verified(
     record: Record, *, storage: Storage | None = None, storage_options: Mapping[str, Any] | None = None
-) -> bytes:
-    """The bytes of a loadable record's slot object, after checking size and sha256.
+) -> Iterator[BinaryIO]:
+    """Open a loadable record's slot object, positioned at 0, after checking size and sha256.
+
+    The bytes are read once to hash them and once by the caller (from the page cache locally,
+    from the download's spool file on S3): no second copy in memory.
 
     Raises:
         RegistryError: the record is not live (its slot may hold other bytes).
@@ -102,22 +106,22 @@ def read_verified(
         )
     if storage is None or storage.url(record.key) != record.uri:
         storage = open_storage(record.uri[: -len(record.key) - 1], **dict(storage_options or {}))
-    sha = hashlib.sha256()
-    buf = io.BytesIO()
     with storage.get(record.key) as src:
+        sha = hashlib.sha256()
+        size = 0
         while chunk := src.read(1 << 20):
             sha.update(chunk)
-            buf.write(chunk)
-    size = buf.tell()
-    if size != record.size or sha.hexdigest() != record.sha256:
-        raise IntegrityError(
-            f"record {record.id} ({record.name!r}): {record.uri} has {size} bytes with sha256 "
-            f"{sha.hexdigest()[:12]}…, the record says {record.size} bytes, {str(record.sha256)[:12]}…: "
-            "the slot was probably overwritten or corrupted; run `tracker-saver fsck`, or load another record",
-            key=record.key,
-            record_id=record.id,
-        )
-    return buf.getvalue()
+            size += len(chunk)
+        if size != record.size or sha.hexdigest() != record.sha256:
+            raise IntegrityError(
+                f"record {record.id} ({record.name!r}): {record.uri} has {size} bytes with sha256 "
+                f"{sha.hexdigest()[:12]}…, the record says {record.size} bytes, {str(record.sha256)[:12]}…: "
+                "the slot was probably overwritten or corrupted; load another record",
+                key=record.key,
+                record_id=record.id,
+            )
+        src.seek(0)
+        yield src
 
 
 def load_checkpoint(
@@ -151,10 +155,10 @@ def load_checkpoint(
     """
     if not isinstance(record, Record):
         record = open_registry(registry).get(str(record))
-    data = read_verified(record, storage=storage, storage_options=storage_options)
-    try:
-        checkpoint = torch.load(io.BytesIO(data), map_location=map_location, weights_only=weights_only)
-    except Exception as exc:
-        raise SerializationError(f"torch.load could not read record {record.id} ({record.name!r}): {exc}") from exc
+    with open_verified(record, storage=storage, storage_options=storage_options) as f:
+        try:
+            checkpoint = torch.load(f, map_location=map_location, weights_only=weights_only)
+        except Exception as exc:
+            raise SerializationError(f"torch.load could not read record {record.id} ({record.name!r}): {exc}") from exc
     Checkpoint.load_objects(to_load=to_load, checkpoint=checkpoint)
     return record

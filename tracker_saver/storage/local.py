@@ -17,7 +17,7 @@ from tracker_saver.storage.base import ObjectStat, Storage
 __all__ = ["LocalStorage"]
 
 #: Temp files start with this and are invisible to ``list``: a stream's footprint counts
-#: only complete objects. ``fsck`` reports the leftovers of a crash.
+#: only complete objects. A crash leaves at most one such file per slot, easy to find by name.
 TEMP_PREFIX = ".tmp-"
 
 
