@@ -42,6 +42,31 @@ def _uploads(client, bucket: str, prefix: str) -> list[dict]:
     return client.list_multipart_uploads(Bucket=bucket, Prefix=prefix + "/").get("Uploads", [])
 
 
+def _stall_after_parts(store, parts: int) -> tuple[threading.Event, threading.Event]:
+    """Once ``parts`` parts are stored, hold every further part until ``gateway_down`` is set.
+
+    The upload is then certain to be in the middle (not done, not yet begun) when radosgw goes
+    away. Returns (parts_done, gateway_down).
+    """
+    parts_done, gateway_down = threading.Event(), threading.Event()
+    count = [0]
+
+    def after_part(http_response, **_):
+        if http_response is not None and http_response.status_code < 300:
+            count[0] += 1
+            if count[0] >= parts:
+                parts_done.set()
+
+    def before_part(**_):
+        if parts_done.is_set():
+            gateway_down.wait(60)
+
+    events = store._client.meta.events
+    events.register("after-call.s3.UploadPart", after_part)
+    events.register("before-send.s3.UploadPart", before_part)
+    return parts_done, gateway_down
+
+
 # ------------------------------------------------------------------ credentials
 
 
@@ -211,24 +236,7 @@ def test_gateway_dying_mid_multipart_upload_keeps_the_previous_object(path, s3_o
     previous = b"the last good checkpoint " * 40_000
     store.put_stream(key, io.BytesIO(previous))
 
-    # Once 3 parts are stored, hold every further part until the gateway is down: the upload is
-    # then certain to be in the middle (not done, not yet begun) when radosgw goes away.
-    parts_done, gateway_down = threading.Event(), threading.Event()
-    count = [0]
-
-    def after_part(http_response, **_):
-        if http_response is not None and http_response.status_code < 300:
-            count[0] += 1
-            if count[0] >= 3:
-                parts_done.set()
-
-    def before_part(**_):
-        if parts_done.is_set():
-            gateway_down.wait(60)
-
-    events = store._client.meta.events
-    events.register("after-call.s3.UploadPart", after_part)
-    events.register("before-send.s3.UploadPart", before_part)
+    parts_done, gateway_down = _stall_after_parts(store, 3)
 
     failure: list[BaseException] = []
 
@@ -291,22 +299,7 @@ def test_gateway_dying_mid_upload_during_training_leaves_no_live_record_on_forei
     trainer.run([0], max_epochs=1)
     (first,) = find_models(project="p", registry=saver.registry)
 
-    parts_done, gateway_down = threading.Event(), threading.Event()
-    count = [0]
-
-    def after_part(http_response, **_):
-        if http_response is not None and http_response.status_code < 300:
-            count[0] += 1
-            if count[0] >= 3:
-                parts_done.set()
-
-    def before_part(**_):
-        if parts_done.is_set():
-            gateway_down.wait(60)
-
-    events = saver.storage._client.meta.events
-    events.register("after-call.s3.UploadPart", after_part)
-    events.register("before-send.s3.UploadPart", before_part)
+    parts_done, gateway_down = _stall_after_parts(saver.storage, 3)
     failure: list[BaseException] = []
 
     def second_epoch() -> None:
