@@ -102,6 +102,9 @@ class Pipeline:
         info = self.slots(info)
         try:
             final = self.callbacks.run_pre(info)
+            if final is not None:
+                assert final.key is not None
+                record = self.registry.create_pending(final, uri=self.storage.url(final.key))
         except BaseException:
             self.slots.release(info)
             raise
@@ -111,7 +114,6 @@ class Pipeline:
             return None
         info = final
         assert info.key is not None
-        record = self.registry.create_pending(info, uri=self.storage.url(info.key))
         self.slots.bind(info.filename, record.id)
         try:
             sha256, size = self._write(checkpoint, info.key)
