@@ -179,10 +179,15 @@ def test_a_restarted_task_rebuilds_slots_from_the_live_models(clearml_standin, c
     out.mkdir()
     root = Path(__file__).resolve().parents[1]
 
+    # Task.init in this process exports CLEARML_PROC_MASTER_ID, which makes a child's Task.init
+    # join the parent's task: each run here is its own process, as after a real restart.
+    env = {k: v for k, v in os.environ.items() if not k.endswith("PROC_MASTER_ID")}
+    env["PYTHONPATH"] = str(root)
+
     def run(epochs: int) -> dict:
         done = subprocess.run(
             [sys.executable, "-c", RESUME_SCRIPT, clearml_project, str(out), str(epochs), mode],
-            cwd=root, capture_output=True, text=True, timeout=180, env={**os.environ, "PYTHONPATH": str(root)},
+            cwd=root, capture_output=True, text=True, timeout=180, env=env,
         )  # fmt: skip
         assert done.returncode == 0, done.stderr[-3000:]
         return json.loads(done.stdout.strip().splitlines()[-1])
