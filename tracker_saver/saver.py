@@ -15,6 +15,7 @@ from ignite.handlers.checkpoint import BaseSaveHandler
 
 from tracker_saver.callbacks import CallbackChain, PostUploadCallback, PreUploadCallback
 from tracker_saver.errors import ConfigError, SerializationError
+from tracker_saver.models import find_models
 from tracker_saver.naming import check_path, check_segment, parse_filename
 from tracker_saver.pipeline import Pipeline
 from tracker_saver.records import Record, UploadInfo, clean_metadata
@@ -177,8 +178,6 @@ class TrackerSaver(BaseSaveHandler):
 
     def records(self, *, live: bool | None = None) -> list[Record]:
         """This run's records, oldest first; ``live=True`` keeps only loadable ones."""
-        from tracker_saver.models import find_models
-
         return find_models(project=self.project, run=self.run, live=live, registry=self.registry)
 
     def flush(self) -> None:
