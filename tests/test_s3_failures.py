@@ -42,11 +42,12 @@ def _uploads(client, bucket: str, prefix: str) -> list[dict]:
     return client.list_multipart_uploads(Bucket=bucket, Prefix=prefix + "/").get("Uploads", [])
 
 
-def _stall_after_parts(store, parts: int) -> tuple[threading.Event, threading.Event]:
-    """Once ``parts`` parts are stored, hold every further part until ``gateway_down`` is set.
+def _fail_mid_upload(store, ceph_s3, action, parts: int = 3) -> BaseException:
+    """Run ``action`` in a thread; stop radosgw once ``parts`` parts of its upload are stored.
 
-    The upload is then certain to be in the middle (not done, not yet begun) when radosgw goes
-    away. Returns (parts_done, gateway_down).
+    Every further part is held until the gateway is down, so the upload is certain to be in the
+    middle (not done, not yet begun) when radosgw goes away. The gateway is running again
+    afterwards. Returns the one exception ``action`` raised.
     """
     parts_done, gateway_down = threading.Event(), threading.Event()
     count = [0]
@@ -64,7 +65,24 @@ def _stall_after_parts(store, parts: int) -> tuple[threading.Event, threading.Ev
     events = store._client.meta.events
     events.register("after-call.s3.UploadPart", after_part)
     events.register("before-send.s3.UploadPart", before_part)
-    return parts_done, gateway_down
+    failure: list[BaseException] = []
+
+    def run() -> None:
+        try:
+            action()
+        except BaseException as exc:
+            failure.append(exc)
+
+    worker = threading.Thread(target=run)
+    with ceph_s3.gateway_stopped():
+        worker.start()
+        assert parts_done.wait(60), f"the upload never got {parts} parts up"
+        ceph_s3.stop_rgw()
+        gateway_down.set()
+        worker.join(90)
+        assert not worker.is_alive(), "the upload hung after the gateway went away"
+    assert len(failure) == 1, failure
+    return failure[0]
 
 
 # ------------------------------------------------------------------ credentials
@@ -236,34 +254,17 @@ def test_gateway_dying_mid_multipart_upload_keeps_the_previous_object(path, s3_o
     previous = b"the last good checkpoint " * 40_000
     store.put_stream(key, io.BytesIO(previous))
 
-    parts_done, gateway_down = _stall_after_parts(store, 3)
-
-    failure: list[BaseException] = []
-
     def upload() -> None:
-        try:
-            if path == "put_file":
-                src = tmp_path / "big.pt"
-                src.write_bytes(bytes(range(256)) * (MiB // 256) * 256)  # 256 MiB
-                store.put_file(key, src)
-            else:  # the saver's path: torch.save -> HashingWriter -> storage.writer
-                with store.writer(key) as target:
-                    torch.save({"w": torch.ones(64 * MiB)}, HashingWriter(target))  # 256 MiB
-        except BaseException as exc:
-            failure.append(exc)
+        if path == "put_file":
+            src = tmp_path / "big.pt"
+            src.write_bytes(bytes(range(256)) * (MiB // 256) * 256)  # 256 MiB
+            store.put_file(key, src)
+        else:  # the saver's path: torch.save -> HashingWriter -> storage.writer
+            with store.writer(key) as target:
+                torch.save({"w": torch.ones(64 * MiB)}, HashingWriter(target))  # 256 MiB
 
-    worker = threading.Thread(target=upload)
-    with ceph_s3.gateway_stopped():
-        worker.start()
-        assert parts_done.wait(60), "the upload never got 3 parts up"
-        ceph_s3.stop_rgw()
-        gateway_down.set()
-        worker.join(60)
-        assert not worker.is_alive(), "the upload hung after the gateway went away"
-    # gateway_stopped() started radosgw again.
-
-    assert len(failure) == 1 and isinstance(failure[0], StorageError), failure
-    error = failure[0]
+    error = _fail_mid_upload(store, ceph_s3, upload)
+    assert isinstance(error, StorageError), error
     assert f"s3://{s3_bucket}/" in str(error) and key in str(error) and error.key == key
     assert "cannot reach endpoint" in str(error) or "Connection" in str(error)
     assert type(error.__cause__).__module__.startswith(("botocore", "boto3", "urllib3"))
@@ -299,24 +300,8 @@ def test_gateway_dying_mid_upload_during_training_leaves_no_live_record_on_forei
     trainer.run([0], max_epochs=1)
     (first,) = find_models(project="p", registry=saver.registry)
 
-    parts_done, gateway_down = _stall_after_parts(saver.storage, 3)
-    failure: list[BaseException] = []
-
-    def second_epoch() -> None:
-        try:
-            trainer.run([0], max_epochs=2)
-        except BaseException as exc:
-            failure.append(exc)
-
-    worker = threading.Thread(target=second_epoch)
-    with ceph_s3.gateway_stopped():
-        worker.start()
-        assert parts_done.wait(60), "the upload never got 3 parts up"
-        ceph_s3.stop_rgw()
-        gateway_down.set()
-        worker.join(90)
-        assert not worker.is_alive(), "training hung after the gateway went away"
-    assert len(failure) == 1 and isinstance(failure[0], StorageError), failure
+    error = _fail_mid_upload(saver.storage, ceph_s3, lambda: trainer.run([0], max_epochs=2))
+    assert isinstance(error, StorageError), error
     records = find_models(project="p", registry=saver.registry)
     assert [r.state for r in records] == [RecordState.EVICTED, RecordState.FAILED]
     assert find_models(project="p", live=True, registry=saver.registry) == []
