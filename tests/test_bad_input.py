@@ -40,9 +40,9 @@ def test_the_registry_may_not_live_inside_output_uri(tmp_path) -> None:
     assert _tree(tmp_path) == []
 
 
-def test_a_project_that_would_escape_output_uri_is_refused(tmp_path) -> None:
-    with pytest.raises(ConfigError, match=r"project '\.\./x' cannot be part of a storage key"):
-        TrackerSaver(tmp_path / "out", project="../x", registry=tmp_path / "r.db")
+def test_an_empty_project_is_refused_before_anything_is_created(tmp_path) -> None:
+    with pytest.raises(ConfigError, match=r"project ' ' is not a usable name"):
+        TrackerSaver(tmp_path / "out", project=" ", registry=tmp_path / "r.db")
     assert _tree(tmp_path) == []
 
 

@@ -31,8 +31,8 @@ def test_a_failed_overwrite_keeps_the_slots_previous_bytes(local_target) -> None
     with pytest.raises(SerializationError):
         trainer.run([0], max_epochs=2)
     first, second = find_models(project="p", registry=local_target.registry)
-    # Ignite removed the first before saving the second: evicted, yet its bytes are intact.
-    assert (first.state, second.state) == (RecordState.EVICTED, RecordState.FAILED)
+    # Ignite removed the first before the second failed: it stays live, with its bytes intact.
+    assert (first.state, second.state) == (RecordState.LIVE, RecordState.FAILED)
     with local_target.storage().get(first.key) as f:
         assert hashlib.sha256(f.read()).hexdigest() == first.sha256
     assert local_target.counts() == {"thing": 1}

@@ -7,7 +7,7 @@ import math
 import pytest
 
 from tracker_saver.errors import ConfigError
-from tracker_saver.naming import check_segment, parse_filename, slot_key, split_basename
+from tracker_saver.naming import check_key, check_name, key_ext, key_segment, parse_filename, slot_key, split_basename
 
 
 @pytest.mark.parametrize(
@@ -46,16 +46,37 @@ def test_slot_key_is_deterministic_and_free_of_the_semantic_name() -> None:
     assert slot_key("mnist", "resnet-lr0.1", "best_model", 1, ".pt") == "mnist/resnet-lr0.1/best_model.slot1.pt"
 
 
-@pytest.mark.parametrize("bad", ["..", "a/b", "../x", ".hidden", "", "a\\b", "x\x00", "trailing ", "a" * 201])
-def test_unsafe_project_run_or_stream_names_are_refused_with_the_rule(bad) -> None:
-    with pytest.raises(ConfigError, match="cannot be part of a storage key"):
-        check_segment("project", bad)
-    with pytest.raises(ConfigError):
-        slot_key("p", bad, "s", 0, ".pt")
+@pytest.mark.parametrize(
+    "name",
+    ["..", "a/b", "../x", ".hidden", "a\\b", "trailing ", "a" * 201, "resnet (lr=0.1) [v2]: run #3, final",
+     "最佳模型", "%2e%2e", "\u2024\u2024", "/abs", "C:\\x"],
+)  # fmt: skip
+def test_any_run_or_stream_name_gets_a_safe_key_segment_that_stays_inside_output_uri(name) -> None:
+    segment = key_segment(name)
+    assert check_key(f"p/{segment}/s.slot0.pt") == f"p/{segment}/s.slot0.pt"
+    assert "/" not in segment and ".." not in segment.split("-")
+    key = slot_key("p", name, name, 0, ".pt")
+    assert key.startswith("p/") and key.count("/") == 2 and key.endswith(".slot0.pt")
+
+
+def test_names_that_slug_alike_get_different_segments() -> None:
+    assert key_segment("a b!") != key_segment("a b?")
+    assert key_segment("resnet-lr0.1") == "resnet-lr0.1"  # a safe name is its own key segment
+
+
+@pytest.mark.parametrize("bad", ["", "  ", None, 3, "x\x00", "a" * 1001])
+def test_unusable_names_are_refused_with_the_rule(bad) -> None:
+    with pytest.raises(ConfigError, match="not a usable name"):
+        check_name("run", bad)
+
+
+def test_the_key_extension_never_follows_a_score_in_a_custom_pattern() -> None:
+    assert {key_ext(f"model_{s}") for s in ("0.1000", "0.2000", "1", "nan", "inf")} == {".pt"}
+    assert key_ext("model_0.5.ckpt") == ".ckpt"
 
 
 def test_slot_must_be_a_non_negative_int() -> None:
     with pytest.raises(ConfigError, match="non-negative int"):
         slot_key("p", "r", "s", -1, ".pt")
-    with pytest.raises(ConfigError, match="plain file extension"):
+    with pytest.raises(ConfigError, match="extension"):
         slot_key("p", "r", "s", 0, "./../x")

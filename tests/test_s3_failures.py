@@ -303,7 +303,8 @@ def test_gateway_dying_mid_upload_during_training_leaves_no_live_record_on_forei
     error = _fail_mid_upload(saver.storage, ceph_s3, lambda: trainer.run([0], max_epochs=2))
     assert isinstance(error, StorageError), error
     records = find_models(project="p", registry=saver.registry)
-    assert [r.state for r in records] == [RecordState.EVICTED, RecordState.FAILED]
-    assert find_models(project="p", live=True, registry=saver.registry) == []
-    with saver.storage.get(first.key) as f:  # Ignite removed it, but its bytes are intact
+    # The upload never reached its commit point: the previous record stays live, and true.
+    assert [r.state for r in records] == [RecordState.LIVE, RecordState.FAILED]
+    assert [r.id for r in find_models(project="p", live=True, registry=saver.registry)] == [first.id]
+    with saver.storage.get(first.key) as f:
         assert hashlib.sha256(f.read()).hexdigest() == first.sha256

@@ -13,6 +13,7 @@ from tracker_saver.errors import (
     RegistryError,
     SerializationError,
     StorageError,
+    StreamBusyError,
     TrackerSaverError,
 )
 from tracker_saver.models import find_models, get_model, load_checkpoint, rename_model
@@ -40,6 +41,7 @@ __all__ = [
     "SerializationError",
     "Storage",
     "StorageError",
+    "StreamBusyError",
     "TrackerSaver",
     "TrackerSaverError",
     "UploadInfo",

@@ -67,7 +67,13 @@ class CallbackChain:
                 chain.remove(callback)  # type: ignore[arg-type]
 
     def run_pre(self, info: UploadInfo) -> UploadInfo | None:
-        """Run the pre-upload chain; ``None`` as soon as a callback skips."""
+        """Run the pre-upload chain; ``None`` as soon as a callback skips.
+
+        Raises:
+            CallbackError: a callback raised, returned something else than an ``UploadInfo``
+                or ``None``, or changed a field the slot allocator owns (``UploadInfo.READ_ONLY``).
+        """
+        owned = {name: getattr(info, name) for name in UploadInfo.READ_ONLY}
         current: UploadInfo | None = info
         for callback in self._pre:
             try:
@@ -82,6 +88,13 @@ class CallbackChain:
                 raise CallbackError(
                     f"pre-upload callback {_label(callback)} returned {type(current).__name__}: "
                     "return the UploadInfo it was given (changed or not), or None to skip"
+                )
+            changed = sorted(name for name, value in owned.items() if getattr(current, name) != value)
+            if changed:
+                raise CallbackError(
+                    f"pre-upload callback {_label(callback)} changed {', '.join(changed)} of {owned['filename']!r}: "
+                    "those belong to the slot allocator and keep a stream within its slots; a callback may "
+                    "change name, metadata and tags, or return None to skip"
                 )
         return current
 

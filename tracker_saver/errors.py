@@ -7,7 +7,8 @@
      ├── StorageError                 an object could not be written, read, listed or deleted
      │    └── IntegrityError          bytes do not match the record (size or sha256)
      ├── RegistryError                a record could not be created, changed or found
-     │    └── RecordNotFoundError (KeyError)
+     │    ├── RecordNotFoundError (KeyError)
+     │    └── StreamBusyError         another live saver writes this stream
      ├── SerializationError           torch could not serialize or deserialize a checkpoint
      └── CallbackError                a pre- or post-upload callback raised
 
@@ -27,6 +28,7 @@ __all__ = [
     "RegistryError",
     "SerializationError",
     "StorageError",
+    "StreamBusyError",
     "TrackerSaverError",
 ]
 
@@ -80,6 +82,18 @@ class RecordNotFoundError(RegistryError, KeyError):
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0])
+
+
+class StreamBusyError(RegistryError):
+    """Another live saver holds the stream: a stream has one writer at a time.
+
+    Attributes:
+        holder: how the registry describes the holder (pid, host, command, since).
+    """
+
+    def __init__(self, message: str, *, holder: str) -> None:
+        super().__init__(message)
+        self.holder = holder
 
 
 class SerializationError(TrackerSaverError):

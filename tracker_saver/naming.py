@@ -13,21 +13,39 @@ no score function), so the filename only has to tell the global step:
 * a custom ``filename_pattern`` that does not start with the basename, or does not parse: no
   ``global_step``; ``score`` is ``priority`` when there is a ``score_name``.
 
-NaN and infinite scores are recorded as absent (see ``records.clean_metadata``).
+A NaN score is recorded as absent; ``±inf`` is kept exactly (see ``records.clean_metadata``).
+
+Project, run and stream names may hold any characters people type (``resnet (lr=0.1) [v2]: #3``):
+records keep them as typed, and keys use :func:`key_segment`, a safe slug that is the name
+itself when it is already safe. The key's extension is fixed per stream (:func:`key_ext`), so a
+custom ``filename_pattern`` can never make a stream's keys vary from save to save.
 """
 
 from __future__ import annotations
 
+import hashlib
 import math
 import posixpath
 import re
+import unicodedata
 from numbers import Number
 from typing import Any
 
 from tracker_saver.errors import ConfigError
 from tracker_saver.records import MetaValue
 
-__all__ = ["check_key", "check_path", "check_segment", "parse_filename", "slot_key", "split_basename"]
+__all__ = [
+    "KEY_EXTENSIONS",
+    "check_key",
+    "check_name",
+    "check_segment",
+    "key_ext",
+    "key_path",
+    "key_segment",
+    "parse_filename",
+    "slot_key",
+    "split_basename",
+]
 
 _SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9 ._=+-]{0,199}")
 _KEY = re.compile(r"[A-Za-z0-9 ._=+/-]{1,1000}")
@@ -50,24 +68,47 @@ def check_segment(what: str, value: str) -> str:
     return value
 
 
-def check_path(what: str, value: str) -> str:
-    """Like :func:`check_segment`, for a name of ``/``-separated segments (a ClearML project).
+def check_name(what: str, value: object) -> str:
+    """Return ``value`` if it can name a project, run or stream (a non-empty string), else raise.
 
     Examples:
-        >>> check_path("project", "team/mnist")
+        >>> check_name("run", "resnet (lr=0.1) [v2]: run #3, final")
+        'resnet (lr=0.1) [v2]: run #3, final'
+    """
+    if not isinstance(value, str) or not value.strip() or "\x00" in value or len(value) > 1000:
+        raise ConfigError(
+            f"{what} {value!r} is not a usable name: pass a non-empty string of at most 1000 characters, without NUL"
+        )
+    return value
+
+
+def key_segment(name: str) -> str:
+    """One key segment for ``name``: the name itself when it is safe, else a slug plus a short hash.
+
+    The hash keeps two names that slug alike (``a b`` and ``a-b``) apart.
+
+    Examples:
+        >>> key_segment("resnet-lr0.1")
+        'resnet-lr0.1'
+        >>> key_segment("resnet (lr=0.1) [v2]: run #3")
+        'resnet-lr=0.1-v2-run-3-af7c261d'
+    """
+    if _SEGMENT.fullmatch(name) and not name.endswith((" ", ".")):
+        return name
+    ascii_name = unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode()
+    slug = re.sub(r"[^A-Za-z0-9._=+-]+", "-", ascii_name).strip("-. ")[:80].rstrip("-. ")
+    digest = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()[:8]
+    return f"{slug.lstrip('.=+-')}-{digest}" if slug.lstrip(".=+-") else f"x-{digest}"
+
+
+def key_path(name: str) -> str:
+    """Key segments for a ``/``-separated name (a ClearML project with subprojects).
+
+    Examples:
+        >>> key_path("team/mnist")
         'team/mnist'
     """
-    if not isinstance(value, str) or not value:
-        return check_segment(what, value)
-    for part in value.split("/"):
-        try:
-            check_segment(what, part)
-        except ConfigError:
-            raise ConfigError(
-                f"{what} {value!r} cannot be part of a storage key: use '/'-separated names of 1-200 "
-                "letters, digits, spaces or . _ - = + (no leading '.', no '..')"
-            ) from None
-    return value
+    return "/".join(key_segment(part) for part in name.split("/"))
 
 
 def check_key(key: str) -> str:
@@ -88,8 +129,26 @@ def check_key(key: str) -> str:
     return key
 
 
+#: Extensions a semantic filename may give its stream's keys; any other gives ``.pt``.
+KEY_EXTENSIONS = (".pt", ".pth", ".ckpt", ".bin", ".tar")
+
+
+def key_ext(filename: str) -> str:
+    """The extension of a stream's keys: the filename's when it is a checkpoint extension, else ``.pt``.
+
+    A custom ``filename_pattern`` without ``{ext}`` (``"{name}_{score}"``) gives names whose
+    "extension" is the score: the key must not follow it.
+
+    Examples:
+        >>> key_ext("best_model_3_val_acc=0.5.pt"), key_ext("model_0.1000"), key_ext("net.ckpt")
+        ('.pt', '.pt', '.ckpt')
+    """
+    ext = posixpath.splitext(filename)[1].lower()
+    return ext if ext in KEY_EXTENSIONS else ".pt"
+
+
 def slot_key(project: str, run: str, stream: str, slot: int, ext: str) -> str:
-    """The storage key of a slot: ``<project>/<run>/<stream>.slot<k><ext>``.
+    """The storage key of a slot: ``<project>/<run>/<stream>.slot<k><ext>``, names slugged.
 
     Examples:
         >>> slot_key("mnist", "resnet-lr0.1", "best_model", 1, ".pt")
@@ -97,12 +156,9 @@ def slot_key(project: str, run: str, stream: str, slot: int, ext: str) -> str:
     """
     if not isinstance(slot, int) or isinstance(slot, bool) or slot < 0:
         raise ConfigError(f"slot must be a non-negative int, got {slot!r}")
-    if ext and not re.fullmatch(r"\.[A-Za-z0-9]{1,16}", ext):
-        raise ConfigError(f"extension {ext!r} is not a plain file extension like '.pt'")
-    check_path("project", project)
-    for what, value in (("run", run), ("stream", stream)):
-        check_segment(what, value)
-    return check_key(f"{project}/{run}/{stream}.slot{slot}{ext}")
+    if ext not in KEY_EXTENSIONS:
+        raise ConfigError(f"extension {ext!r} is not one of {', '.join(KEY_EXTENSIONS)}")
+    return check_key(f"{key_path(project)}/{key_segment(run)}/{key_segment(stream)}.slot{slot}{ext}")
 
 
 def split_basename(basename: str) -> tuple[str, str]:
@@ -127,7 +183,7 @@ def _number(value: Any) -> int | float | None:
     if isinstance(value, int):
         return value
     as_float = float(value)  # type: ignore[arg-type]
-    return as_float if math.isfinite(as_float) else None
+    return None if math.isnan(as_float) else as_float
 
 
 def parse_filename(filename: str, basename: str, score_name: str | None, priority: Any) -> dict[str, MetaValue]:

@@ -1,8 +1,11 @@
-"""The ordered save and evict steps: the one place that touches storage and registry together.
+"""DESIGN's path of one checkpoint: the one place that touches storage and registry together.
 
-Save, in DESIGN's order: callbacks (slot allocator first) → record ``pending`` → serialize
-and hash while writing the slot atomically → check the object's size → post-upload callbacks →
-record ``live``. Any failure marks the record ``failed``, gives the slot back, and raises.
+Save: claim the stream → slot allocator → pre-upload callbacks → record ``pending`` →
+serialize and hash into the staged write → at the commit point, the digest is noted and the
+slot's previous record leaves live, in one registry transaction → commit → post-upload
+callbacks → record ``live``. A failure before the commit point puts nothing in the slot and
+leaves the previous record live; one after it is settled by what the slot holds
+(``recovery``). Remove: Ignite's ``remove`` only marks the slot as the next to replace.
 """
 
 from __future__ import annotations
@@ -11,19 +14,30 @@ import contextlib
 import hashlib
 import logging
 import threading
-from collections.abc import Iterator, Mapping
+import time
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any, BinaryIO
 
 import torch
 
 from tracker_saver.callbacks import CallbackChain
-from tracker_saver.errors import IntegrityError, SerializationError, StorageError, TrackerSaverError
-from tracker_saver.records import Record, UploadInfo
-from tracker_saver.registry.base import Registry
-from tracker_saver.slots import SlotAllocator
+from tracker_saver.claims import LEASE_S, Holder
+from tracker_saver.errors import (
+    CallbackError,
+    IntegrityError,
+    SerializationError,
+    StorageError,
+    StreamBusyError,
+    TrackerSaverError,
+)
+from tracker_saver.naming import key_ext, slot_key
+from tracker_saver.records import LOADABLE, Record, RecordState, StreamId, UploadInfo
+from tracker_saver.recovery import Action, recover_slot, recover_stream
+from tracker_saver.registry.base import Query, Registry, stream_query
+from tracker_saver.slots import Choice, SlotAllocator
 from tracker_saver.storage.base import Storage
 
-__all__ = ["HashingWriter", "Pipeline", "is_writing", "writing"]
+__all__ = ["HashingWriter", "Pipeline", "is_writing", "kept_filenames", "writing"]
 
 log = logging.getLogger(__name__)
 
@@ -56,16 +70,17 @@ class HashingWriter:
     files it can name, so our writes never become a second, untracked upload.
     """
 
-    def __init__(self, target: BinaryIO) -> None:
-        self._target = target
+    def __init__(self, target: BinaryIO | None = None) -> None:
+        self.target = target
         self._sha = hashlib.sha256()
         self.size = 0
         self.error: OSError | None = None
 
     def write(self, data: bytes) -> int:
         view = memoryview(data)
+        assert self.target is not None
         try:
-            self._target.write(view)
+            self.target.write(view)
         except OSError as exc:
             self.error = exc  # torch may rewrap it; keep the original for the error message
             raise
@@ -74,71 +89,174 @@ class HashingWriter:
         return view.nbytes
 
     def flush(self) -> None:
-        self._target.flush()
+        if self.target is not None:
+            self.target.flush()
 
     @property
     def sha256(self) -> str:
         return self._sha.hexdigest()
 
 
+def kept_filenames(checkpoint: Mapping[str, Any]) -> list[str]:
+    """The filenames Ignite keeps, from the ``checkpointer`` entry ``include_self=True`` adds.
+
+    Ignite writes its own ``state_dict()`` (``{"_saved": [(priority, filename), ...]}``) into the
+    checkpoint after updating ``_saved``: after ``Checkpoint.load_objects`` restored it, this is
+    the only way the saver learns which earlier records Ignite still keeps.
+    """
+    state = checkpoint.get("checkpointer") if isinstance(checkpoint, Mapping) else None
+    saved = state.get("_saved") if isinstance(state, Mapping) else None
+    if not isinstance(saved, (list, tuple)):
+        return []
+    return [item[1] for item in saved if isinstance(item, (list, tuple)) and len(item) == 2 and isinstance(item[1], str)]
+
+
 class Pipeline:
-    """Runs one save or one remove against a storage and a registry.
+    """Runs DESIGN's path of one checkpoint against a storage and a registry, one writer per stream.
 
     Args:
         storage: where slot objects are written.
-        registry: where records are kept.
-        slots: the slot allocator (also the first pre-upload callback).
-        callbacks: the user's pre/post-upload callbacks, run after the allocator.
+        registry: where records and stream claims are kept.
+        callbacks: the user's pre/post-upload callbacks, run after the slot allocator.
+        holder: this saver's claim on the streams it writes.
     """
 
-    def __init__(self, storage: Storage, registry: Registry, slots: SlotAllocator, callbacks: CallbackChain) -> None:
+    def __init__(self, storage: Storage, registry: Registry, callbacks: CallbackChain, holder: Holder) -> None:
         self.storage = storage
         self.registry = registry
-        self.slots = slots
         self.callbacks = callbacks
+        self.holder = holder
+        self.slots = SlotAllocator()
+        self._claimed: dict[StreamId, float] = {}  # stream -> when the claim was last renewed
+
+    def open(self, stream: StreamId) -> None:
+        """Claim ``stream`` (renewed every quarter lease) and, on first use, settle and load it.
+
+        Raises:
+            StreamBusyError: another live saver writes the stream.
+        """
+        now = time.monotonic()
+        if now - self._claimed.get(stream, -LEASE_S) >= LEASE_S / 4:
+            self.registry.claim(stream, self.holder)
+            self._claimed[stream] = now
+        if not self.slots.loaded(stream):
+            # We hold the claim: every pending record of the stream is a dead writer's.
+            for action in recover_stream(self.storage, self.registry, stream):
+                log.warning("%s: %s", stream.label, action)
+            self.slots.load(stream, self.registry.query(stream_query(stream, states=LOADABLE)))
+
+    def recover(self, project: str, run: str) -> list[Action]:
+        """Start-up recovery: settle what killed writers left in this run at this output_uri.
+
+        Streams that another live saver holds are its own business and left alone.
+        """
+        query = Query(output_uri=self.storage.uri, project=project, run=run, states=(RecordState.PENDING,))
+        actions: list[Action] = []
+        for stream in sorted({r.stream_id for r in self.registry.query(query)}, key=lambda s: s.stream):
+            try:
+                self.registry.claim(stream, self.holder)
+            except StreamBusyError:
+                continue
+            try:
+                actions += recover_stream(self.storage, self.registry, stream)
+            finally:
+                self.registry.release(stream, self.holder)
+                self._claimed.pop(stream, None)
+        for action in actions:
+            log.warning("start-up recovery in %s/%s: %s", project, run, action)
+        return actions
+
+    def close(self) -> None:
+        """Give up every stream claim this pipeline holds."""
+        for stream in list(self._claimed):
+            self.registry.release(stream, self.holder)
+            del self._claimed[stream]
 
     def save(self, checkpoint: Mapping[str, Any], info: UploadInfo) -> Record | None:
-        """Write ``checkpoint`` to the slot chosen for ``info`` and commit its record live."""
-        info = self.slots(info)
+        """Write ``checkpoint`` into the slot chosen for ``info``; return its live record.
+
+        DESIGN's steps: choose the slot → pre-upload callbacks → record ``pending`` → serialize,
+        hash and stage the bytes → at the commit point, note the digest and take the slot's
+        previous record out of live → commit → post-upload callbacks → record ``live``.
+        A failure before the commit point leaves the previous record live and raises.
+        """
+        stream = info.stream_id
+        self.open(stream)
+        self.slots.adopt(stream, [f for f in kept_filenames(checkpoint) if f != info.filename])
+        choice = self.slots.choose(stream, info.filename)
+        info.slot = choice.slot
+        info.key = slot_key(info.project, info.run, info.stream, choice.slot, key_ext(info.filename))
         try:
             final = self.callbacks.run_pre(info)
-            if final is not None:
-                assert final.key is not None
-                record = self.registry.create_pending(final, uri=self.storage.url(final.key))
+            if final is None:
+                self.slots.abandon(stream, choice)
+                log.debug("upload of %s skipped by a pre-upload callback", info.filename)
+                return None
+            record = self.registry.create_pending(final, uri=self.storage.url(info.key))
         except BaseException:
-            self.slots.release(info)
+            self.slots.abandon(stream, choice)
             raise
-        if final is None:
-            self.slots.release(info)
-            log.debug("upload of %s skipped by a pre-upload callback", info.filename)
-            return None
-        info = final
-        assert info.key is not None
-        self.slots.bind(info.filename, record.id)
-        try:
-            sha256, size = self._write(checkpoint, info.key)
-            info.metadata.update(sha256=sha256, size=size, uri=record.uri)
-            self.callbacks.run_post(info)
-            return self.registry.commit(record.id, sha256=sha256, size=size, metadata=info.metadata)
-        except BaseException as exc:
-            self.slots.release(info)
-            try:
-                self.registry.fail(record.id, f"{type(exc).__name__}: {exc}")
-            except TrackerSaverError:
-                log.exception("could not mark record %s failed", record.id)
-            raise
+        staged = False
+        writer = HashingWriter()
 
-    def _write(self, checkpoint: Mapping[str, Any], key: str) -> tuple[str, int]:
-        writer: HashingWriter | None = None
+        def before_commit() -> None:  # DESIGN step 6, right before the storage commit point
+            nonlocal staged
+            replaces = choice.replaces.id if choice.replaces is not None else None
+            self.registry.stage(record.id, sha256=writer.sha256, size=writer.size, replaces=replaces)
+            staged = True
+
         try:
-            with self.storage.writer(key) as target:
-                writer = HashingWriter(target)
+            self._write(checkpoint, info.key, writer, before_commit)
+        except BaseException as exc:
+            self._undo(stream, choice, record, staged, exc)
+            raise
+        final.metadata.update(sha256=writer.sha256, size=writer.size, uri=record.uri)
+        post_error: CallbackError | None = None
+        try:
+            try:
+                self.callbacks.run_post(final)
+            except CallbackError as exc:
+                post_error = exc  # the bytes are committed: the record still becomes live
+            live = self.registry.commit(record.id, sha256=writer.sha256, size=writer.size, metadata=final.metadata)
+        except BaseException:
+            # The bytes are in the slot, the record is pending with their digest: start-up
+            # recovery (or the next save's) promotes it. Reload the slots from the registry.
+            self.slots.abandon(stream, choice)
+            self.slots.forget(stream)
+            raise
+        self.slots.committed(stream, choice, live)
+        if post_error is not None:
+            raise post_error
+        return live
+
+    def _undo(self, stream: StreamId, choice: Choice, record: Record, staged: bool, exc: BaseException) -> None:
+        """After a failed save: the previous record back to live, the new one failed."""
+        self.slots.abandon(stream, choice)
+        try:
+            if not staged:  # the commit point was never reached: the slot's bytes are untouched
+                self.registry.fail(record.id, f"{type(exc).__name__}: {exc}")
+                return
+            # The commit point was attempted: what the slot holds now decides.
+            self.slots.forget(stream)
+            for action in recover_slot(self.storage, self.registry, stream, choice.slot, restored=RecordState.LIVE):
+                log.info("%s after a failed save: %s", stream.label, action)
+        except TrackerSaverError:
+            # The original error is raised; the next save's recovery settles the records.
+            self.slots.forget(stream)
+            log.warning("could not settle the records of %s after a failed save", stream.label, exc_info=True)
+
+    def _write(
+        self, checkpoint: Mapping[str, Any], key: str, writer: HashingWriter, before_commit: Callable[[], None]
+    ) -> None:
+        try:
+            with self.storage.writer(key, before_commit=before_commit) as target:
+                writer.target = target
                 with writing():
                     torch.save(checkpoint, writer)  # type: ignore[arg-type]
         except TrackerSaverError:
             raise
         except Exception as exc:
-            if writer is not None and writer.error is not None:
+            if writer.error is not None:
                 raise StorageError(f"writing {self.storage.url(key)} failed: {writer.error}", key=key) from writer.error
             if isinstance(exc, OSError):
                 raise StorageError(f"writing {self.storage.url(key)} failed: {exc}", key=key) from exc
@@ -148,7 +266,6 @@ class Pipeline:
                 f"torch.save could not serialize the checkpoint for {key!r}: {exc!r}; "
                 "put only state_dict()-able objects in Checkpoint's to_save"
             ) from exc
-        assert writer is not None
         stat = self.storage.stat(key)
         if stat is None or stat.size != writer.size:
             raise IntegrityError(
@@ -156,13 +273,22 @@ class Pipeline:
                 f"{writer.size}: the write did not complete",
                 key=key,
             )
-        return writer.sha256, writer.size
 
-    def remove(self, filename: str) -> Record | None:
-        """Ignite's ``remove``: evict the record and free its slot; its bytes stay until reused."""
-        record_id = self.slots.remove(filename)
-        if record_id is None:
-            log.debug("remove(%r): no saved record of that name; nothing to do", filename)
-            return None
-        return self.registry.evict(record_id)
+    def remove(self, filename: str, *, project: str, run: str) -> None:
+        """Ignite's ``remove``: the record stays live; its slot is the next its stream replaces.
 
+        Ignite does not say the stream: a record of an earlier process (a restored ``_saved``)
+        is found in the registry by filename, and its stream opened.
+        """
+        if self.slots.remove(filename):
+            return
+        query = Query(output_uri=self.storage.uri, project=project, run=run, filename=filename, states=LOADABLE)
+        found = self.registry.query(query)
+        if not found:
+            log.debug("remove(%r): no live record of that name; nothing to do", filename)
+            return
+        stream = found[-1].stream_id
+        if self.slots.loaded(stream):
+            return  # loaded, yet not live there: nothing to do
+        self.open(stream)
+        self.slots.remove(filename)

@@ -7,7 +7,7 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Union
 
-__all__ = ["MetaValue", "Record", "RecordState", "UploadInfo", "clean_metadata"]
+__all__ = ["LOADABLE", "MetaValue", "Record", "RecordState", "StreamId", "UploadInfo", "clean_metadata"]
 
 #: A metadata value is typed: int (step, slot, size), float (score) or str; ``None`` is absent.
 MetaValue = Union[int, float, str, bool, None]
@@ -16,8 +16,10 @@ MetaValue = Union[int, float, str, bool, None]
 class RecordState(str, enum.Enum):
     """Where a record is in its life; see the state diagram in ``docs/concepts.md``.
 
-    ``pending → live`` when the bytes are complete; ``live → evicted`` on Ignite's ``remove``;
-    ``evicted → revived`` by repair; ``pending → failed`` when a write never completed.
+    ``pending → live`` when the bytes are committed; ``live → evicted`` right before a new save
+    commits into its slot (and back to ``live`` if that save fails first); ``evicted → revived``
+    at start-up when the slot still holds its bytes; ``pending → failed`` when a write never
+    completed. Every transition is a compare-and-set on the state it leaves.
     """
 
     PENDING = "pending"
@@ -29,18 +31,45 @@ class RecordState(str, enum.Enum):
     @property
     def loadable(self) -> bool:
         """Whether the record's slot is known to hold its bytes."""
-        return self in (RecordState.LIVE, RecordState.REVIVED)
+        return self in LOADABLE
+
+
+#: The states whose record's slot is known to hold its bytes.
+LOADABLE = (RecordState.LIVE, RecordState.REVIVED)
+
+
+@dataclass(frozen=True)
+class StreamId:
+    """One stream: the checkpoints of one ``Checkpoint`` handler in one run at one output_uri.
+
+    A stream has one writer at a time; records at another output_uri are another stream.
+
+    Examples:
+        >>> StreamId("file:///ckpt", "mnist", "r1", "best_model").label
+        'mnist/r1/best_model at file:///ckpt'
+    """
+
+    output_uri: str
+    project: str
+    run: str
+    stream: str
+
+    @property
+    def label(self) -> str:
+        """How messages name the stream."""
+        return f"{self.project}/{self.run}/{self.stream} at {self.output_uri}"
 
 
 def clean_metadata(metadata: dict[str, Any]) -> dict[str, MetaValue]:
     """Return ``metadata`` with every value checked to be an int, float, str, bool or None.
 
-    Non-finite floats (NaN, ±inf) become ``None``: a score that is not a number is *absent*,
-    so it never matches a range query and sorts last.
+    NaN becomes ``None``: a score that is not a number is *absent*, so it never matches a range
+    query and sorts last. ``±inf`` is kept exactly: Ignite compares priorities, and a resumed run
+    must rank an infinite score as Ignite did.
 
     Examples:
-        >>> clean_metadata({"score": float("nan"), "global_step": 3})
-        {'score': None, 'global_step': 3}
+        >>> clean_metadata({"score": float("nan"), "priority": float("inf"), "global_step": 3})
+        {'score': None, 'priority': inf, 'global_step': 3}
     """
     out: dict[str, MetaValue] = {}
     for key, value in metadata.items():
@@ -48,7 +77,7 @@ def clean_metadata(metadata: dict[str, Any]) -> dict[str, MetaValue]:
             raise TypeError(f"metadata keys must be non-empty strings, got {key!r}")
         if hasattr(value, "item") and callable(value.item):  # numpy / torch scalars
             value = value.item()
-        if isinstance(value, float) and not math.isfinite(value):
+        if isinstance(value, float) and math.isnan(value):
             value = None
         if value is not None and not isinstance(value, (int, float, str, bool)):
             raise TypeError(
@@ -61,7 +90,12 @@ def clean_metadata(metadata: dict[str, Any]) -> dict[str, MetaValue]:
 
 @dataclass
 class UploadInfo:
-    """What the pre-upload callbacks see and may change before a checkpoint is written.
+    """What the pre-upload callbacks see before a checkpoint is written.
+
+    Callbacks may change ``name``, ``metadata`` and ``tags``, or return ``None`` to skip the
+    upload. ``project``, ``run``, ``stream``, ``filename``, ``slot``, ``key`` and
+    ``output_uri`` belong to the slot allocator: changing them is a ``CallbackError`` and
+    nothing is written.
 
     Attributes:
         project: the project (namespace) of the run.
@@ -73,6 +107,7 @@ class UploadInfo:
         tags: tags for the record.
         slot: the slot index chosen by the slot allocator (the first pre-upload callback).
         key: the storage key under output_uri, derived from ``slot``.
+        output_uri: the storage root the key is under.
 
     Examples:
         >>> info = UploadInfo("mnist", "r1", "best_model", "best_model_3_val_acc=0.5000.pt")
@@ -89,10 +124,19 @@ class UploadInfo:
     tags: list[str] = field(default_factory=list)
     slot: int | None = None
     key: str | None = None
+    output_uri: str = ""
+
+    #: The fields a callback must leave as the allocator set them.
+    READ_ONLY = ("project", "run", "stream", "filename", "slot", "key", "output_uri")
 
     def __post_init__(self) -> None:
         if not self.name:
             self.name = self.filename
+
+    @property
+    def stream_id(self) -> StreamId:
+        """The stream this checkpoint belongs to."""
+        return StreamId(self.output_uri, self.project, self.run, self.stream)
 
 
 @dataclass(frozen=True)
@@ -110,6 +154,7 @@ class Record:
         slot: slot index inside the stream.
         key: storage key relative to output_uri.
         uri: full storage URI of the slot object (stale once evicted).
+        output_uri: the storage root the record's stream writes to.
         sha256: hex digest of the object's bytes (``None`` until live).
         size: object size in bytes (``None`` until live).
         metadata: typed metadata.
@@ -134,6 +179,12 @@ class Record:
     tags: tuple[str, ...] = ()
     created_at: float = 0.0
     error: str | None = None
+    output_uri: str | None = None
+
+    @property
+    def stream_id(self) -> StreamId:
+        """The stream this record belongs to."""
+        return StreamId(self.output_uri or "", self.project, self.run, self.stream)
 
     @property
     def score(self) -> float | None:
@@ -166,4 +217,5 @@ class Record:
             "tags": list(self.tags),
             "created_at": self.created_at,
             "error": self.error,
+            "output_uri": self.output_uri,
         }

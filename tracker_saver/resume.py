@@ -10,13 +10,11 @@ from ignite.handlers import Checkpoint
 
 from tracker_saver.errors import ConfigError
 from tracker_saver.models import load_checkpoint
-from tracker_saver.records import Record, RecordState
-from tracker_saver.registry import Query
+from tracker_saver.records import LOADABLE, Record
+from tracker_saver.registry.base import stream_query
 from tracker_saver.saver import TrackerSaver
 
 __all__ = ["resume", "stream_of"]
-
-_LOADABLE = (RecordState.LIVE, RecordState.REVIVED)
 
 
 def stream_of(handler: Checkpoint) -> str:
@@ -70,26 +68,28 @@ def resume(
                 f"Checkpoint handler for stream {stream_of(handler)!r} saves through "
                 f"{handler.save_handler!r}, not this TrackerSaver: pass the handlers built with it"
             )
-    latest = saver.registry.query(
-        Query(project=saver.project, run=saver.run, stream=stream, states=_LOADABLE)
-    )
+    for handler in handlers:  # claim first: recovery settles what a killed writer left
+        saver.adopt(stream_of(handler), ())
+    latest = saver.registry.query(stream_query(saver.stream_id(stream), states=LOADABLE))
     record = latest[-1] if latest else None
     if record is not None:
         load_checkpoint(record, to_load, storage=saver.storage, **load_kwargs)
     for handler in handlers:
         name = stream_of(handler)
-        live = saver.registry.query(Query(project=saver.project, run=saver.run, stream=name, states=_LOADABLE))
+        live = saver.registry.query(stream_query(saver.stream_id(name), states=LOADABLE))
         # Stable sort by priority alone, as Ignite sorts _saved: ties keep save order.
         items = sorted(((_priority(r), r.filename) for r in live), key=lambda item: item[0])
         if handler.n_saved is not None:
             items = items[len(items) - handler.n_saved :] if len(items) > handler.n_saved else items
         handler.load_state_dict({"_saved": items})
-        saver.slots.adopt(name, [filename for _, filename in items])
+        saver.adopt(name, [filename for _, filename in items])
     return record
 
 
 def _priority(record: Record) -> float | int:
+    # The exact priority Ignite compared, ±inf included; a NaN score was recorded as absent
+    # and ranks lowest, so it is the first Ignite replaces.
     value = record.metadata.get("priority")
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return value
-    return -math.inf  # a NaN score: Ignite would replace it first
+    return -math.inf

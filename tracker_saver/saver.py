@@ -14,13 +14,12 @@ import torch
 from ignite.handlers.checkpoint import BaseSaveHandler
 
 from tracker_saver.callbacks import CallbackChain, PostUploadCallback, PreUploadCallback
+from tracker_saver.claims import new_holder, release_local
 from tracker_saver.errors import ConfigError, SerializationError
-from tracker_saver.models import find_models
-from tracker_saver.naming import check_path, check_segment, parse_filename
+from tracker_saver.naming import check_name, parse_filename
 from tracker_saver.pipeline import Pipeline
-from tracker_saver.records import Record, UploadInfo, clean_metadata
-from tracker_saver.registry import Registry, open_registry, sqlite_path
-from tracker_saver.slots import SlotAllocator
+from tracker_saver.records import LOADABLE, Record, RecordState, StreamId, UploadInfo, clean_metadata
+from tracker_saver.registry import Query, Registry, open_registry, sqlite_path
 from tracker_saver.storage import Storage, open_storage
 
 __all__ = ["TrackerSaver"]
@@ -32,15 +31,16 @@ class TrackerSaver(BaseSaveHandler):
     Every checkpoint becomes a record named by Ignite's semantic filename, with typed metadata
     (global_step, score, priority, slot, sha256, …). Its bytes go to
     ``<output_uri>/<project>/<run>/<basename>.slot<k><ext>``, so a stream never holds more than
-    its ``n_saved`` objects, even across restarts.
+    its ``n_saved`` objects, even across restarts. A stream has one writer at a time: a second
+    saver on the same output_uri, project, run and basename gets ``StreamBusyError``.
 
     Args:
         output_uri: a local folder, ``file:///path`` or ``s3://BUCKET/PREFIX``. Holds checkpoint
             objects only: never the registry. With ClearML, defaults to the task's output_uri.
-        project: namespace of the run (storage key segments, ``/`` allowed); with ClearML the
-            task's project, else ``"default"``.
-        run: the run; a new process with the same ``run`` continues its streams' slots. With
-            ClearML the task's name, else ``"default"``.
+        project: namespace of the run (any text; keys use a safe slug, ``/`` makes
+            subfolders); with ClearML the task's project, else ``"default"``.
+        run: the run (any text); a new process with the same ``run`` continues its streams'
+            slots. With ClearML ``"<task name>.<task id>"``, else ``"default"``.
         registry: ``None`` (``$TRACKER_SAVER_REGISTRY`` or ``~/.tracker_saver/registry.db``),
             a SQLite path, ``"clearml"``, or a ``Registry``.
         storage_options: options for the storage backend (S3: ``endpoint_url``, ``profile``, …).
@@ -85,8 +85,8 @@ class TrackerSaver(BaseSaveHandler):
         elif (db_path := sqlite_path(registry)) is None:
             opened = open_registry(registry)  # ClearML: it knows the task's project, name, output_uri
         defaults = opened.run_defaults() if opened is not None else {}
-        self.project = check_path("project", project or defaults.get("project") or "default")
-        self.run = check_segment("run", run or defaults.get("run") or "default")
+        self.project = check_name("project", project or defaults.get("project") or "default")
+        self.run = check_name("run", run or defaults.get("run") or "default")
         output_uri = output_uri or defaults.get("output_uri")
         if not output_uri:
             raise ConfigError(
@@ -112,8 +112,10 @@ class TrackerSaver(BaseSaveHandler):
             self.callbacks.add_pre(pre)
         for post in post_upload:
             self.callbacks.add_post(post)
-        self.slots = SlotAllocator(self.registry, self.project, self.run)
-        self._pipeline = Pipeline(self.storage, self.registry, self.slots, self.callbacks)
+        self._holder = new_holder(self)
+        self._pipeline = Pipeline(self.storage, self.registry, self.callbacks, self._holder)
+        if self._is_saving_rank():
+            self._pipeline.recover(self.project, self.run)
         self._versions = {"torch_version": torch.__version__, "ignite_version": ignite.__version__}
 
     @staticmethod
@@ -139,14 +141,15 @@ class TrackerSaver(BaseSaveHandler):
                 f"TrackerSaver got no Ignite metadata for {filename!r}: call it as "
                 "saver(checkpoint, filename, metadata) from ignite.handlers.Checkpoint (pytorch-ignite >= 0.4.2)"
             )
-        basename = str(metadata["basename"])
+        basename = check_name("stream (Ignite's basename, from filename_prefix and to_save)", str(metadata["basename"]))
         parsed = parse_filename(filename, basename, metadata.get("score_name"), metadata.get("priority"))
         info = UploadInfo(
             project=self.project,
             run=self.run,
-            stream=check_segment("stream (Ignite basename)", basename),
+            stream=basename,
             filename=filename,
             metadata=clean_metadata({**parsed, **self._versions}),
+            output_uri=self.storage.uri,
         )
         try:
             self._pipeline.save(checkpoint, info)
@@ -155,10 +158,31 @@ class TrackerSaver(BaseSaveHandler):
             raise SerializationError(f"saving {filename!r} failed: {exc!r}") from exc
 
     def remove(self, filename: str) -> None:
-        """Evict ``filename``'s record and free its slot (harmless for an unknown name)."""
+        """Ignite dropped ``filename``: the next save of its stream replaces its slot.
+
+        The record stays live until that save reaches its commit point, so a failed save never
+        costs the last good checkpoint. Harmless for a name that never finished saving.
+        """
         if not self._is_saving_rank():
             return
-        self._pipeline.remove(filename)
+        self._pipeline.remove(filename, project=self.project, run=self.run)
+
+    def stream_id(self, stream: str) -> StreamId:
+        """The identity of this saver's stream ``stream`` (Ignite's basename, e.g. ``best_model``)."""
+        return StreamId(self.storage.uri, self.project, self.run, stream)
+
+    def adopt(self, stream: str, filenames: Iterable[str]) -> None:
+        """Claim ``stream`` and tell the slot allocator that Ignite keeps these filenames.
+
+        :func:`tracker_saver.resume` calls this after restoring a handler's ``_saved``; with
+        ``include_self=True`` the saver learns it from each checkpoint by itself.
+
+        Raises:
+            StreamBusyError: another live saver writes the stream.
+        """
+        stream_id = self.stream_id(stream)
+        self._pipeline.open(stream_id)
+        self._pipeline.slots.adopt(stream_id, filenames)
 
     def check(self) -> None:
         """Check again that output_uri can be written (the constructor already did once).
@@ -177,16 +201,22 @@ class TrackerSaver(BaseSaveHandler):
         self.callbacks.add_post(callback)
 
     def records(self, *, live: bool | None = None) -> list[Record]:
-        """This run's records, oldest first; ``live=True`` keeps only loadable ones."""
-        return find_models(project=self.project, run=self.run, live=live, registry=self.registry)
+        """This run's records at this output_uri, oldest first; ``live=True`` keeps only loadable ones."""
+        states = None if live is None else LOADABLE if live else tuple(s for s in RecordState if s not in LOADABLE)
+        query = Query(output_uri=self.storage.uri, project=self.project, run=self.run, states=states)
+        return self.registry.query(query)
 
     def flush(self) -> None:
         """Wait until every scheduled save is complete (sync mode: nothing is ever pending)."""
 
     def close(self) -> None:
-        """Flush, then release the registry connection."""
+        """Flush, give up the claims on this saver's streams, and release the registry connection."""
         self.flush()
-        self.registry.close()
+        try:
+            self._pipeline.close()
+        finally:
+            release_local(self._holder)
+            self.registry.close()
 
     def __repr__(self) -> str:
         return f"TrackerSaver(output_uri={self.storage.uri!r}, project={self.project!r}, run={self.run!r}, registry={self.registry.uri!r})"

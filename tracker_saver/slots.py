@@ -1,11 +1,21 @@
-"""The slot allocator: the first pre-upload callback; it rebuilds each stream from the registry.
+"""The slot allocator: which slot each save takes, from Ignite's calls and the stream's live records.
 
-A save takes, in order: a slot freed by Ignite's ``remove``; else the slot of an *inherited*
-record (live in the registry from an earlier process, not adopted); else a new slot.
-A record is *adopted* when a restored ``Checkpoint`` still keeps it: ``resume()`` adopts the
-records it puts back into each handler's ``_saved``, and a ``remove`` for a record this process
-never saved adopts (and evicts) it. An adopted record's slot is never taken for another save
-until Ignite removes it, so a record that Ignite keeps is never overwritten (invariant 4).
+A save takes, in order (DESIGN, "Slots across restarts"):
+
+1. the slot of a record Ignite removed (its record stays live until the save replaces it);
+2. else the slot of an *inherited* record: live, from an earlier process, and kept by nothing
+   (the one with the same filename first, so a stream never has two live records of one name;
+   then the oldest);
+3. else a new slot, the smallest index no live record holds.
+
+A record is *kept* while Ignite's ``Checkpoint`` holds its filename in ``_saved``: the allocator
+learns that from the saves it made, from :meth:`SlotAllocator.adopt` (the resume helper, and
+the ``checkpointer`` entry of every checkpoint written with ``include_self=True``, which is how
+``Checkpoint.load_objects`` restores show up) and loses it on Ignite's ``remove``. A kept record's
+slot is never taken by another save, so a record that Ignite keeps is never overwritten.
+
+What Ignite said (kept, removed) lives here; which record is live in which slot is a cache of
+the registry that the pipeline reloads with :meth:`SlotAllocator.load` after any doubt. No I/O.
 """
 
 from __future__ import annotations
@@ -14,133 +24,130 @@ import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 
-from tracker_saver.naming import slot_key
-from tracker_saver.records import Record, RecordState, UploadInfo
-from tracker_saver.registry.base import Query, Registry
+from tracker_saver.records import Record, StreamId
 
-__all__ = ["SlotAllocator"]
-
-LOADABLE = (RecordState.LIVE, RecordState.REVIVED)
+__all__ = ["Choice", "SlotAllocator"]
 
 
-@dataclass
-class _Held:
-    stream: str
+@dataclass(frozen=True)
+class Choice:
+    """The slot one save writes, and the live record whose bytes it replaces (if any)."""
+
     slot: int
-    record_id: str | None  # None between allocation and create_pending
+    replaces: Record | None
+    removed: str | None = None  # the filename Ignite removed, when the slot came from a remove
 
 
 @dataclass
 class _Stream:
-    free: list[int] = field(default_factory=list)
-    inherited: list[Record] = field(default_factory=list)
-    used: set[int] = field(default_factory=set)
+    live: dict[int, Record] | None = None  # slot -> live record; None until loaded
+    kept: set[str] = field(default_factory=set)  # filenames Ignite keeps
+    removed: list[str] = field(default_factory=list)  # removed by Ignite, oldest first, still live
+    busy: set[int] = field(default_factory=set)  # slots being written
 
 
 class SlotAllocator:
-    """Chooses each checkpoint's slot and key; knows which record holds which slot.
-
-    Args:
-        registry: where inherited records are found and evicted.
-        project: the run's project.
-        run: the run.
+    """Chooses each save's slot; knows which records Ignite keeps and which it removed.
 
     Examples:
-        >>> from tracker_saver.registry import open_registry
-        >>> alloc = SlotAllocator(open_registry(":memory:"), "p", "r")
-        >>> info = alloc(UploadInfo("p", "r", "checkpoint", "checkpoint_1.pt", metadata={"ext": ".pt"}))
-        >>> info.slot, info.key
-        (0, 'p/r/checkpoint.slot0.pt')
+        >>> alloc = SlotAllocator()
+        >>> s = StreamId("file:///out", "p", "r", "checkpoint")
+        >>> alloc.load(s, [])
+        >>> choice = alloc.choose(s, "checkpoint_1.pt")
+        >>> choice.slot, choice.replaces
+        (0, None)
     """
 
-    def __init__(self, registry: Registry, project: str, run: str) -> None:
-        self.registry = registry
-        self.project = project
-        self.run = run
-        self._streams: dict[str, _Stream] = {}
-        self._held: dict[str, _Held] = {}  # Ignite filename -> what holds its slot
+    def __init__(self) -> None:
+        self._streams: dict[StreamId, _Stream] = {}
         self._lock = threading.Lock()
 
-    def _stream(self, name: str) -> _Stream:
-        stream = self._streams.get(name)
-        if stream is None:
-            live = self.registry.query(Query(project=self.project, run=self.run, stream=name, states=LOADABLE))
-            stream = _Stream(inherited=[r for r in live if r.slot is not None])
-            stream.used = {r.slot for r in stream.inherited if r.slot is not None}
-            self._streams[name] = stream
-        return stream
+    def _get(self, stream: StreamId) -> _Stream:
+        return self._streams.setdefault(stream, _Stream())
 
-    def __call__(self, info: UploadInfo) -> UploadInfo:
-        """Pre-upload callback: set ``info.slot`` and ``info.key``."""
+    def loaded(self, stream: StreamId) -> bool:
+        """Whether the stream's live records are cached."""
         with self._lock:
-            stream = self._stream(info.stream)
-            if stream.free:
-                slot = stream.free.pop(0)
-            elif stream.inherited:
-                # A fresh Checkpoint in an old run: Ignite will never remove these records,
-                # so reuse their slots oldest first instead of growing past n_saved.
-                oldest = stream.inherited.pop(0)
-                self.registry.evict(oldest.id)
-                slot = oldest.slot  # type: ignore[assignment]
-            else:
-                slot = next(k for k in range(len(stream.used) + 1) if k not in stream.used)
-            stream.used.add(slot)
-            self._held[info.filename] = _Held(info.stream, slot, None)
-        info.slot = slot
-        info.key = slot_key(self.project, self.run, info.stream, slot, str(info.metadata.get("ext") or ""))
-        return info
+            return self._get(stream).live is not None
 
-    def bind(self, filename: str, record_id: str) -> None:
-        """Remember the record now holding ``filename``'s slot."""
+    def load(self, stream: StreamId, live: Iterable[Record]) -> None:
+        """Cache the stream's live records (read from the registry)."""
         with self._lock:
-            self._held[filename].record_id = record_id
+            state = self._get(stream)
+            state.live = {r.slot: r for r in live if r.slot is not None}
+            names = {r.filename for r in state.live.values()}
+            state.removed = [f for f in state.removed if f in names]
 
-    def release(self, info: UploadInfo) -> None:
-        """Give back the slot of a save that was skipped or failed: it is free again."""
+    def forget(self, stream: StreamId) -> None:
+        """Drop the cached records (the registry may say otherwise now); Ignite's view stays."""
         with self._lock:
-            held = self._held.pop(info.filename, None)
-            if held is not None:
-                self._streams[held.stream].free.insert(0, held.slot)
+            self._get(stream).live = None
 
-    def adopt(self, stream_name: str, filenames: Iterable[str]) -> list[str]:
-        """Mark inherited records of a stream as kept by a restored ``Checkpoint``; return them."""
-        wanted = set(filenames)
+    def adopt(self, stream: StreamId, filenames: Iterable[str]) -> None:
+        """Ignite keeps these filenames (a restored ``_saved``): their slots are not for reuse."""
         with self._lock:
-            stream = self._stream(stream_name)
-            adopted = [r for r in stream.inherited if r.filename in wanted]
-            stream.inherited = [r for r in stream.inherited if r.filename not in wanted]
-            for record in adopted:
-                self._held[record.filename] = _Held(stream_name, record.slot, record.id)  # type: ignore[arg-type]
-        return [r.filename for r in adopted]
+            self._get(stream).kept.update(filenames)
 
-    def remove(self, filename: str) -> str | None:
-        """Free ``filename``'s slot; return the id of the record to evict, if any.
+    def holds(self, stream: StreamId, filename: str) -> bool:
+        """Whether a live record of ``stream`` has ``filename`` (the stream must be loaded)."""
+        with self._lock:
+            live = self._get(stream).live or {}
+            return any(r.filename == filename for r in live.values())
+
+    def remove(self, filename: str) -> bool:
+        """Ignite removed ``filename``: its slot is the next one its stream replaces.
 
         Ignite calls ``remove`` *before* the save that reuses the slot, and may name a file
-        whose save never finished (it updates ``_saved`` before calling the handler): an unknown
-        name is harmless and returns ``None``.
+        whose save never finished (it updates ``_saved`` before calling the handler): a name
+        no loaded stream holds live is ignored, and ``False`` tells the caller to look further.
         """
         with self._lock:
-            held = self._held.pop(filename, None)
-            if held is None:
-                held = self._adopt_by_filename(filename)
-            if held is None:
-                return None
-            self._streams[held.stream].free.append(held.slot)
-            return held.record_id
+            for state in self._streams.values():
+                state.kept.discard(filename)
+                if any(r.filename == filename for r in (state.live or {}).values()):
+                    if filename not in state.removed:
+                        state.removed.append(filename)
+                    return True
+        return False
 
-    def _adopt_by_filename(self, filename: str) -> _Held | None:
-        # A Checkpoint whose _saved was restored without resume(): Ignite removes a record
-        # from an earlier process. Find it among the inherited ones.
-        for name, stream in self._streams.items():
-            for record in stream.inherited:
-                if record.filename == filename:
-                    stream.inherited.remove(record)
-                    return _Held(name, record.slot, record.id)  # type: ignore[arg-type]
-        found = self.registry.query(Query(project=self.project, run=self.run, filename=filename, states=LOADABLE))
-        if not found or found[-1].slot is None:
-            return None
-        record = found[-1]
-        stream = self._stream(record.stream)
-        stream.inherited = [r for r in stream.inherited if r.id != record.id]
-        return _Held(record.stream, record.slot, record.id)  # type: ignore[arg-type]
+    def choose(self, stream: StreamId, filename: str) -> Choice:
+        """Pick the slot of the save of ``filename`` into a loaded ``stream``; mark it busy."""
+        with self._lock:
+            state = self._get(stream)
+            live = state.live
+            assert live is not None, "load the stream first"
+            by_name = {r.filename: r for r in live.values() if r.slot not in state.busy}
+            choice: Choice | None = None
+            while state.removed and choice is None:
+                name = state.removed.pop(0)
+                if name in by_name:
+                    choice = Choice(by_name[name].slot, by_name[name], removed=name)  # type: ignore[arg-type]
+            if choice is None:
+                # A fresh Checkpoint in an old run: Ignite will never remove these records,
+                # so reuse their slots oldest first instead of growing past n_saved.
+                inherited = [r for r in by_name.values() if r.filename not in state.kept]
+                if inherited:
+                    oldest = min(inherited, key=lambda r: (r.filename != filename, r.created_at, r.slot))
+                    choice = Choice(oldest.slot, oldest)  # type: ignore[arg-type]
+            if choice is None:
+                taken = set(live) | state.busy
+                choice = Choice(next(k for k in range(len(taken) + 1) if k not in taken), None)
+            state.busy.add(choice.slot)
+            return choice
+
+    def committed(self, stream: StreamId, choice: Choice, record: Record) -> None:
+        """The save of ``choice`` made ``record`` live: Ignite keeps it now."""
+        with self._lock:
+            state = self._get(stream)
+            state.busy.discard(choice.slot)
+            state.kept.add(record.filename)
+            if state.live is not None:
+                state.live[choice.slot] = record
+
+    def abandon(self, stream: StreamId, choice: Choice) -> None:
+        """The save of ``choice`` was skipped or failed: the slot is as it was."""
+        with self._lock:
+            state = self._get(stream)
+            state.busy.discard(choice.slot)
+            if choice.removed is not None:
+                state.removed.insert(0, choice.removed)

@@ -7,13 +7,15 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tracker_saver.claims import Holder
+from tracker_saver.errors import StreamBusyError
 from tracker_saver.query import Condition, Order, matches, sort_key
-from tracker_saver.records import MetaValue, Record, RecordState, UploadInfo
+from tracker_saver.records import MetaValue, Record, RecordState, StreamId, UploadInfo
 
-__all__ = ["Query", "Registry", "record_field", "select"]
+__all__ = ["Query", "Registry", "busy", "record_field", "select", "stream_query"]
 
 #: Keys that sort/filter on a record's own fields rather than its metadata.
-RECORD_FIELDS = ("id", "name", "filename", "state", "stream", "run", "project", "created_at")
+RECORD_FIELDS = ("id", "name", "filename", "state", "stream", "run", "project", "created_at", "output_uri")
 
 
 @dataclass(frozen=True)
@@ -24,6 +26,8 @@ class Query:
     run: str | None = None
     stream: str | None = None
     filename: str | None = None
+    output_uri: str | None = None
+    slot: int | None = None
     states: tuple[RecordState, ...] | None = None
     where: tuple[Condition, ...] = ()
     order_by: tuple[Order, ...] = ()
@@ -50,6 +54,8 @@ def select(records: Iterable[Record], query: Query) -> list[Record]:
         and (query.run is None or r.run == query.run)
         and (query.stream is None or r.stream == query.stream)
         and (query.filename is None or r.filename == query.filename)
+        and (query.output_uri is None or r.output_uri == query.output_uri)
+        and (query.slot is None or r.slot == query.slot)
         and (query.states is None or r.state in query.states)
         and matches({k: record_field(r, k) for k in {c.key for c in query.where}}, query.where)
     ]
@@ -62,6 +68,23 @@ def select(records: Iterable[Record], query: Query) -> list[Record]:
     return out[: query.limit] if query.limit is not None else out
 
 
+def stream_query(stream: StreamId, **kwargs: Any) -> Query:
+    """A query for one stream's records (``kwargs``: ``states``, ``filename``…)."""
+    return Query(
+        output_uri=stream.output_uri, project=stream.project, run=stream.run, stream=stream.stream, **kwargs
+    )
+
+
+def busy(stream: StreamId, holder: Holder) -> StreamBusyError:
+    """The error for a save into a stream that ``holder`` writes."""
+    return StreamBusyError(
+        f"stream {stream.label} is being written by another saver, {holder.describe()}: a stream has one "
+        "writer at a time; give this one another run or filename_prefix, or close() the other saver "
+        "(a killed process holds nothing)",
+        holder=holder.describe(),
+    )
+
+
 def _id_key(record_id: str) -> tuple[int, Any]:
     return (0, int(record_id)) if record_id.isdigit() else (1, record_id)
 
@@ -70,7 +93,8 @@ class Registry(ABC):
     """Records of checkpoints: create pending, commit live, change state, rename, tag, query.
 
     State changes are checked: ``set_state`` only moves a record out of the states it expects,
-    so an evicted record can never become live by accident (invariant 2).
+    so an evicted record can never become live by accident (invariant 2). Each stream has one
+    writer at a time: ``claim`` records it and refuses a second live one.
 
     Examples:
         >>> from tracker_saver.registry import open_registry
@@ -91,6 +115,15 @@ class Registry(ABC):
     @abstractmethod
     def commit(self, record_id: str, *, sha256: str, size: int, metadata: dict[str, MetaValue] | None = None) -> Record:
         """Move ``pending`` → ``live`` with its sha256, size and extra metadata."""
+
+    @abstractmethod
+    def stage(self, record_id: str, *, sha256: str, size: int, replaces: str | None) -> None:
+        """At the storage commit point: note a pending record's staged digest and take its slot's
+        previous record (``replaces``) out of live, in one transaction.
+
+        Raises ``RegistryError`` (and changes nothing) when the record is not pending or the
+        replaced record is no longer live: someone else changed the slot.
+        """
 
     @abstractmethod
     def set_state(
@@ -114,6 +147,18 @@ class Registry(ABC):
     def query(self, query: Query) -> list[Record]:
         """Records matching ``query``, sorted as :func:`select` sorts them."""
 
+    @abstractmethod
+    def claim(self, stream: StreamId, holder: Holder) -> None:
+        """Make ``holder`` the writer of ``stream`` (renewing its heartbeat if it already is).
+
+        Raises:
+            StreamBusyError: another holder is alive (see :func:`tracker_saver.claims.is_alive`).
+        """
+
+    @abstractmethod
+    def release(self, stream: StreamId, holder: Holder) -> None:
+        """Give up ``holder``'s claim on ``stream`` (nothing if it holds none)."""
+
     def run_defaults(self) -> dict[str, str]:
         """What this registry knows of the run being saved: ``project``, ``run``, ``output_uri``.
 
@@ -126,8 +171,12 @@ class Registry(ABC):
         return options
 
     def evict(self, record_id: str) -> Record:
-        """``live``/``revived`` → ``evicted``: Ignite removed it, or its slot was reused."""
+        """``live``/``revived`` → ``evicted``: its slot is being reused."""
         return self.set_state(record_id, RecordState.EVICTED, expected=(RecordState.LIVE, RecordState.REVIVED))
+
+    def restore(self, record_id: str, state: RecordState = RecordState.LIVE) -> Record:
+        """``evicted`` → ``live`` (a replacing save failed) or ``revived`` (found at start-up)."""
+        return self.set_state(record_id, state, expected=(RecordState.EVICTED,))
 
     def fail(self, record_id: str, error: str) -> Record:
         """``pending`` → ``failed``, keeping why."""

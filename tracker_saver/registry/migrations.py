@@ -49,6 +49,29 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         CREATE INDEX tags_tag ON tags (tag);
         """,
     ),
+    (
+        2,
+        """
+        ALTER TABLE records ADD COLUMN output_uri TEXT;
+        UPDATE records SET output_uri = substr(uri, 1, length(uri) - length(key) - 1)
+            WHERE uri IS NOT NULL AND key IS NOT NULL;
+        CREATE INDEX records_output_uri ON records (output_uri, project, run, stream, state);
+        CREATE TABLE claims (
+            output_uri  TEXT NOT NULL,
+            project     TEXT NOT NULL,
+            run         TEXT NOT NULL,
+            stream      TEXT NOT NULL,
+            token       TEXT NOT NULL,
+            host        TEXT NOT NULL,
+            pid         INTEGER NOT NULL,
+            started     INTEGER NOT NULL,
+            since       REAL NOT NULL,
+            command     TEXT NOT NULL,
+            heartbeat   REAL NOT NULL,
+            PRIMARY KEY (output_uri, project, run, stream)
+        );
+        """,
+    ),
 )
 
 

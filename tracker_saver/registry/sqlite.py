@@ -11,10 +11,11 @@ from collections.abc import Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
+from tracker_saver.claims import Holder, is_alive
 from tracker_saver.errors import ConfigError, RecordNotFoundError, RegistryError
-from tracker_saver.query import Condition, Order
-from tracker_saver.records import MetaValue, Record, RecordState, UploadInfo, clean_metadata
-from tracker_saver.registry.base import RECORD_FIELDS, Query, Registry
+from tracker_saver.query import Condition
+from tracker_saver.records import MetaValue, Record, RecordState, StreamId, UploadInfo, clean_metadata
+from tracker_saver.registry.base import RECORD_FIELDS, Query, Registry, busy
 from tracker_saver.registry.migrations import migrate
 
 __all__ = ["SQLiteRegistry"]
@@ -180,6 +181,7 @@ class SQLiteRegistry(Registry):
                 tags=tuple(tags[row["id"]]),
                 created_at=row["created_at"],
                 error=row["error"],
+                output_uri=row["output_uri"],
             )
             for row in rows
         ]
@@ -205,9 +207,10 @@ class SQLiteRegistry(Registry):
         now = time.time()
         with self.atomic() as conn:
             cur = conn.execute(
-                "INSERT INTO records (project, run, stream, filename, name, state, slot, key, uri, created_at, updated_at)"
-                " VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?)",
-                (info.project, info.run, info.stream, info.filename, info.name, info.slot, info.key, uri, now, now),
+                "INSERT INTO records (project, run, stream, filename, name, state, slot, key, uri, output_uri,"
+                " created_at, updated_at) VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?)",
+                (info.project, info.run, info.stream, info.filename, info.name, info.slot, info.key, uri,
+                 info.output_uri, now, now),
             )
             rid = int(cur.lastrowid or 0)
             self._set_metadata(conn, rid, {**info.metadata, "slot": info.slot, "created_at": now})
@@ -228,6 +231,51 @@ class SQLiteRegistry(Registry):
             )
             self._set_metadata(conn, rid, {**(metadata or {}), "sha256": sha256, "size": size, "uri": row[1]})
         return self.get(record_id)
+
+    def stage(self, record_id: str, *, sha256: str, size: int, replaces: str | None) -> None:
+        rid = self._id(record_id)
+        with self.atomic() as conn:
+            done = conn.execute(
+                "UPDATE records SET sha256 = ?, size = ?, updated_at = ? WHERE id = ? AND state = 'pending'",
+                (sha256, size, time.time(), rid),
+            )
+            if done.rowcount == 0:
+                raise RegistryError(f"record {record_id} is no longer pending: its save cannot commit", record_id=str(record_id))
+            if replaces is not None:
+                done = conn.execute(
+                    "UPDATE records SET state = 'evicted', updated_at = ? WHERE id = ? AND state IN ('live', 'revived')",
+                    (time.time(), self._id(replaces)),
+                )
+                if done.rowcount == 0:
+                    raise RegistryError(
+                        f"record {replaces}, which record {record_id} replaces in its slot, is no longer live: "
+                        "another writer changed the slot",
+                        record_id=str(replaces),
+                    )
+
+    def claim(self, stream: StreamId, holder: Holder) -> None:
+        key = (stream.output_uri, stream.project, stream.run, stream.stream)
+        with self.atomic() as conn:
+            row = conn.execute(
+                "SELECT token, host, pid, started, since, command, heartbeat FROM claims"
+                " WHERE output_uri = ? AND project = ? AND run = ? AND stream = ?",
+                key,
+            ).fetchone()
+            if row is not None and row[0] != holder.token:
+                other = Holder(token=row[0], host=row[1], pid=row[2], started=row[3], since=row[4], command=row[5])
+                if is_alive(other, heartbeat=row[6]):
+                    raise busy(stream, other)
+            conn.execute(
+                "INSERT OR REPLACE INTO claims VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
+                (*key, holder.token, holder.host, holder.pid, holder.started, holder.since, holder.command, time.time()),
+            )
+
+    def release(self, stream: StreamId, holder: Holder) -> None:
+        with self.atomic() as conn:
+            conn.execute(
+                "DELETE FROM claims WHERE output_uri = ? AND project = ? AND run = ? AND stream = ? AND token = ?",
+                (stream.output_uri, stream.project, stream.run, stream.stream, holder.token),
+            )
 
     def set_state(
         self, record_id: str, state: RecordState, *, expected: Sequence[RecordState], error: str | None = None
@@ -280,7 +328,7 @@ class SQLiteRegistry(Registry):
         sql = ["SELECT r.* FROM records r"]
         args: list[Any] = []
         where: list[str] = []
-        for column in ("project", "run", "stream", "filename"):
+        for column in ("project", "run", "stream", "filename", "output_uri", "slot"):
             value = getattr(query, column)
             if value is not None:
                 where.append(f"r.{column} = ?")

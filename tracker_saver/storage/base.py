@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
 import tempfile
 from abc import ABC, abstractmethod
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from typing import BinaryIO
 
@@ -58,15 +59,19 @@ class Storage(ABC):
         """Raise a clear error now if the root cannot be written (default: nothing to check)."""
 
     @contextlib.contextmanager
-    def writer(self, key: str) -> Iterator[BinaryIO]:
+    def writer(self, key: str, *, before_commit: Callable[[], None] | None = None) -> Iterator[BinaryIO]:
         """Yield a binary file; on a clean exit its bytes replace ``key`` atomically.
 
-        On an exception nothing is written and the previous object stays intact.
+        ``before_commit`` runs once every byte is written and staged, right before the commit
+        point (the rename, the PUT or the CompleteMultipartUpload); if it raises, nothing is
+        committed. On an exception the previous object stays intact.
         """
         check_key(key)
         with tempfile.SpooledTemporaryFile(max_size=self.spool_bytes) as spool:
             yield spool  # type: ignore[misc]
             spool.seek(0)
+            if before_commit is not None:
+                before_commit()
             self.put_stream(key, spool)  # type: ignore[arg-type]
 
     @abstractmethod
@@ -92,6 +97,22 @@ class Storage(ABC):
     @abstractmethod
     def delete(self, key: str) -> None:
         """Delete ``key``; deleting a missing key is not an error."""
+
+    def digest(self, key: str) -> tuple[int, str]:
+        """``(size, sha256 hex)`` of the object at ``key``, read in 1 MiB chunks."""
+        sha = hashlib.sha256()
+        size = 0
+        with self.get(key) as src:
+            while chunk := src.read(1 << 20):
+                sha.update(chunk)
+                size += len(chunk)
+        return size, sha.hexdigest()
+
+    def discard_staged(self, key: str) -> None:
+        """Remove what unfinished writes to ``key`` left behind (temp files, multipart uploads).
+
+        Only call it while no write to ``key`` is under way (the stream's claim is held).
+        """
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.uri!r})"

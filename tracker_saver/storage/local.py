@@ -6,7 +6,8 @@ import contextlib
 import os
 import shutil
 import tempfile
-from collections.abc import Iterator
+from glob import escape as glob_escape
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import BinaryIO
 
@@ -62,7 +63,7 @@ class LocalStorage(Storage):
         return self.root / check_key(key)
 
     @contextlib.contextmanager
-    def writer(self, key: str) -> Iterator[BinaryIO]:
+    def writer(self, key: str, *, before_commit: Callable[[], None] | None = None) -> Iterator[BinaryIO]:
         path = self._path(key)
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
@@ -74,6 +75,8 @@ class LocalStorage(Storage):
                 yield f
                 f.flush()
                 os.fsync(f.fileno())
+            if before_commit is not None:
+                before_commit()
             # The temp file is in the slot's own folder, so os.replace is an atomic rename:
             # a crash leaves either the old slot bytes or the new ones (invariant 6).
             os.replace(tmp, path)
@@ -84,6 +87,12 @@ class LocalStorage(Storage):
             if isinstance(exc, OSError):
                 raise StorageError(f"cannot write {str(path)!r}: {exc.strerror}", key=key) from exc
             raise
+
+    def discard_staged(self, key: str) -> None:
+        path = self._path(key)
+        for tmp in path.parent.glob(TEMP_PREFIX + glob_escape(path.name) + ".*"):
+            with contextlib.suppress(FileNotFoundError):
+                tmp.unlink()
 
     def put_file(self, key: str, path: str | os.PathLike[str]) -> None:
         with open(path, "rb") as src, self.writer(key) as dst:

@@ -25,7 +25,7 @@ import re
 import sys
 import tempfile
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from typing import Any, BinaryIO
 from urllib.parse import urlsplit, urlunsplit
 
@@ -491,8 +491,12 @@ class S3Storage(Storage):
         self._uploads: dict[str, str] = {}
         self._leftovers: dict[str, str] = {}
         self._uploads_lock = threading.Lock()
+        # S3 key -> the hook to run at that key's commit point (see writer).
+        self._commit_hooks: dict[str, Callable[[], None]] = {}
         events = self._client.meta.events
         events.register("after-call.s3.CreateMultipartUpload", self._on_multipart_created)
+        events.register("before-parameter-build.s3.PutObject", self._on_commit)
+        events.register("before-parameter-build.s3.CompleteMultipartUpload", self._on_commit)
 
     def _make_client(self, endpoint_url: str | None, config_kwargs: dict[str, Any], style: str | None) -> Any:
         kwargs = dict(config_kwargs)
@@ -630,6 +634,15 @@ class S3Storage(Storage):
             with self._uploads_lock:
                 self._uploads[parsed["UploadId"]] = parsed["Key"]
 
+    def _on_commit(self, params: dict[str, Any], **_: Any) -> None:
+        # The request that makes an upload's bytes the key's (a PUT, or CompleteMultipartUpload
+        # once every part is up) is about to be built: run the writer's before_commit now.
+        # Raising here stops the request, and s3transfer aborts the multipart upload.
+        with self._uploads_lock:
+            hook = self._commit_hooks.pop(params.get("Key", ""), None)
+        if hook is not None:
+            hook()
+
     def _forget_uploads(self, s3_key: str) -> dict[str, str]:
         with self._uploads_lock:
             mine = {uid: k for uid, k in self._uploads.items() if k == s3_key}
@@ -675,6 +688,16 @@ class S3Storage(Storage):
                 for upload in page.get("Uploads", []):
                     out.append((self._relative(upload["Key"]), upload["UploadId"]))
         return out
+
+    def discard_staged(self, key: str) -> None:
+        """Abort the multipart uploads to ``key`` that a killed writer left unfinished."""
+        s3_key = self._s3_key(key)
+        with self._boundary("aborting unfinished uploads to", key):
+            paginator = self._client.get_paginator("list_multipart_uploads")
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=s3_key):
+                for upload in page.get("Uploads", []):
+                    if upload["Key"] == s3_key:
+                        self._client.abort_multipart_upload(Bucket=self.bucket, Key=s3_key, UploadId=upload["UploadId"])
 
     @contextlib.contextmanager
     def _transfer(self, action: str, key: str) -> Iterator[str]:
@@ -750,8 +773,11 @@ class S3Storage(Storage):
             progress.close()
 
     @contextlib.contextmanager
-    def writer(self, key: str) -> Iterator[BinaryIO]:
+    def writer(self, key: str, *, before_commit: Callable[[], None] | None = None) -> Iterator[BinaryIO]:
         """Yield a binary file; on a clean exit its bytes replace ``key`` atomically.
+
+        ``before_commit`` runs at the commit point: right before the PUT, or the
+        CompleteMultipartUpload once every part is uploaded (so after the body has returned).
 
         With ``stream_writes`` (default) the bytes go up while they are written: an upload
         thread reads them through a bounded pipe (at most about a dozen parts in memory, no
@@ -761,13 +787,26 @@ class S3Storage(Storage):
         ``StorageError``.
 
         Note:
-            The body runs on the caller's thread; the upload runs on its own thread.
+            The body runs on the caller's thread; the upload, and ``before_commit``, on the
+            upload thread.
         """
+        s3_key = self._s3_key(key)
+        if before_commit is not None:
+            with self._uploads_lock:
+                self._commit_hooks[s3_key] = before_commit
+        try:
+            with self._writer(key) as target:
+                yield target
+        finally:
+            with self._uploads_lock:
+                self._commit_hooks.pop(s3_key, None)
+
+    @contextlib.contextmanager
+    def _writer(self, key: str) -> Iterator[BinaryIO]:
         if not self.stream_writes:
             with super().writer(key) as spool:
                 yield spool
             return
-        check_key(key)
         # Room for what s3transfer holds in memory anyway, so the writer rarely waits on it.
         pipe = _Pipe(limit=2 * max(self.multipart_chunksize, self.multipart_threshold))
         outcome: list[BaseException] = []
