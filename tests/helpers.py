@@ -84,3 +84,95 @@ def attach(
     )
     trainer.add_event_handler(Events.EPOCH_COMPLETED, handler)
     return handler
+
+
+def train(saver: TrackerSaver, to_save: dict[str, Any], *, n_saved: int = 1, prefix: str = "", epochs: int = 1) -> Checkpoint:
+    """A fresh engine and ``Checkpoint`` through ``saver``, trained for ``epochs``."""
+    net = next(iter(to_save.values()))
+    trainer = trainer_engine(net)
+    handler = attach(trainer, saver, to_save, n_saved=n_saved, prefix=prefix)
+    trainer.run([0], max_epochs=epochs)
+    return handler
+
+
+class Worker:
+    """A ``tests.worker`` training process: one JSON line per epoch; it may be killed mid-save.
+
+    Examples:
+        ``with Worker(target, run="r", restore="resume") as w: w.epoch(0.7)``
+    """
+
+    def __init__(self, target: Target, *, run: str = "r", restore: str = "none", **config: Any) -> None:
+        import json
+        import os
+        import subprocess
+        import sys
+        from pathlib import Path
+
+        root = Path(__file__).resolve().parents[1]
+        spec = {
+            "output_uri": target.output_uri,
+            "registry": target.registry if isinstance(target.registry, str) else None,
+            "storage_options": target.storage_options,
+            "run": run,
+            "restore": restore,
+            **config,
+        }
+        env = {k: v for k, v in os.environ.items() if not k.endswith("PROC_MASTER_ID")}
+        env["PYTHONPATH"] = str(root)
+        import tempfile
+
+        self._json = json
+        self._err = tempfile.TemporaryFile(mode="w+")  # a pipe could fill up and block the worker
+        self.proc = subprocess.Popen(
+            [sys.executable, "-m", "tests.worker", json.dumps(spec)], cwd=root, env=env,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err, text=True,
+        )  # fmt: skip
+        ready = self._read()
+        assert ready is not None and ready.get("ready"), self.stderr()
+        self.last: dict[str, Any] = {}
+
+    def _read(self) -> dict[str, Any] | None:
+        assert self.proc.stdout is not None
+        line = self.proc.stdout.readline()
+        return self._json.loads(line) if line else None
+
+    def stderr(self) -> str:
+        self.proc.wait(60)
+        self._err.seek(0)
+        return self._err.read()[-3000:]
+
+    def epoch(self, score: float, *, fault: str | None = None, stream: str = "best_checkpoint") -> dict[str, Any] | None:
+        """Run one epoch; its answer, or ``None`` when the process was killed."""
+        assert self.proc.stdin is not None
+        self.proc.stdin.write(self._json.dumps({"score": score, "fault": fault, "stream": stream}) + "\n")
+        self.proc.stdin.flush()
+        self.events: list[dict[str, Any]] = []
+        while (answer := self._read()) is not None and "call" in answer:
+            self.events.append(answer)
+        if answer is None:
+            self.proc.wait(60)
+            assert self.proc.returncode == -9, self.stderr()
+        else:
+            self.last = answer
+        return answer
+
+    def saved(self, stream: str) -> list[str]:
+        """The filenames Ignite keeps in ``stream`` after the last epoch."""
+        return [filename for _, filename in self.last["saved"][stream]]
+
+    def close(self) -> None:
+        if self.proc.poll() is None:
+            assert self.proc.stdin is not None
+            self.proc.stdin.close()
+            assert self.proc.wait(120) == 0, self.stderr()
+
+    def __enter__(self) -> Worker:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        if exc[0] is None:
+            self.close()
+        else:
+            self.proc.kill()
+            self.proc.wait()

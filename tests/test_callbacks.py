@@ -55,7 +55,11 @@ def test_a_raising_callback_reaches_training_with_the_cause(local_target, where)
     with pytest.raises(CallbackError, match=f"{where}-upload callback .*boom.*callback exploded") as caught:
         trainer.run([0], max_epochs=1)
     assert isinstance(caught.value.__cause__, RuntimeError)
-    assert find_models(project="p", live=True, registry=local_target.registry) == []
+    live = find_models(project="p", live=True, registry=local_target.registry)
+    # A pre-upload failure writes nothing; a post-upload one comes after the commit point,
+    # so the checkpoint is complete and stays live (the error still reaches training).
+    assert [r.filename for r in live] == ([] if where == "pre" else ["model_1.pt"])
+    assert local_target.counts() == ({} if where == "pre" else {"model": 1})
 
 
 def test_a_callback_returning_the_wrong_type_is_refused() -> None:
@@ -63,3 +67,38 @@ def test_a_callback_returning_the_wrong_type_is_refused() -> None:
     chain.add_pre(lambda info: "oops")
     with pytest.raises(CallbackError, match="return the UploadInfo"):
         chain.run_pre(UploadInfo("p", "r", "s", "s_1.pt"))
+
+
+@pytest.mark.parametrize(
+    ("field", "value"),
+    [("key", "elsewhere/x.pt"), ("filename", "renamed.pt"), ("slot", 7), ("stream", "other"), ("run", "r2"),
+     ("project", "q"), ("output_uri", "file:///elsewhere")],
+)  # fmt: skip
+def test_a_callback_cannot_move_a_checkpoint_out_of_its_slots(local_target, field, value) -> None:
+    def move(info):
+        setattr(info, field, value)
+        return info
+
+    saver = local_target.saver(pre_upload=[move])
+    trainer = trainer_engine(model())
+    attach(trainer, saver, {"model": model()}, n_saved=1)
+    with pytest.raises(CallbackError, match=f"changed {field} of 'model_1.pt'.*may change name, metadata and tags"):
+        trainer.run([0], max_epochs=1)
+    assert find_models(registry=local_target.registry) == []  # no record, not even pending
+    assert local_target.storage().list() == []
+
+
+def test_a_callback_may_change_name_metadata_and_tags(local_target) -> None:
+    def label(info):
+        info.name = f"run-a {info.filename}"
+        info.metadata["lr"] = 0.1
+        info.tags.append("baseline")
+        return info
+
+    saver = local_target.saver(pre_upload=[label])
+    trainer = trainer_engine(model())
+    attach(trainer, saver, {"model": model()}, n_saved=1)
+    trainer.run([0], max_epochs=2)
+    (record,) = find_models(live=True, registry=local_target.registry)
+    assert (record.name, record.metadata["lr"], record.tags) == ("run-a model_2.pt", 0.1, ("baseline",))
+    assert local_target.counts() == {"model": 1}

@@ -18,11 +18,15 @@ from pathlib import Path
 import pytest
 import torch
 
-from tests.helpers import SCORES, Target, attach, model, trainer_engine
+from ignite.engine import Events
+from ignite.handlers import Checkpoint
+
+from tests.helpers import SCORES, Target, Worker, attach, model, train, trainer_engine
 from tracker_saver import (
     IntegrityError,
     RecordState,
     SerializationError,
+    StreamBusyError,
     find_models,
     load_checkpoint,
     rename_model,
@@ -241,3 +245,157 @@ class InvariantContract:
         records = find_models(project="p", run="again", registry=target.registry)
         assert all(r.state is RecordState.EVICTED for r in records if r.id in before)
         assert len([r for r in records if r.state is RecordState.LIVE]) == 7
+
+    # -- The ways people use Ignite (issue: the invariants hold in every way) ----------------
+    #: Faults each backend can inject through real mechanisms (the registry lock is SQLite's).
+    FAULTS: tuple[str, ...] = ("serialize", "skip", "registry")
+    KILLS: tuple[str, ...] = ("kill-serialize", "kill-stage", "kill-post")
+
+    def _assert_true(self, target: Target, run: str = "r") -> list:
+        """Every live record's object exists with its size and sha256; return the live records."""
+        storage = target.storage()
+        live = [r for r in find_models(project="p", run=run, live=True, registry=target.registry)
+                if r.output_uri == storage.uri]  # fmt: skip
+        for record in live:
+            assert storage.digest(record.key) == (record.size, record.sha256), record
+        return live
+
+    @pytest.mark.parametrize("n_saved", [1, 2])
+    def test_a_custom_filename_pattern_without_ext_keeps_n_saved_objects(self, target: Target, n_saved: int) -> None:
+        saver = target.saver()
+        net = model()
+        trainer = trainer_engine(net)
+        handler = Checkpoint({"model": net}, saver, n_saved=n_saved, filename_pattern="{name}_{score}",
+                             score_function=lambda e: e.state.epoch / 10)  # fmt: skip
+        trainer.add_event_handler(Events.EPOCH_COMPLETED, handler)
+        trainer.run([0], max_epochs=6)
+        assert target.counts() == {"model": n_saved}
+        keys = sorted(o.key for o in target.storage().list("p/r/"))
+        assert keys == [f"p/r/model.slot{k}.pt" for k in range(n_saved)]
+        live = self._assert_true(target)
+        assert sorted(r.filename for r in live) == sorted(f for _, f in handler._saved)
+
+    def test_ignites_own_restore_never_overwrites_a_checkpoint_it_keeps(self, target: Target) -> None:
+        with Worker(target, n_best=3) as first:
+            first.epoch(0.90)
+            first.epoch(0.80)
+        # A new process restores Ignite's _saved with Checkpoint.load_objects (include_self=True).
+        with Worker(target, restore="ignite", n_best=3) as second:
+            for score in (0.50, 0.95, 0.60):
+                second.epoch(score)
+                live = self._assert_true(target)
+                assert sorted(r.filename for r in live if r.stream == "best_checkpoint") == sorted(
+                    second.saved("best_checkpoint")
+                )
+        assert target.counts() == {"best_checkpoint": 3, "checkpoint": 1}
+        best = find_models(project="p", stream="best_checkpoint", live=True, order_by="-score", registry=target.registry)
+        assert [r.score for r in best] == [0.95, 0.90, 0.80]
+
+    def test_one_failed_save_never_costs_the_last_good_checkpoint(self, target: Target) -> None:
+        for fault in self.FAULTS:
+            run = f"fail-{fault}"
+            with Worker(target, run=run, timeout=0.5) as worker:
+                worker.epoch(0.5)
+                answer = worker.epoch(0.6, fault=fault, stream="checkpoint")
+                assert answer is not None and (answer["error"] is None) == (fault == "skip"), answer
+                (live,) = [r for r in self._assert_true(target, run) if r.stream == "checkpoint"]
+                assert live.filename == "checkpoint_1.pt", fault
+            # A new process: resume() finds the last good checkpoint and continues from it.
+            with Worker(target, run=run, restore="resume") as again:
+                again.epoch(0.7)
+                assert again.last["epoch"] == 2, fault  # resumed from epoch 1
+            assert target.counts(run) == {"best_checkpoint": 2, "checkpoint": 1}, fault
+
+    def test_a_failed_save_into_an_inherited_slot_keeps_the_inherited_record(self, target: Target) -> None:
+        with Worker(target) as first:
+            first.epoch(0.5)
+        with Worker(target) as fresh:  # a fresh Checkpoint: the old record is inherited
+            answer = fresh.epoch(0.6, fault="serialize", stream="checkpoint")
+            assert answer is not None and "SerializationError" in answer["error"]
+        (live,) = [r for r in self._assert_true(target) if r.stream == "checkpoint"]
+        assert live.filename == "checkpoint_1.pt"
+        with Worker(target, restore="resume") as again:
+            again.epoch(0.7)
+            assert again.last["epoch"] == 2
+
+    def test_a_kill_at_any_step_is_recovered_at_the_next_start(self, target: Target) -> None:
+        expected = {"kill-serialize": ("checkpoint_1.pt", 2), "kill-stage": ("checkpoint_1.pt", 2),
+                    "kill-post": ("checkpoint_2.pt", 3)}  # fmt: skip
+        for kill in self.KILLS:
+            run = f"kill-{kill}"
+            with Worker(target, run=run) as worker:
+                worker.epoch(0.5)
+                assert worker.epoch(0.6, fault=kill, stream="checkpoint") is None
+            # No live record ever points at other bytes, even before any recovery.
+            self._assert_true(target, run)
+            with Worker(target, run=run, restore="resume") as again:
+                filename, epoch = expected[kill]
+                (live,) = [r for r in self._assert_true(target, run) if r.stream == "checkpoint"]
+                assert live.filename == filename, kill
+                again.epoch(0.7)
+                assert again.last["epoch"] == epoch, kill
+            assert target.counts(run) == {"best_checkpoint": 2, "checkpoint": 1}, kill
+            states = {r.filename: r.state for r in find_models(project="p", run=run, stream="checkpoint",
+                                                               registry=target.registry)}  # fmt: skip
+            assert RecordState.PENDING not in states.values(), (kill, states)
+
+    def test_a_second_writer_on_a_stream_is_refused_with_the_holder(self, target: Target) -> None:
+        first = target.saver()
+        net = model()
+        trainer = trainer_engine(net)
+        attach(trainer, first, {"model": net}, n_saved=1)
+        trainer.run([0], max_epochs=1)
+        second = target.saver()
+        with pytest.raises(StreamBusyError, match=rf"stream p/r/model at .* is being written by .*pid {os.getpid()}"):
+            train(second, {"model": net})
+        train(second, {"model": net}, prefix="mine")  # another stream of the same run: fine
+        trainer.run([0], max_epochs=3)  # the first writer never noticed
+        first.close()
+        train(target.saver(), {"model": net})  # a closed saver holds nothing
+        assert target.counts() == {"model": 1, "mine_model": 1}
+        self._assert_true(target)
+
+    def test_a_killed_writer_holds_nothing(self, target: Target) -> None:
+        worker = Worker(target)
+        worker.epoch(0.5)
+        saver = target.saver()
+        net = model()
+        trainer = trainer_engine(net)
+        attach(trainer, saver, {"model": net, "trainer": trainer}, n_saved=1)  # stream "checkpoint"
+        with pytest.raises(StreamBusyError, match=f"pid {worker.proc.pid}"):
+            trainer.run([0], max_epochs=1)
+        worker.proc.kill()
+        worker.proc.wait()
+        trainer.run([0], max_epochs=2)  # right after the kill: it just works
+        assert target.counts() == {"best_checkpoint": 1, "checkpoint": 1}
+        self._assert_true(target)
+
+    def test_records_at_another_output_uri_are_another_stream(self, target: Target) -> None:
+        other = Target(target.output_uri.rstrip("/") + "-other", target.registry, target.storage_options)
+        for where in (target, other):
+            saver = where.saver()
+            net = model()
+            trainer = trainer_engine(net)
+            attach(trainer, saver, {"model": net}, n_saved=1)
+            trainer.run([0], max_epochs=2)
+            saver.close()
+        assert target.counts() == other.counts() == {"model": 1}
+        live = find_models(project="p", run="r", live=True, registry=target.registry)
+        assert sorted(r.output_uri for r in live) == sorted([target.storage().uri, other.storage().uri])
+        self._assert_true(target)
+        self._assert_true(other)
+
+    def test_infinite_scores_keep_their_priority_across_a_restart(self, target: Target) -> None:
+        with Worker(target) as first:
+            first.epoch(0.5)
+            first.epoch(math.inf)
+        (top,) = find_models(project="p", where="score>0.9", registry=target.registry)
+        assert top.score == math.inf and top.metadata["priority"] == math.inf
+        with Worker(target, restore="resume") as second:
+            second.epoch(0.7)
+            second.epoch(0.8)
+            kept = second.saved("best_checkpoint")
+        assert kept == ["best_checkpoint_4_acc=0.8000.pt", "best_checkpoint_2_acc=inf.pt"]
+        best = [r for r in self._assert_true(target) if r.stream == "best_checkpoint"]
+        assert sorted(r.filename for r in best) == sorted(kept)
+        assert [r.score for r in find_models(project="p", where="score>0.9", registry=target.registry)] == [math.inf]

@@ -1,0 +1,126 @@
+"""Random sequences of saves, failures, skips, kills and restarts, checked after every step.
+
+Hypothesis drives ``tests.worker`` processes (real Ignite ``Checkpoint``s, real files and SQLite,
+real SIGKILLs) and, after every step, reads storage and registry directly (never through a
+saver) to check DESIGN's invariants against Ignite's own ``_saved`` lists, which the worker
+reports:
+
+* footprint: each stream holds exactly ``min(commits, n_saved)`` objects;
+* truth: every live record's object has its size and sha256, with or without recovery;
+* never lose the last good checkpoint: once a save of a stream committed, the stream has a
+  loadable record whenever a process is running (start-up recovery included);
+* Ignite's view: every checkpoint Ignite keeps whose save committed is live, never reused.
+
+``TRACKER_SAVER_PROPERTY_EXAMPLES`` sets the number of sequences (CI: 6; each runs a few
+processes, about 3 s apiece).
+"""
+
+from __future__ import annotations
+
+import collections
+import math
+import os
+
+from hypothesis import HealthCheck, settings
+from hypothesis import strategies as st
+from hypothesis.stateful import RuleBasedStateMachine, invariant, precondition, rule
+
+from tests.helpers import Target, Worker
+from tracker_saver import find_models
+
+N_SAVED = {"best_checkpoint": 2, "checkpoint": 1}
+FAULTS = ["serialize", "skip", "registry", "kill-pre", "kill-serialize", "kill-stage", "kill-post"]
+#: Faults after which the save's bytes are committed (the kill comes after the commit point).
+COMMITTED = {None, "kill-post"}
+
+
+class SaverMachine(RuleBasedStateMachine):
+    target: Target
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.worker: Worker | None = None
+        self.commits: collections.Counter[str] = collections.Counter()
+        self.outcome: dict[tuple[str, str], bool] = {}  # (stream, filename) -> its last save committed
+        self.run = f"prop-{id(self)}"
+
+    def teardown(self) -> None:
+        if self.worker is not None and self.worker.proc.poll() is None:
+            self.worker.close()
+
+    @precondition(lambda self: self.worker is None)
+    @rule(restore=st.sampled_from(["none", "resume", "ignite"]))
+    def start(self, restore: str) -> None:
+        self.worker = Worker(self.target, run=self.run, restore=restore, timeout=0.5)
+
+    @precondition(lambda self: self.worker is not None)
+    @rule(
+        score=st.one_of(st.floats(0, 1, allow_nan=False), st.just(math.inf)),
+        fault=st.one_of(st.none(), st.none(), st.sampled_from(FAULTS)),
+        stream=st.sampled_from(sorted(N_SAVED)),
+    )
+    def epoch(self, score: float, fault: str | None, stream: str) -> None:
+        assert self.worker is not None
+        answer = self.worker.epoch(score, fault=fault, stream=stream)
+        for event in self.worker.events:
+            name = (event["call"], event["filename"])
+            if "ok" in event:
+                committed = event["ok"] and not (fault == "skip" and event["call"] == stream)
+            elif answer is None:  # killed inside this save
+                committed = fault in COMMITTED
+            else:
+                continue
+            self.outcome[name] = committed
+            self.commits[event["call"]] += committed
+        if answer is None:
+            self.worker = None
+
+    @precondition(lambda self: self.worker is not None)
+    @rule()
+    def stop(self) -> None:
+        assert self.worker is not None
+        self.worker.close()
+        self.worker = None
+
+    # -- invariants, read from storage and registry directly ---------------------------------
+    def _live(self) -> list:
+        return find_models(project="p", run=self.run, live=True, registry=self.target.registry)
+
+    @invariant()
+    def footprint(self) -> None:
+        counts = self.target.counts(self.run)
+        for stream, n in N_SAVED.items():
+            assert counts.get(stream, 0) == min(self.commits[stream], n), (stream, counts, self.commits)
+
+    @invariant()
+    def truth(self) -> None:
+        storage = self.target.storage()
+        for record in self._live():
+            assert storage.digest(record.key) == (record.size, record.sha256), record
+
+    @invariant()
+    def last_good_checkpoint(self) -> None:
+        if self.worker is None:
+            return
+        streams = {r.stream for r in self._live()}
+        for stream in N_SAVED:
+            assert self.commits[stream] == 0 or stream in streams, (stream, self.commits)
+
+    @invariant()
+    def ignite_keeps_only_live_records(self) -> None:
+        if self.worker is None or not self.worker.last.get("saved"):
+            return
+        live = {(r.stream, r.filename) for r in self._live()}
+        for stream in N_SAVED:
+            for filename in self.worker.saved(stream):
+                if self.outcome.get((stream, filename), True):
+                    assert (stream, filename) in live, (stream, filename, sorted(live))
+
+
+def test_random_sequences_keep_every_invariant(local_target: Target) -> None:
+    SaverMachine.target = local_target
+    examples = int(os.environ.get("TRACKER_SAVER_PROPERTY_EXAMPLES", "6"))
+    config = settings(max_examples=examples, stateful_step_count=8, deadline=None,
+                      suppress_health_check=list(HealthCheck))  # fmt: skip
+    SaverMachine.TestCase.settings = config
+    SaverMachine.TestCase().runTest()

@@ -1,0 +1,181 @@
+"""One training process that tests drive line by line, and may kill: a real restart each time.
+
+Usage: ``python -m tests.worker CONFIG_JSON``. CONFIG has ``output_uri``, ``registry``,
+``storage_options``, ``run``, ``restore`` (``"none"``: a fresh ``Checkpoint``; ``"resume"``:
+tracker_saver's resume helper; ``"ignite"``: Ignite's own ``Checkpoint.load_objects`` from the
+newest checkpoint, whose ``checkpointer`` entry ``include_self=True`` wrote), and optionally
+``n_best`` / ``n_last`` / ``pattern`` (a custom ``filename_pattern`` for the best stream).
+
+Two streams, both ``include_self=True``: ``best_checkpoint`` (model + trainer, scored,
+``n_saved=n_best``) and ``checkpoint`` (model + trainer, ``n_saved=n_last``). Each stdin line is
+one epoch: ``{"score": 0.8, "fault": null, "stream": "best_checkpoint"}``. A fault applies to
+that stream's save in this epoch, through real mechanisms only:
+
+* ``serialize``: the checkpoint holds a lock, so ``torch.save`` fails;
+* ``skip``: a pre-upload callback returns ``None``;
+* ``registry``: while ``torch.save`` runs, another connection locks the SQLite registry, so
+  the commit-point transaction times out;
+* ``kill-pre`` / ``kill-serialize`` / ``kill-stage`` / ``kill-post``: SIGKILL in a pre-upload
+  callback (before the pending record), in the middle of ``torch.save`` (after it), right after
+  the commit-point transaction (before the storage commit), and in a post-upload callback
+  (after the storage commit, before the record is live).
+
+Each save prints ``{"call": stream, "filename": ..., "ok": bool}`` once it returns or raises,
+preceded by ``{"call": stream, "filename": ...}`` when it starts; each epoch ends with one JSON
+line: Ignite's ``_saved`` per stream and the error, if any. A killed process prints no more.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import sys
+import threading
+from typing import Any
+
+import torch
+from ignite.engine import Engine, Events
+from ignite.handlers import Checkpoint
+
+from tracker_saver import TrackerSaver, find_models, resume
+from tracker_saver.models import open_verified
+from tracker_saver.records import UploadInfo
+from tracker_saver.registry.sqlite import SQLiteRegistry
+
+STREAMS = ("best_checkpoint", "checkpoint")
+_fault: dict[str, Any] = {"stream": None, "kind": None}
+_locks: list[sqlite3.Connection] = []
+
+
+def _die() -> None:
+    sys.stdout.flush()
+    os.kill(os.getpid(), signal.SIGKILL)
+
+
+def _armed(stream: str, kind: str) -> bool:
+    return _fault["stream"] == stream and _fault["kind"] == kind
+
+
+class _KillInPickle:
+    def __reduce__(self) -> Any:
+        _die()
+        return (int, (0,))
+
+
+class _LockRegistry:
+    def __init__(self, path: str) -> None:
+        self.path = path
+
+    def __reduce__(self) -> Any:
+        conn = sqlite3.connect(self.path, isolation_level=None)
+        conn.execute("BEGIN IMMEDIATE")
+        _locks.append(conn)
+        return (int, (0,))
+
+
+class FaultySaver(TrackerSaver):
+    """A TrackerSaver whose next save of one stream meets the fault the test asked for."""
+
+    def __call__(self, checkpoint: Any, filename: str, metadata: Any = None) -> None:
+        stream = str((metadata or {}).get("basename"))
+        if _armed(stream, "serialize"):
+            checkpoint = {**checkpoint, "fault": threading.Lock()}
+        elif _armed(stream, "kill-serialize"):
+            checkpoint = {**checkpoint, "fault": _KillInPickle()}
+        elif _armed(stream, "registry"):
+            checkpoint = {**checkpoint, "fault": _LockRegistry(self.registry.path)}  # type: ignore[attr-defined]
+        print(json.dumps({"call": stream, "filename": filename}), flush=True)
+        ok = False
+        try:
+            super().__call__(checkpoint, filename, metadata)
+            ok = True
+        finally:
+            print(json.dumps({"call": stream, "filename": filename, "ok": ok}), flush=True)
+            for conn in _locks:
+                conn.rollback() if conn.in_transaction else None
+                conn.close()
+            _locks.clear()
+
+
+class KillingRegistry(SQLiteRegistry):
+    """The real SQLite registry; it only adds a SIGKILL right after the commit-point transaction."""
+
+    def stage(self, record_id: str, **kwargs: Any) -> None:
+        super().stage(record_id, **kwargs)
+        if _fault["kind"] == "kill-stage" and self.get(record_id).stream == _fault["stream"]:
+            _die()
+
+
+def _pre(info: UploadInfo) -> UploadInfo | None:
+    if _armed(info.stream, "kill-pre"):
+        _die()
+    return None if _armed(info.stream, "skip") else info
+
+
+def _post(info: UploadInfo) -> None:
+    if _armed(info.stream, "kill-post"):
+        _die()
+
+
+def main(config: dict[str, Any]) -> None:
+    registry: Any = config["registry"]
+    if registry and not str(registry).startswith("clearml"):
+        registry = KillingRegistry(registry, timeout=float(config.get("timeout", 30)))
+    saver = FaultySaver(
+        config["output_uri"], project="p", run=config["run"], registry=registry,
+        storage_options=config.get("storage_options") or {}, pre_upload=[_pre], post_upload=[_post],
+    )  # fmt: skip
+    torch.manual_seed(0)
+    net = torch.nn.Linear(4, 2)
+    scores: list[float] = []
+
+    def step(engine: Engine, batch: Any) -> None:
+        with torch.no_grad():
+            for p in net.parameters():
+                p.add_(0.01)
+
+    trainer = Engine(step)
+    best = Checkpoint(
+        {"model": net, "trainer": trainer}, saver, filename_prefix="best", n_saved=config.get("n_best", 2),
+        score_function=lambda e: scores[-1], score_name="acc", include_self=True,
+        filename_pattern=config.get("pattern"), global_step_transform=lambda e, _: e.state.epoch,
+    )  # fmt: skip
+    last = Checkpoint({"model": net, "trainer": trainer}, saver, n_saved=config.get("n_last", 1), include_self=True)
+    restore = config.get("restore", "none")
+    if restore == "resume":
+        resume(saver, {"model": net, "trainer": trainer}, [best, last])
+    elif restore == "ignite":
+        newest = find_models(project="p", run=config["run"], stream="checkpoint", live=True, registry=saver.registry)
+        newest = [r for r in newest if r.output_uri == saver.storage.uri]
+        if newest:
+            with open_verified(newest[-1], storage=saver.storage) as f:
+                state = torch.load(f, weights_only=True)
+            Checkpoint.load_objects({"model": net, "trainer": trainer, "checkpointer": last}, state)
+            best_records = [r for r in find_models(project="p", run=config["run"], stream="best_checkpoint",
+                                                   live=True, registry=saver.registry) if r.output_uri == saver.storage.uri]  # fmt: skip
+            if best_records:
+                with open_verified(best_records[-1], storage=saver.storage) as f:
+                    Checkpoint.load_objects({"checkpointer": best}, torch.load(f, weights_only=True))
+    trainer.add_event_handler(Events.EPOCH_COMPLETED, best)
+    trainer.add_event_handler(Events.EPOCH_COMPLETED, last)
+    print(json.dumps({"ready": True, "epoch": trainer.state.epoch}), flush=True)
+    for line in sys.stdin:
+        command = json.loads(line)
+        scores.append(float(command["score"]))
+        _fault.update(stream=command.get("stream"), kind=command.get("fault"))
+        error = None
+        try:
+            trainer.run([0], max_epochs=trainer.state.epoch + 1)
+        except Exception as exc:  # reported to the test, which checks the records
+            error = f"{type(exc).__name__}: {exc}"
+            trainer.state.epoch += 1  # the next line is the next epoch, as after Ignite's raise
+        _fault.update(stream=None, kind=None)
+        saved = {"best_checkpoint": [list(i) for i in best._saved], "checkpoint": [list(i) for i in last._saved]}
+        print(json.dumps({"saved": saved, "error": error, "epoch": trainer.state.epoch}), flush=True)
+    saver.close()
+
+
+if __name__ == "__main__":
+    main(json.loads(sys.argv[1]))
