@@ -8,6 +8,7 @@ inject faults or read the stand-in's entities skip there.
 from __future__ import annotations
 
 import dataclasses
+import json
 import os
 import uuid
 from pathlib import Path
@@ -19,11 +20,12 @@ pytest.importorskip("clearml", reason="ClearML tests need clearml: pip install '
 
 from tests.conftest_clearml import ClearMLServer, init_task, live_server_configured  # noqa: E402
 from tests.contracts.registry import SHA, RegistryContract, live  # noqa: E402
-from tracker_saver.errors import ConfigError, RecordNotFoundError, RegistryError  # noqa: E402
+from tracker_saver.claims import Holder, new_holder  # noqa: E402
+from tracker_saver.errors import ConfigError, RecordNotFoundError, RegistryError, StreamBusyError  # noqa: E402
 from tracker_saver.query import parse_order, parse_where  # noqa: E402
-from tracker_saver.records import RecordState, UploadInfo  # noqa: E402
+from tracker_saver.records import RecordState, StreamId, UploadInfo  # noqa: E402
 from tracker_saver.registry import Query  # noqa: E402
-from tracker_saver.registry.clearml import ClearMLRegistry  # noqa: E402
+from tracker_saver.registry.clearml import CLAIM_TAG_PREFIX, ClearMLRegistry, task_run  # noqa: E402
 
 pytestmark = pytest.mark.clearml
 
@@ -58,6 +60,11 @@ def run_task(clearml_server: ClearMLServer, tmp_path: Path):
         task.close()
 
 
+def _run(registry: ClearMLRegistry) -> str:
+    """The run of the registry's task (``<task name>.<task id>``), else ``train-run``."""
+    return task_run(registry._task) if registry._task is not None else "train-run"
+
+
 def _listed(task: Any) -> list[str]:
     """The task's output-model list (what the web UI shows). ``task.get_models()`` would also
     add every model whose ``task`` field names the task, archived ones included."""
@@ -66,7 +73,7 @@ def _listed(task: Any) -> list[str]:
 
 
 def _commit(registry: ClearMLRegistry, filename: str, **kwargs: Any):
-    record = registry.create_pending(_info("train-run", filename, **kwargs),
+    record = registry.create_pending(_info(_run(registry), filename, **kwargs),
                                      uri=f"file:///out/ckpts/train-run/best_model.slot{kwargs.get('slot', 0)}.pt")
     return registry.commit(record.id, sha256=SHA, size=10)
 
@@ -85,7 +92,7 @@ def test_a_record_is_a_model_attached_to_its_task(run_task) -> None:
     assert model.url == "file:///out/ckpts/train-run/best_model.slot0.pt"
     assert "stream:best_model" in model.tags and "archived" not in (model.system_tags or [])
     assert _listed(task) == [record.id]
-    assert registry.task_project_run == ("ckpts", "train-run")
+    assert registry.task_project_run == ("ckpts", f"train-run.{task.id}")
 
 
 def test_a_rename_made_by_another_client_is_kept_by_later_saves(run_task) -> None:
@@ -108,7 +115,7 @@ def test_a_pending_model_does_not_look_usable(run_task) -> None:
     from clearml import Model
 
     task, registry = run_task
-    record = registry.create_pending(_info("train-run", "checkpoint_7.pt", stream="checkpoint"),
+    record = registry.create_pending(_info(_run(registry), "checkpoint_7.pt", stream="checkpoint"),
                                      uri="file:///out/ckpts/train-run/checkpoint.slot0.pt")
     model = Model(record.id)
     assert not model.url and "pending" in model.tags and "archived" in model.system_tags
@@ -139,7 +146,7 @@ def test_repair_can_make_a_pending_record_live_and_list_it(run_task) -> None:
     from clearml import Model
 
     task, registry = run_task
-    record = registry.create_pending(_info("train-run", "checkpoint_7.pt", stream="checkpoint"),
+    record = registry.create_pending(_info(_run(registry), "checkpoint_7.pt", stream="checkpoint"),
                                      uri="file:///out/ckpts/train-run/checkpoint.slot0.pt")
     done = registry.set_state(record.id, RecordState.LIVE, expected=(RecordState.PENDING,))
     assert done.state is RecordState.LIVE
@@ -151,7 +158,7 @@ def test_a_failed_model_is_archived_with_its_error(run_task) -> None:
     from clearml import Model
 
     _, registry = run_task
-    record = registry.create_pending(_info("train-run", "checkpoint_7.pt", stream="checkpoint"), uri="file:///x.pt")
+    record = registry.create_pending(_info(_run(registry), "checkpoint_7.pt", stream="checkpoint"), uri="file:///x.pt")
     failed = registry.fail(record.id, "OSError: disk full")
     model = Model(record.id)
     assert "failed" in model.tags and "archived" in model.system_tags
@@ -208,7 +215,7 @@ def test_records_of_a_run_without_a_task_are_models_without_a_task(clearml_serve
 def test_reserved_metadata_keys_tags_and_short_names_are_refused_with_the_fix(run_task) -> None:
     _, registry = run_task
     with pytest.raises(ConfigError, match=r"'state'.*record fields.*rename them"):
-        registry.create_pending(_info("train-run", "checkpoint_1.pt", state="mine"), uri="file:///x.pt")
+        registry.create_pending(_info(_run(registry), "checkpoint_1.pt", state="mine"), uri="file:///x.pt")
     with pytest.raises(ConfigError, match="at least 3 characters"):
         registry.create_pending(UploadInfo("ckpts", "train-run", "a", "a", slot=0, key="k"), uri="file:///x.pt")
     record = _commit(registry, "checkpoint_1.pt", stream="checkpoint")
@@ -228,7 +235,7 @@ def test_bad_constructor_arguments_are_config_errors_with_the_fix(clearml_server
 def test_a_bad_metadata_value_is_a_config_error_not_a_type_error(run_task) -> None:
     _, registry = run_task
     with pytest.raises(ConfigError, match="use an int, float, str or bool"):
-        registry.create_pending(_info("train-run", "checkpoint_1.pt", shape=[1, 2]), uri="file:///x.pt")
+        registry.create_pending(_info(_run(registry), "checkpoint_1.pt", shape=[1, 2]), uri="file:///x.pt")
 
 
 def test_a_live_server_is_used_only_when_host_and_both_keys_are_set() -> None:
@@ -243,21 +250,28 @@ def test_a_live_server_is_used_only_when_host_and_both_keys_are_set() -> None:
 
 def test_requests_per_operation_are_few(clearml_standin, run_task) -> None:
     _, registry = run_task
-    registry.create_pending(_info("train-run", "warm_up.pt"), uri="file:///x.pt")  # project looked up once
+    registry.create_pending(_info(_run(registry), "warm_up.pt"), uri="file:///x.pt")  # project looked up once
     with clearml_standin.count() as create:
-        record = registry.create_pending(_info("train-run", "best_model_1.pt"), uri="file:///x.pt")
+        record = registry.create_pending(_info(_run(registry), "best_model_1.pt"), uri="file:///x.pt")
     with clearml_standin.count() as commit:
         registry.commit(record.id, sha256=SHA, size=10)
     with clearml_standin.count() as evict:
         registry.evict(record.id)
     with clearml_standin.count() as get:
         registry.get(record.id)
+    old = _commit(registry, "best_model_2.pt")
+    new = registry.create_pending(_info(_run(registry), "best_model_3.pt"), uri="file:///x.pt")
+    with clearml_standin.count() as stage:
+        registry.stage(new.id, sha256=SHA, size=10, replaces=old.id)
     assert [c.endpoint for c in create] == ["models.create", "models.add_or_update_metadata"]
     assert [c.endpoint for c in commit] == ["models.get_by_id", "models.add_or_update_metadata", "models.edit",
                                             "tasks.add_or_update_model"]
-    assert [c.endpoint for c in evict] == ["models.get_by_id", "models.add_or_update_metadata", "models.edit",
-                                           "tasks.delete_models"]
+    # leaving live: what ClearML shows first, the state last
+    assert [c.endpoint for c in evict] == ["models.get_by_id", "models.edit", "tasks.delete_models",
+                                           "models.add_or_update_metadata"]
     assert len(get) == 1
+    assert [c.endpoint for c in stage] == ["models.get_all", "models.add_or_update_metadata", "models.edit",
+                                           "tasks.delete_models", "models.add_or_update_metadata"]
 
 
 def test_another_process_evicting_reads_the_task_before_taking_a_model_off(clearml_standin, run_task) -> None:
@@ -296,6 +310,226 @@ def test_query_pushes_project_run_stream_state_and_string_equality_to_the_server
     assert "metadata.note.value" not in calls[0].data  # "-1" would be an exclusion to the server
 
 
+def test_leaving_live_hides_the_model_from_clearml_before_the_state_changes(clearml_standin, run_task) -> None:
+    """Away from loadable, a failed last step (the state) leaves a model that only looks less loadable."""
+    from clearml import Model
+
+    task, registry = run_task
+    record = _commit(registry, "checkpoint_1.pt", stream="checkpoint")
+    clearml_standin.fail(r"models\.add_or_update_metadata", msg="mongo is down")
+    with pytest.raises(RegistryError, match=rf"marking model {record.id} .*evicted failed with 500/0 \(mongo is down"):
+        registry.evict(record.id)
+    model = Model(record.id)
+    assert "archived" in model.system_tags and "evicted" in model.tags and not model.url
+    assert _listed(task) == [] and Model.query_models(project_name=task.get_project_name()) == []
+    assert registry.get(record.id).state is RecordState.LIVE  # the truth did not change
+    assert registry.evict(record.id).state is RecordState.EVICTED  # and the eviction can be retried
+
+    pending = registry.create_pending(_info(_run(registry), "checkpoint_2.pt", stream="checkpoint"), uri="file:///x.pt")
+    clearml_standin.fail(r"models\.add_or_update_metadata")
+    with pytest.raises(RegistryError, match="injected fault"):
+        registry.fail(pending.id, "OSError: disk full")
+    assert "failed" in Model(pending.id).tags and "archived" in Model(pending.id).system_tags
+    assert registry.get(pending.id).state is RecordState.PENDING
+
+
+def test_becoming_live_writes_the_state_before_clearml_shows_it(clearml_standin, run_task) -> None:
+    """Toward loadable, the state is the commit point: a failed follow-up leaves the model looking less loadable."""
+    from clearml import Model
+
+    task, registry = run_task
+    record = registry.create_pending(_info(_run(registry), "checkpoint_1.pt", stream="checkpoint"), uri="file:///x.pt")
+    clearml_standin.fail(r"models\.edit")
+    with pytest.raises(RegistryError, match=f"updating model {record.id} failed"):
+        registry.commit(record.id, sha256=SHA, size=10)
+    assert registry.get(record.id).state is RecordState.LIVE
+    assert "archived" in Model(record.id).system_tags and not Model(record.id).url and _listed(task) == []
+
+
+def test_an_evicted_model_cannot_be_downloaded_through_clearml(run_task, tmp_path) -> None:
+    """ClearML's own get_weights() would fetch whatever the slot holds now: an evicted model has no uri."""
+    from clearml import InputModel, Model
+
+    task, registry = run_task
+    slot = tmp_path / "best_model.slot0.pt"
+    slot.write_bytes(b"checkpoint bytes")
+    record = registry.create_pending(_info(_run(registry), "best_model_1.pt"), uri=slot.as_uri())
+    registry.commit(record.id, sha256=SHA, size=16)
+    assert Model(record.id).url == slot.as_uri() and InputModel(record.id).get_weights()
+    evicted = registry.evict(record.id)
+    assert not Model(record.id).url and not InputModel(record.id).get_weights()
+    assert evicted.uri == registry.get(record.id).uri == slot.as_uri()  # the record keeps it, for history
+    assert Model(record.id).get_metadata("uri") == slot.as_uri()
+    registry.restore(record.id, RecordState.REVIVED)
+    assert Model(record.id).url == slot.as_uri() and _listed(task) == [record.id]
+
+
+def test_stage_notes_the_digest_then_evicts_the_replaced_record(run_task) -> None:
+    task, registry = run_task
+    old = _commit(registry, "best_model_1.pt")
+    new = registry.create_pending(_info(_run(registry), "best_model_2.pt"), uri="file:///x.pt")
+    registry.stage(new.id, sha256="cd" * 32, size=42, replaces=old.id)
+    staged = registry.get(new.id)
+    assert (staged.state, staged.sha256, staged.size) == (RecordState.PENDING, "cd" * 32, 42)
+    assert "sha256" not in staged.metadata  # shown in metadata once committed, as in SQLite
+    assert registry.get(old.id).state is RecordState.EVICTED and _listed(task) == []
+    done = registry.commit(new.id, sha256="cd" * 32, size=42)
+    assert done.metadata["sha256"] == "cd" * 32 and _listed(task) == [new.id]
+
+
+def test_stage_changes_nothing_when_the_slot_changed_under_it(run_task) -> None:
+    from clearml import Model
+
+    _, registry = run_task
+    old = _commit(registry, "best_model_1.pt")
+    gone = _commit(registry, "best_model_2.pt", slot=1)
+    registry.evict(gone.id)
+    new = registry.create_pending(_info(_run(registry), "best_model_3.pt"), uri="file:///x.pt")
+    with pytest.raises(RegistryError, match=rf"record {gone.id}, which record {new.id} replaces .* is evicted"):
+        registry.stage(new.id, sha256=SHA, size=10, replaces=gone.id)
+    assert registry.get(new.id).sha256 is None
+    registry.fail(new.id, "OSError: disk full")
+    with pytest.raises(RegistryError, match=rf"record {new.id} is failed, no longer pending"):
+        registry.stage(new.id, sha256=SHA, size=10, replaces=old.id)
+    assert registry.get(old.id).state is RecordState.LIVE and Model(old.id).url
+    with pytest.raises(RecordNotFoundError, match="0123abcd"):
+        registry.stage(new.id, sha256=SHA, size=10, replaces="0123abcd")
+
+
+def test_infinite_scores_are_kept_exactly_and_nan_is_absent(run_task) -> None:
+    _, registry = run_task
+    record = _commit(registry, "best_model_1_acc=inf.pt", score=float("inf"), priority=float("-inf"),
+                     other=float("nan"))  # fmt: skip
+    got = registry.get(record.id)
+    assert got.metadata["score"] == float("inf") and got.metadata["priority"] == float("-inf")
+    assert got.metadata["other"] is None and got.score == float("inf")
+
+
+def test_records_at_another_output_uri_are_another_stream(clearml_standin, run_task) -> None:
+    _, registry = run_task
+    run = _run(registry)
+    for output_uri in ("file:///a", "s3://bucket/b"):
+        for slot in (0, 1):
+            info = dataclasses.replace(_info(run, f"best_model_{slot}.pt", slot=slot), output_uri=output_uri)
+            registry.commit(registry.create_pending(info, uri=f"{output_uri}/{info.key}").id, sha256=SHA, size=1)
+    with clearml_standin.count("models\\.get_all") as calls:
+        found = registry.query(Query(project="ckpts", run=run, stream="best_model", output_uri="s3://bucket/b", slot=1))
+    assert [(r.output_uri, r.slot, r.filename) for r in found] == [("s3://bucket/b", 1, "best_model_1.pt")]
+    pushed = calls[0].data
+    assert pushed["metadata.output_uri.value"] == ["s3://bucket/b"] and pushed["metadata.slot.value"] == ["1"]
+    assert {r.output_uri for r in registry.query(Query(project="ckpts", run=run))} == {"file:///a", "s3://bucket/b"}
+
+
+# -- stream claims -----------------------------------------------------------------------------------
+
+
+class _Saver:
+    """Stands for the saver that owns a holder (a holder lives as long as its owner)."""
+
+
+def _stream(output_uri: str = "file:///out") -> StreamId:
+    return StreamId(output_uri, "ckpts", "train-run", "best_model")
+
+
+def _claim_models(standin: Any) -> list[dict[str, Any]]:
+    return [m for m in standin.models.values() if any(t.startswith(CLAIM_TAG_PREFIX) for t in m.get("tags") or [])]
+
+
+def _dead_holder() -> Holder:
+    """A holder on this host whose process has exited."""
+    import subprocess
+    import sys
+
+    done = subprocess.Popen([sys.executable, "-c", "pass"])
+    done.wait()
+    return dataclasses.replace(new_holder(_Saver()), pid=done.pid, started=1)
+
+
+@pytest.fixture
+def claim_registry(clearml_standin):
+    registry = ClearMLRegistry(project_root=_root())
+    yield registry
+    for model in _claim_models(clearml_standin):
+        clearml_standin.models.pop(model["id"], None)
+
+
+def test_a_stream_claimed_by_a_live_saver_is_busy_for_another(clearml_standin, claim_registry) -> None:
+    first_owner, second_owner = _Saver(), _Saver()
+    first, second = new_holder(first_owner), new_holder(second_owner)
+    with clearml_standin.count() as calls:
+        claim_registry.claim(_stream(), first)
+    assert [c.endpoint for c in calls if c.endpoint.startswith("models.")] == [
+        "models.get_all", "models.create", "models.get_all"]
+    with pytest.raises(StreamBusyError, match=rf"ckpts/train-run/best_model at file:///out is being written by .*"
+                                              rf"pid {os.getpid()} on .*close\(\) the other saver") as err:
+        claim_registry.claim(_stream(), second)
+    assert err.value.holder == first.describe()
+    (claim,) = _claim_models(clearml_standin)
+    assert "archived" in claim["system_tags"] and "state" not in (claim.get("metadata") or {})
+    assert claim_registry.query(Query()) == []  # a claim is never a record
+    with pytest.raises(RecordNotFoundError, match="not a tracker_saver checkpoint record"):
+        claim_registry.get(claim["id"])
+    claim_registry.claim(_stream("s3://bucket/other"), second)  # another output_uri is another stream
+    assert len(_claim_models(clearml_standin)) == 2
+
+
+def test_a_dead_savers_claim_is_taken_over(clearml_standin, claim_registry) -> None:
+    owner = _Saver()
+    dead, alive = _dead_holder(), new_holder(owner)
+    claim_registry.claim(_stream(), dead)
+    (stale,) = _claim_models(clearml_standin)
+    claim_registry.claim(_stream(), alive)  # a restart right after a kill just works
+    (claim,) = _claim_models(clearml_standin)
+    assert claim["id"] != stale["id"] and f'"token": "{alive.token}"' in claim["comment"]
+
+
+def test_a_claim_is_renewed_not_duplicated(clearml_standin, claim_registry) -> None:
+    owner = _Saver()
+    holder = new_holder(owner)
+    claim_registry.claim(_stream(), holder)
+    before = json.loads(_claim_models(clearml_standin)[0]["comment"])["heartbeat"]
+    with clearml_standin.count() as calls:
+        claim_registry.claim(_stream(), holder)
+    assert [c.endpoint for c in calls if c.endpoint.startswith("models.")] == ["models.get_all", "models.edit"]
+    (claim,) = _claim_models(clearml_standin)
+    assert json.loads(claim["comment"])["heartbeat"] >= before
+
+
+def test_a_released_stream_can_be_claimed_by_another_saver(clearml_standin, claim_registry) -> None:
+    first_owner, second_owner = _Saver(), _Saver()
+    first, second = new_holder(first_owner), new_holder(second_owner)
+    claim_registry.claim(_stream(), first)
+    claim_registry.release(_stream(), second)  # holds nothing: changes nothing
+    assert len(_claim_models(clearml_standin)) == 1
+    with clearml_standin.count() as calls:
+        claim_registry.release(_stream(), first)
+    assert [c.endpoint for c in calls if c.endpoint.startswith("models.")] == ["models.get_all", "models.delete"]
+    assert _claim_models(clearml_standin) == []
+    claim_registry.claim(_stream(), second)
+    claim_registry.release(StreamId("file:///out", "never-used", "r", "s"), second)  # no such project: nothing
+
+
+def test_two_savers_claiming_at_once_leave_one_claim_the_oldest(clearml_standin, claim_registry, monkeypatch) -> None:
+    """Both found the stream free; the later claim loses, deletes its model and says who won."""
+    first_owner, second_owner = _Saver(), _Saver()
+    first, second = new_holder(first_owner), new_holder(second_owner)
+    claim_registry.claim(_stream(), first)
+    real, looks = claim_registry._claims, []
+
+    def claims(*args: Any) -> Any:  # the second saver's first look came before the first saver's claim
+        looks.append(args)
+        return [] if len(looks) == 1 else real(*args)
+
+    monkeypatch.setattr(claim_registry, "_claims", claims)
+    with clearml_standin.count() as calls, pytest.raises(StreamBusyError) as err:
+        claim_registry.claim(_stream(), second)
+    assert [c.endpoint for c in calls if c.endpoint.startswith("models.")] == [
+        "models.create", "models.get_all", "models.delete"]
+    assert err.value.holder == first.describe()
+    (claim,) = _claim_models(clearml_standin)
+    assert f'"token": "{first.token}"' in claim["comment"]
+
+
 def test_a_server_error_is_a_registry_error_naming_the_model(clearml_standin, run_task) -> None:
     _, registry = run_task
     record = _commit(registry, "checkpoint_1.pt", stream="checkpoint")
@@ -332,7 +566,7 @@ def test_a_connection_error_is_chained_and_never_shows_credentials(clearml_serve
     assert isinstance(err.value.__cause__, requests.ConnectionError)
     assert "s3cr3t-value" not in str(err.value) and "STANDIN_ACCESS_KEY" not in str(err.value)
     with pytest.raises(RegistryError, match="cannot reach"):
-        registry.create_pending(_info("train-run", "checkpoint_1.pt"), uri="file:///x.pt")
+        registry.create_pending(_info(_run(registry), "checkpoint_1.pt"), uri="file:///x.pt")
 
 
 def test_an_unreachable_server_fails_fast_with_the_fix(clearml_server: ClearMLServer, monkeypatch) -> None:

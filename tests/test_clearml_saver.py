@@ -20,12 +20,14 @@ from tests.conftest_clearml import init_task
 from tests.contracts.invariants import InvariantContract
 from tests.helpers import Target, attach, model, trainer_engine
 from tracker_saver import RecordState, RegistryError, TrackerSaver, find_models, load_checkpoint
+from tracker_saver.errors import StreamBusyError
 from tracker_saver.demo import make_data, small_cnn
 
 pytestmark = pytest.mark.clearml
 
 
 class TestClearMLInvariants(InvariantContract):
+    FAULTS = ("serialize", "skip")  # the "registry" fault locks a SQLite file
     @pytest.fixture
     def target(self, clearml_server, clearml_project, tmp_path):
         return Target(output_uri=str(tmp_path / "output"), registry=f"clearml:{clearml_project}")
@@ -84,26 +86,50 @@ def test_tracker_saver_in_the_discussion_scenario(clearml_standin, clearml_proje
         saver = ClearMLSaver(dirname=str(tmp_path / "tmp"))
         train_on = _train_cnn(saver)
         names = sorted(m["name"] for m in clearml_standin.models.values() if m["task"] == task.id)
-        records = find_models(project=clearml_project, run="our-saver", registry=saver.registry)
+        records = find_models(project=clearml_project, run=f"our-saver.{task.id}", registry=saver.registry)
         clearml_standin.edit_model(records[0].id, name="renamed in the web UI")
         train_on(5)
         after = saver.registry.get(records[0].id)
-    assert _objects(out) == [f"{clearml_project}/our-saver/epoch_model.slot0.pt"]
+    assert _objects(out) == [f"{clearml_project}/our-saver.{task.id}/epoch_model.slot0.pt"]  # ClearML's own layout
     assert names == ["epoch_model_1.pt", "epoch_model_2.pt", "epoch_model_3.pt"]
     assert [r.global_step for r in records] == [1, 2, 3] and type(records[0].metadata["global_step"]) is int
     assert [r.state for r in records] == [RecordState.EVICTED, RecordState.EVICTED, RecordState.LIVE]
     assert after.name == "renamed in the web UI"
     live = [m for m in clearml_standin.models.values() if m["task"] == task.id and "archived" not in m.get("system_tags", [])]
     assert len(live) == 1 and live[0]["uri"].endswith("epoch_model.slot0.pt")
+    # only the live model can be downloaded through ClearML: the others' slot holds other bytes now
+    assert [m["uri"] for m in clearml_standin.models.values() if m["task"] == task.id and m not in live] == [""] * 4
     assert clearml_standin.unknown_calls == []
 
 
 def test_defaults_come_from_the_task(clearml_standin, clearml_project, tmp_path) -> None:
     out = tmp_path / "output"
-    with _task(clearml_project, "defaults", out):
+    with _task(clearml_project, "defaults", out) as task:
         saver = TrackerSaver(registry="clearml")
-        assert (saver.project, saver.run) == (clearml_project, "defaults")
+        assert (saver.project, saver.run) == (clearml_project, f"defaults.{task.id}")  # a run is a task id
         assert saver.storage.uri == out.resolve().as_uri()
+
+
+@pytest.mark.parametrize("make", ["ClearMLSaver", "TrackerSaver"])
+def test_a_task_named_as_people_name_them_is_saved_under_a_safe_key(
+    clearml_standin, clearml_project, tmp_path, make
+) -> None:
+    from tracker_saver.clearml import ClearMLSaver
+    from tracker_saver.naming import key_segment
+
+    name = "resnet (lr=0.1) [v2]: run #3, final"
+    out = tmp_path / "output"
+    with _task(clearml_project, name, out) as task:
+        saver = ClearMLSaver() if make == "ClearMLSaver" else TrackerSaver(registry="clearml")
+        trainer = trainer_engine(model())
+        attach(trainer, saver, {"model": model()}, n_saved=1)
+        trainer.run([0], max_epochs=2)
+        (record,) = saver.records(live=True)
+        models = [m for m in clearml_standin.models.values() if m["task"] == task.id]
+    run = f"{name}.{task.id}"
+    assert (saver.run, record.run, record.project) == (run, run, clearml_project)
+    assert _objects(out) == [f"{clearml_project}/{key_segment(run)}/model.slot0.pt"]
+    assert sorted(m["name"] for m in models) == ["model_1.pt", "model_2.pt"]
 
 
 def test_the_binding_guard_makes_clearml_skip_what_torch_saves_during_our_writes(
@@ -142,6 +168,24 @@ def test_a_server_failure_during_a_save_reaches_training(clearml_standin, clearm
     load_checkpoint(record.id, {"model": model()}, registry=saver.registry)
 
 
+def test_a_second_saver_on_a_stream_is_busy_until_the_first_closes(clearml_server, clearml_project, tmp_path) -> None:
+    def saver() -> TrackerSaver:
+        registry = f"clearml:{clearml_project}"
+        return TrackerSaver(tmp_path / "output", project="proj", run="one-writer", registry=registry)
+
+    first, second = saver(), saver()
+    attach(trainer := trainer_engine(model()), first, {"model": model()}, n_saved=1)
+    trainer.run([0], max_epochs=1)
+    attach(other := trainer_engine(model()), second, {"model": model()}, n_saved=1)
+    with pytest.raises(StreamBusyError, match=r"proj/one-writer/model at .* is being written by another saver, pid"):
+        other.run([0], max_epochs=1)
+    first.close()
+    attach(again := trainer_engine(model()), second, {"model": model()}, n_saved=1)
+    again.run([0], max_epochs=2)
+    assert [r.filename for r in second.records(live=True)] == ["model_2.pt"]
+    second.close()
+
+
 RESUME_SCRIPT = """
 import json, sys, torch
 from clearml import Task
@@ -169,7 +213,7 @@ task.close()
 
 
 @pytest.mark.parametrize("mode", ["new-task", "continue"])
-def test_a_restarted_task_rebuilds_slots_from_the_live_models(clearml_standin, clearml_project, tmp_path, mode) -> None:
+def test_a_continued_task_rebuilds_its_slots_and_a_new_task_starts_its_own(clearml_standin, clearml_project, tmp_path, mode) -> None:
     import json
     import os
     import subprocess
@@ -196,7 +240,16 @@ def test_a_restarted_task_rebuilds_slots_from_the_live_models(clearml_standin, c
     assert (first["task"] == second["task"]) == (mode == "continue")
     assert second["best"] == ["best_model_4_acc=0.9000.pt", "best_model_6_acc=0.9500.pt"]
     objects = _objects(out)
-    assert len(objects) == 3 and all(".slot" in p for p in objects)
-    records = find_models(project=clearml_project, run="resnet", live=True, registry="clearml")
-    assert sorted(r.filename for r in records) == ["best_model_4_acc=0.9000.pt", "best_model_6_acc=0.9500.pt", "checkpoint_6.pt"]
+    assert all(".slot" in p for p in objects)
+
+    def live(task_id: str) -> list[str]:
+        records = find_models(project=clearml_project, run=f"resnet.{task_id}", live=True, registry="clearml")
+        return sorted(r.filename for r in records)
+
+    assert live(second["task"]) == ["best_model_4_acc=0.9000.pt", "best_model_6_acc=0.9500.pt", "checkpoint_6.pt"]
+    if mode == "continue":  # the same task id: the same run, its slots continued
+        assert len(objects) == 3
+    else:  # a new task with the same name is a new run: the earlier task's checkpoints stay untouched
+        assert len(objects) == 6
+        assert live(first["task"]) == ["best_model_2_acc=0.7000.pt", "best_model_3_acc=0.6000.pt", "checkpoint_3.pt"]
     assert clearml_standin.unknown_calls == []

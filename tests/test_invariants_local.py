@@ -8,6 +8,8 @@ from tests.contracts.invariants import InvariantContract
 
 
 class TestLocalInvariants(InvariantContract):
+    FAULTS = (*InvariantContract.FAULTS, "storage")
+
     @pytest.fixture
     def target(self, local_target):
         return local_target

@@ -15,6 +15,8 @@ that stream's save in this epoch, through real mechanisms only:
 * ``skip``: a pre-upload callback returns ``None``;
 * ``registry``: while ``torch.save`` runs, another connection locks the SQLite registry, so
   the commit-point transaction times out;
+* ``storage`` (local output_uri): while ``torch.save`` runs, the staged temp file is unlinked, so
+  the rename at the commit point fails after the commit-point transaction;
 * ``kill-pre`` / ``kill-serialize`` / ``kill-stage`` / ``kill-post``: SIGKILL in a pre-upload
   callback (before the pending record), in the middle of ``torch.save`` (after it), right after
   the commit-point transaction (before the storage commit), and in a post-upload callback
@@ -33,6 +35,7 @@ import signal
 import sqlite3
 import sys
 import threading
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -75,6 +78,16 @@ class _LockRegistry:
         return (int, (0,))
 
 
+class _LoseStagedFile:
+    def __init__(self, root: str) -> None:
+        self.root = root
+
+    def __reduce__(self) -> Any:
+        for tmp in Path(self.root).rglob(".tmp-*"):
+            tmp.unlink()
+        return (int, (0,))
+
+
 class FaultySaver(TrackerSaver):
     """A TrackerSaver whose next save of one stream meets the fault the test asked for."""
 
@@ -84,6 +97,8 @@ class FaultySaver(TrackerSaver):
             checkpoint = {**checkpoint, "fault": threading.Lock()}
         elif _armed(stream, "kill-serialize"):
             checkpoint = {**checkpoint, "fault": _KillInPickle()}
+        elif _armed(stream, "storage"):
+            checkpoint = {**checkpoint, "fault": _LoseStagedFile(str(self.storage.root))}  # type: ignore[attr-defined]
         elif _armed(stream, "registry"):
             checkpoint = {**checkpoint, "fault": _LockRegistry(self.registry.path)}  # type: ignore[attr-defined]
         print(json.dumps({"call": stream, "filename": filename}), flush=True)
@@ -99,13 +114,16 @@ class FaultySaver(TrackerSaver):
             _locks.clear()
 
 
-class KillingRegistry(SQLiteRegistry):
-    """The real SQLite registry; it only adds a SIGKILL right after the commit-point transaction."""
+def _killing(base: type) -> type:
+    """``base``, a real registry, with a SIGKILL right after the commit-point transaction."""
 
-    def stage(self, record_id: str, **kwargs: Any) -> None:
-        super().stage(record_id, **kwargs)
-        if _fault["kind"] == "kill-stage" and self.get(record_id).stream == _fault["stream"]:
-            _die()
+    class Killing(base):  # type: ignore[valid-type,misc]
+        def stage(self, record_id: str, **kwargs: Any) -> None:
+            super().stage(record_id, **kwargs)
+            if _fault["kind"] == "kill-stage" and self.get(record_id).stream == _fault["stream"]:
+                _die()
+
+    return Killing
 
 
 def _pre(info: UploadInfo) -> UploadInfo | None:
@@ -121,8 +139,12 @@ def _post(info: UploadInfo) -> None:
 
 def main(config: dict[str, Any]) -> None:
     registry: Any = config["registry"]
-    if registry and not str(registry).startswith("clearml"):
-        registry = KillingRegistry(registry, timeout=float(config.get("timeout", 30)))
+    if str(registry).startswith("clearml"):
+        from tracker_saver.registry.clearml import ClearMLRegistry
+
+        registry = _killing(ClearMLRegistry)(project_root=str(registry).partition(":")[2] or None)
+    elif registry:
+        registry = _killing(SQLiteRegistry)(registry, timeout=float(config.get("timeout", 30)))
     saver = FaultySaver(
         config["output_uri"], project="p", run=config["run"], registry=registry,
         storage_options=config.get("storage_options") or {}, pre_upload=[_pre], post_upload=[_post],

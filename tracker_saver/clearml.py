@@ -11,7 +11,7 @@ from typing import Any
 
 from tracker_saver.errors import ConfigError
 from tracker_saver.pipeline import is_writing
-from tracker_saver.registry.clearml import ClearMLRegistry
+from tracker_saver.registry.clearml import ClearMLRegistry, task_run
 from tracker_saver.saver import TrackerSaver
 
 __all__ = ["ClearMLSaver", "clearml_s3_options", "guard_torch_save_binding"]
@@ -91,8 +91,10 @@ class ClearMLSaver(TrackerSaver):
     Same constructor. The task is ``Task.current_task()`` (as in ignite: call ``Task.init`` or
     create a ``ClearMLLogger`` first). Checkpoints go to ``output_uri`` (which, as in ignite,
     also becomes the task's ``output_uri``), else the task's ``output_uri``, else ``dirname``
-    as a local folder. project and run are the task's project and name, so a new task with the
-    same name (or ``continue_last_task=True``) continues the slots.
+    as a local folder. project is the task's project and run is ``<task name>.<task id>``
+    (ClearML's own folder name): ``continue_last_task=True`` continues the slots, while a new
+    task with the same name is a new run that leaves the earlier task's checkpoints alone. Task
+    names may hold any characters; keys use a safe slug of them, models keep them.
 
     Compared with ignite's: one ClearML model per checkpoint named by its semantic filename
     (not one per slot, renamed), typed metadata, renames kept, slots rebuilt on resume, no
@@ -138,4 +140,5 @@ class ClearMLSaver(TrackerSaver):
                 "(a folder or s3://BUCKET/PREFIX), dirname=, or Task.init(output_uri=...)"
             )
         kwargs.setdefault("registry", ClearMLRegistry(task))
+        kwargs.setdefault("run", task_run(task))  # also with a registry that knows no task
         super().__init__(uri, **kwargs)

@@ -83,7 +83,7 @@ class TrackerSaver(BaseSaveHandler):
         if isinstance(registry, Registry):
             opened = registry
         elif (db_path := sqlite_path(registry)) is None:
-            opened = open_registry(registry)  # ClearML: it knows the task's project, name, output_uri
+            opened = open_registry(registry)  # ClearML: it knows the task's project, run (<name>.<id>), output_uri
         defaults = opened.run_defaults() if opened is not None else {}
         self.project = check_name("project", project or defaults.get("project") or "default")
         self.run = check_name("run", run or defaults.get("run") or "default")

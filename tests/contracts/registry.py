@@ -142,3 +142,51 @@ class RegistryContract:
         assert registry.query(Query(project="p", where=parse_where({"note": evil}))) == []
         assert registry.query(Query(project=evil)) == []
         assert len(registry.query(Query(project="p"))) == 1
+
+    # -- the commit point and the stream claim -------------------------------------------------
+    def test_stage_notes_the_digest_and_evicts_the_replaced_record_in_one_step(self, registry: Registry) -> None:
+        old = live(registry, "a_1.pt")
+        new = pending(registry, "a_2.pt")
+        registry.stage(new.id, sha256=SHA, size=7, replaces=old.id)
+        assert registry.get(old.id).state is RecordState.EVICTED
+        staged = registry.get(new.id)
+        assert (staged.state, staged.sha256, staged.size) == (RecordState.PENDING, SHA, 7)
+
+    def test_stage_changes_nothing_when_the_replaced_record_is_no_longer_live(self, registry: Registry) -> None:
+        old = live(registry, "a_1.pt")
+        registry.evict(old.id)  # another writer took the slot
+        new = pending(registry, "a_2.pt")
+        with pytest.raises(RegistryError, match="no longer live"):
+            registry.stage(new.id, sha256=SHA, size=7, replaces=old.id)
+        assert registry.get(new.id).sha256 is None and registry.get(new.id).state is RecordState.PENDING
+
+    def test_a_failed_replacement_puts_the_previous_record_back(self, registry: Registry) -> None:
+        old = live(registry, "a_1.pt")
+        new = pending(registry, "a_2.pt")
+        registry.stage(new.id, sha256=SHA, size=7, replaces=old.id)
+        assert registry.restore(old.id).state is RecordState.LIVE
+        assert registry.fail(new.id, "the rename failed").state is RecordState.FAILED
+        with pytest.raises(RegistryError):
+            registry.restore(new.id)  # only an evicted record can come back
+
+    def test_a_stream_has_one_live_claim_holder(self, registry: Registry) -> None:
+        from tracker_saver.claims import new_holder, release_local
+        from tracker_saver.errors import StreamBusyError
+        from tracker_saver.records import StreamId
+
+        class Owner: ...
+
+        first, second = Owner(), Owner()
+        a, b = new_holder(first), new_holder(second)
+        stream = StreamId("file:///out", "p", "r", "best_model")
+        registry.claim(stream, a)
+        registry.claim(stream, a)  # renewing is fine
+        registry.claim(StreamId("file:///out", "p", "r", "checkpoint"), b)  # another stream is fine
+        with pytest.raises(StreamBusyError, match=f"pid {a.pid}"):
+            registry.claim(stream, b)
+        registry.release(stream, a)
+        registry.claim(stream, b)
+        release_local(b)  # b's saver is gone: its claim is dead
+        registry.claim(stream, a)
+        registry.release(stream, a)
+        registry.release(StreamId("file:///out", "p", "r", "checkpoint"), b)

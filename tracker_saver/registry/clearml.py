@@ -8,20 +8,24 @@ record         ClearML model
 id             the model id
 project        the model's project (``project_root/`` stripped when one is given)
 run            metadata ``run``; the model's ``task`` is the run's task when the registry's task
-               (``task=`` or ``Task.current_task()``) has that project and name
+               (``task=`` or ``Task.current_task()``) is in that project and ``run`` is
+               ``<task name>.<task id>`` (:func:`task_run`: a run is a task id)
+output_uri     metadata ``output_uri``: records at another output_uri are another stream
 name           the model name. Set once, at creation; a rename in the web UI (or any client) is
                what ``get`` returns and no later save overwrites it
 filename       metadata ``filename`` (Ignite's name; never changes)
 stream         metadata ``stream`` and the tag ``stream:<stream>``
 state          metadata ``state`` (the truth), mirrored for people and ``Model.query_models``:
                ``pending`` archived + tag ``pending`` + no uri; ``live`` not archived, uri set,
-               listed in the task's output models; ``evicted`` archived + tag ``evicted`` and
-               taken off the task; ``failed`` archived + tag ``failed``; ``revived`` like live
-               + tag ``revived``. So ``Model.query_models(project, tags=["-evicted"])`` (which
-               leaves archived models out) lists exactly the loadable checkpoints
+               listed in the task's output models; ``evicted`` archived + tag ``evicted``, no
+               uri, taken off the task; ``failed`` archived + tag ``failed`` + no uri;
+               ``revived`` like live + tag ``revived``. So ``Model.query_models(project,
+               tags=["-evicted"])`` (which leaves archived models out) lists exactly the
+               loadable checkpoints, and ClearML's ``get_weights()`` downloads nothing else
 slot, key      metadata ``slot`` (int) and ``key``
-uri            the model uri once live (registered, never uploaded: tracker_saver writes the
-               bytes itself); metadata ``uri`` holds it from creation
+uri            metadata ``uri``, from creation, kept for history. The model's uri is set only
+               while live or revived (registered, never uploaded: tracker_saver writes the
+               bytes itself): the slot of an evicted model holds other bytes
 sha256, size   metadata ``sha256`` (str) and ``size`` (int)
 metadata       typed metadata items: ``int``/``float``/``bool``/``str``, ``None`` as an empty
                type and value (``Model.get_metadata_casted`` reads them back as such)
@@ -30,11 +34,29 @@ created_at     metadata ``created_at`` (float seconds, the ClearML ``created`` i
 error          metadata ``error``
 ============== ==================================================================================
 
-Metadata keys ``stream``, ``filename``, ``run``, ``key``, ``state`` and ``error`` are the
-record's own fields: user metadata cannot use them (``ConfigError``).
+Metadata keys ``stream``, ``filename``, ``run``, ``key``, ``state``, ``error`` and
+``output_uri`` are the record's own fields: user metadata cannot use them (``ConfigError``).
+
+State changes: ClearML has no compare-and-set, so each change reads the model, checks the
+state it leaves, then writes. Toward a loadable state (``pending → live``, ``evicted →
+live/revived``) metadata ``state`` is written first (the commit point) and the mirror after;
+away from one (``live/revived → evicted``, ``pending → failed``) the mirror changes first
+(archive, tags, uri cleared, off the task) and metadata ``state`` last. A failed follow-up
+therefore never leaves a model that looks more loadable in ClearML than it is.
+``stage`` reads both models in one request, checks both, writes the staged sha256/size, then
+evicts the replaced record that way.
+
+Stream claims (one writer per stream) are hidden models, one per claim: archived, no task, no
+metadata ``state`` (so never a record), tag ``claim:<hash of the stream id>`` and the holder
+as JSON in the comment, both set by the one ``models.create`` that makes the claim visible.
+A claim by a live holder (:func:`tracker_saver.claims.is_alive`) makes the stream busy; dead
+holders' claims are deleted; a holder renews its own (the comment's ``heartbeat``). Two
+savers that find a stream free at once both create a claim, look again, and the oldest
+claim (server ``created``, then id) wins; the other deletes its own and raises
+``StreamBusyError``.
 
 Queries push down what ``models.get_all`` (the call behind ``Model.query_models``) can
-answer exactly: project, run, stream, filename, states, and ``==``/``in`` conditions on
+answer exactly: project, run, stream, filename, output_uri, slot, states, and ``==``/``in`` conditions on
 string values, all as ``metadata.<key>.value`` list filters (a value starting with ``-`` or
 ``__$`` is an operator to the server, so it is never pushed). Ranges, ``!=``, numbers and the
 sort are done client-side by :func:`tracker_saver.registry.base.select`, the same function
@@ -44,11 +66,13 @@ tracker_saver metadata (e.g. made by ignite's ``ClearMLSaver``) are never record
 Requests per operation, measured against the stand-in (``tests/test_clearml_registry.py``
 asserts them): ``create_pending`` 2 (``models.create`` + ``models.add_or_update_metadata``;
 once per project 1 more to look it up); ``commit`` 4 (get, metadata, edit,
-``tasks.add_or_update_model``); ``evict`` 4 (get, metadata, edit, ``tasks.delete_models``; 5
-when another process listed the model, to read the task's list first); ``get`` 1; ``query`` 1 per 500 models. ClearML's own
-``OutputModel`` + ``update_weights`` + ``set_all_metadata`` + ``tags`` makes ~18, and ignite's
-``ClearMLSaver`` ~21 per save. Within an operation the metadata write comes first: it is the
-commit point, and the tags/archive flag only mirror it.
+``tasks.add_or_update_model``); ``evict`` 4 (get, edit, ``tasks.delete_models``, metadata; 5
+when another process listed the model, to read the task's list first); ``stage`` 5 with a
+replaced record (``models.get_all``, metadata, then the eviction's edit, delete_models,
+metadata); ``claim`` 3 when the stream is free (get_all, create, get_all), 2 to renew (get_all,
+edit); ``release`` 2 (get_all, ``models.delete``); ``get`` 1; ``query`` 1 per 500 models.
+ClearML's own ``OutputModel`` + ``update_weights`` + ``set_all_metadata`` + ``tags`` makes
+~18, and ignite's ``ClearMLSaver`` ~21 per save.
 
 Every ClearML, ``requests`` or urllib3 error is mapped to ``RegistryError`` in
 :meth:`ClearMLRegistry._send`, the one boundary, with the cause chained.
@@ -64,6 +88,8 @@ Examples:
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import re
 import threading
@@ -72,11 +98,12 @@ from collections.abc import Iterable, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
+from tracker_saver.claims import Holder, is_alive
 from tracker_saver.errors import ConfigError, RecordNotFoundError, RegistryError
-from tracker_saver.records import MetaValue, Record, RecordState, UploadInfo, clean_metadata
-from tracker_saver.registry.base import RECORD_FIELDS, Query, Registry, select
+from tracker_saver.records import LOADABLE, MetaValue, Record, RecordState, StreamId, UploadInfo, clean_metadata
+from tracker_saver.registry.base import RECORD_FIELDS, Query, Registry, busy, select
 
-__all__ = ["ClearMLRegistry", "STATE_TAGS", "STREAM_TAG_PREFIX"]
+__all__ = ["CLAIM_TAG_PREFIX", "ClearMLRegistry", "STATE_TAGS", "STREAM_TAG_PREFIX", "task_run"]
 
 _INSTALL_HINT = "registry='clearml' needs clearml: pip install 'tracker-saver[clearml]'"
 
@@ -93,14 +120,25 @@ _ARCHIVED = (RecordState.PENDING, RecordState.EVICTED, RecordState.FAILED)
 STREAM_TAG_PREFIX = "stream:"
 _ARCHIVED_TAG = "archived"
 #: Metadata keys that hold the record's own fields; they are not in ``Record.metadata``.
-_FIELD_KEYS = ("stream", "filename", "run", "key", "state", "error")
+_FIELD_KEYS = ("stream", "filename", "run", "key", "state", "error", "output_uri")
 #: Metadata keys ``Record.metadata`` shows only once the record was committed (as SQLite does).
 _COMMIT_KEYS = ("sha256", "size", "uri")
+#: A stream's claim model carries the tag ``claim:<hash of the stream id>``.
+CLAIM_TAG_PREFIX = "claim:"
+_CLAIM_KEYS = ("output_uri", "project", "run", "stream")
 _MIN_NAME = 3  # clearml-server refuses shorter model, task and project names
 _PAGE = 500  # clearml-server's largest page
 _FIELDS = ["id", "name", "project", "task", "uri", "tags", "system_tags", "metadata", "created"]
 _NOT_FOUND = (400, 201)  # bad_request / invalid_model_id
 _MIN_API = "2.13"  # models.add_or_update_metadata, tasks.add_or_update_model / delete_models
+
+
+def task_run(task: Any) -> str:
+    """The run of a ClearML task's checkpoints: ``<task name>.<task id>``, as ClearML names its folders.
+
+    A new task with the same name is a new run; ``continue_last_task`` continues the same one.
+    """
+    return f"{task.name}.{task.id}"
 
 
 def _import_clearml() -> Any:
@@ -134,7 +172,7 @@ def _decode(item: Any) -> MetaValue:
             return int(value)
         if kind == "float":
             number = float(value)
-            return number if math.isfinite(number) else None
+            return None if math.isnan(number) else number  # ±inf is a priority Ignite compares
         if kind == "bool":
             return str(value).strip().lower() in ("true", "1", "yes")
     except ValueError:
@@ -337,18 +375,18 @@ class ClearMLRegistry(Registry):
         return Task.current_task()
 
     def _task_for(self, project_id: str, run: str) -> str | None:
-        """The id of the registry's task when it is this project's run, else None."""
+        """The id of the registry's task when ``run`` is that task (``<task name>.<task id>``) in this project."""
         task = self._current_task()
         if task is None:
             return None
         try:
-            task_project, task_name = task.project, task.name
+            task_project, this_run = task.project, task_run(task)
         except Exception as exc:
             raise RegistryError(f"ClearML registry {self.uri}: cannot read the current task ({exc})") from exc
-        return str(task.id) if task_project == project_id and task_name == run else None
+        return str(task.id) if task_project == project_id and this_run == run else None
 
     def run_defaults(self) -> dict[str, str]:
-        """The task's project, name and output_uri, for a ``TrackerSaver`` given none."""
+        """The task's project, run (``<task name>.<task id>``) and output_uri, for a ``TrackerSaver`` given none."""
         found = self.task_project_run
         if found is None:
             return {}
@@ -373,7 +411,7 @@ class ClearMLRegistry(Registry):
         if task is None:
             return None
         names = self._project_names_for([task.project])
-        return self._record_project(names.get(task.project, "")), str(task.name)
+        return self._record_project(names.get(task.project, "")), task_run(task)
 
     def _attach(self, model: dict[str, Any], filename: str) -> None:
         """List the model among its task's output models (entry name: Ignite's filename)."""
@@ -417,21 +455,46 @@ class ClearMLRegistry(Registry):
             self._attached.pop((task_id, filename), None)
 
     # -- models <-> records ------------------------------------------------------------------
-    def _fetch(self, record_id: str) -> dict[str, Any]:
+    @staticmethod
+    def _check_id(record_id: str) -> None:
         if not isinstance(record_id, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,128}", record_id):
             raise RecordNotFoundError(
                 f"record id {record_id!r} is not a ClearML model id: see `tracker-saver models list` for ids",
                 record_id=str(record_id),
             )
-        data = self._send(
-            self._services().models.GetByIdRequest(model=record_id), f"reading model {record_id}", record_id=record_id
-        )
-        model = data.get("model")
+
+    @staticmethod
+    def _checked(model: Any, record_id: str) -> dict[str, Any]:
         if not isinstance(model, dict) or "state" not in (model.get("metadata") or {}):
             raise RecordNotFoundError(
                 f"ClearML model {record_id} is not a tracker_saver checkpoint record", record_id=record_id
             )
         return model
+
+    def _fetch(self, record_id: str) -> dict[str, Any]:
+        self._check_id(record_id)
+        data = self._send(
+            self._services().models.GetByIdRequest(model=record_id), f"reading model {record_id}", record_id=record_id
+        )
+        return self._checked(data.get("model"), record_id)
+
+    def _fetch_many(self, ids: list[str]) -> dict[str, dict[str, Any]]:
+        """Several records' models in one request (a missing one is ``RecordNotFoundError``)."""
+        for record_id in ids:
+            self._check_id(record_id)
+        data = self._send(
+            self._services().models.GetAllRequest(id=ids, only_fields=_FIELDS), f"reading models {', '.join(ids)}"
+        )
+        found = {str(m.get("id")): m for m in data.get("models") or []}
+        for record_id in ids:
+            if record_id not in found:
+                raise RecordNotFoundError(
+                    f"record {record_id} does not exist in {self.uri} (no such ClearML model): "
+                    "see `tracker-saver models list` for ids",
+                    record_id=record_id,
+                )
+            self._checked(found[record_id], record_id)
+        return found
 
     def _record(self, model: dict[str, Any], names: dict[str, str] | None = None) -> Record:
         meta = {k: _decode(v) for k, v in (model.get("metadata") or {}).items()}
@@ -442,7 +505,8 @@ class ClearMLRegistry(Registry):
         except ValueError:
             state = RecordState.FAILED  # someone edited the state by hand: never treat it as loadable
         stream = str(meta.get("stream") or "")
-        committed = meta.get("sha256") is not None
+        # a staged (pending) record already carries sha256 and size: metadata shows them once committed
+        committed = state not in (RecordState.PENDING, RecordState.FAILED)
         user_meta = {
             k: v for k, v in meta.items() if k not in _FIELD_KEYS and (committed or k not in _COMMIT_KEYS)
         }
@@ -465,6 +529,7 @@ class ClearMLRegistry(Registry):
             tags=tuple(sorted(t for t in model.get("tags") or [] if t not in managed)),
             created_at=float(created) if isinstance(created, (int, float)) else 0.0,
             error=meta.get("error") if isinstance(meta.get("error"), str) else None,  # type: ignore[arg-type]
+            output_uri=str(meta["output_uri"]) if isinstance(meta.get("output_uri"), str) else None,
         )
 
     @staticmethod
@@ -503,8 +568,10 @@ class ClearMLRegistry(Registry):
             record_id=record_id,
         )
 
-    def _show(self, model: dict[str, Any], state: RecordState, stream: str, *, uri: str | None = None) -> dict[str, Any]:
-        """Mirror ``state`` in the model's tags and archive flag (keeping everything else on them)."""
+    def _show(self, model: dict[str, Any], state: RecordState, stream: str) -> dict[str, Any]:
+        """Mirror ``state`` where ClearML's UI, ``Model.query_models`` and ``InputModel`` look: the tags,
+        the archive flag and the uri (set only while loadable: ClearML must never download what a
+        slot holds now for a model that is not its checkpoint; metadata ``uri`` keeps it)."""
         state_tags = set(STATE_TAGS.values())
         tags = [t for t in model.get("tags") or [] if t not in state_tags]
         if state in STATE_TAGS:
@@ -514,9 +581,12 @@ class ClearMLRegistry(Registry):
         system_tags = [t for t in model.get("system_tags") or [] if t != _ARCHIVED_TAG]
         if state in _ARCHIVED:
             system_tags.append(_ARCHIVED_TAG)
-        fields: dict[str, Any] = {"tags": sorted(set(tags)), "system_tags": sorted(set(system_tags))}
-        if uri:
-            fields["uri"] = uri
+        uri = _decode((model.get("metadata") or {}).get("uri")) or model.get("uri") or ""
+        fields: dict[str, Any] = {
+            "tags": sorted(set(tags)),
+            "system_tags": sorted(set(system_tags)),
+            "uri": str(uri) if state.loadable else "",
+        }
         self._send(
             self._services().models.EditRequest(model=model["id"], **fields),
             f"updating model {model['id']}",
@@ -548,6 +618,7 @@ class ClearMLRegistry(Registry):
             "run": info.run,
             "key": info.key,
             "uri": uri,
+            "output_uri": info.output_uri,
             "state": RecordState.PENDING.value,
         }
         models = self._services().models
@@ -586,9 +657,43 @@ class ClearMLRegistry(Registry):
         items = {**extra, "sha256": sha256, "size": int(size), "uri": uri, "state": RecordState.LIVE.value}
         self._metadata_write(record_id, items, f"committing model {record_id} ({record.filename!r})")  # commit point
         model["metadata"] = {**(model.get("metadata") or {}), **{k: _encode(k, v) for k, v in items.items()}}
-        model = self._show(model, RecordState.LIVE, record.stream, uri=uri)
+        model = self._show(model, RecordState.LIVE, record.stream)
         self._attach(model, record.filename)
         return self._record(model)
+
+    def _move(self, model: dict[str, Any], record: Record, state: RecordState, error: str | None = None) -> Record:
+        """Change a checked record's state: metadata ``state`` is the truth, the rest mirrors it.
+
+        Toward loadable the truth is written first; away from it, what ClearML's UI and
+        ``Model.query_models`` see (archive, tags, uri, the task's list) changes first and the truth
+        last. Either way a failed follow-up leaves the model looking no more loadable than it is.
+        """
+        items: dict[str, MetaValue] = {"state": state.value}
+        if error is not None:
+            items["error"] = str(error)
+        written = {**(model.get("metadata") or {}), **{k: _encode(k, v) for k, v in items.items()}}
+        what = f"marking model {record.id} ({record.filename!r}) {state.value}"
+        if state.loadable:
+            self._metadata_write(record.id, items, what)
+            model = self._show({**model, "metadata": written}, state, record.stream)
+            if not record.state.loadable:
+                self._attach(model, record.filename)
+        else:
+            model = self._show(model, state, record.stream)
+            if record.state.loadable:
+                self._detach(model, record.filename)
+            self._metadata_write(record.id, items, what)
+            model = {**model, "metadata": written}
+        return self._record(model)
+
+    @staticmethod
+    def _expect(record: Record, state: RecordState, expected: Sequence[RecordState]) -> None:
+        if record.state not in expected:
+            raise RegistryError(
+                f"record {record.id} is {record.state.value}: it can become {state.value} only from "
+                f"{', '.join(RecordState(s).value for s in expected)}",
+                record_id=record.id,
+            )
 
     def set_state(
         self, record_id: str, state: RecordState, *, expected: Sequence[RecordState], error: str | None = None
@@ -596,24 +701,126 @@ class ClearMLRegistry(Registry):
         state = RecordState(state)
         model = self._fetch(record_id)
         record = self._record(model)
-        if record.state not in expected:
+        self._expect(record, state, expected)
+        return self._move(model, record, state, error)
+
+    def stage(self, record_id: str, *, sha256: str, size: int, replaces: str | None) -> None:
+        """Note the staged digest on the pending record, then evict ``replaces``; both are checked first.
+
+        ClearML has no transaction: both models are read (one request) and checked before anything
+        is written, then the digest is written, then the eviction (see :meth:`_move`).
+        """
+        models = self._fetch_many([record_id] if replaces is None else [record_id, replaces])
+        record = self._record(models[record_id])
+        if record.state is not RecordState.PENDING:
             raise RegistryError(
-                f"record {record_id} is {record.state.value}: it can become {state.value} only from "
-                f"{', '.join(RecordState(s).value for s in expected)}",
+                f"record {record_id} is {record.state.value}, no longer pending: its save cannot commit",
                 record_id=record_id,
             )
-        items: dict[str, MetaValue] = {"state": state.value}
-        if error is not None:
-            items["error"] = str(error)
-        self._metadata_write(record_id, items, f"marking model {record_id} ({record.filename!r}) {state.value}")
-        model["metadata"] = {**(model.get("metadata") or {}), **{k: _encode(k, v) for k, v in items.items()}}
-        uri = record.uri if state.loadable and not model.get("uri") else None
-        model = self._show(model, state, record.stream, uri=uri)
-        if state.loadable and not record.state.loadable:
-            self._attach(model, record.filename)
-        elif not state.loadable and record.state.loadable:
-            self._detach(model, record.filename)
-        return self._record(model)
+        old = self._record(models[replaces]) if replaces is not None else None
+        if old is not None and old.state not in LOADABLE:
+            raise RegistryError(
+                f"record {old.id}, which record {record_id} replaces in its slot, is {old.state.value}, no longer "
+                "live: another writer changed the slot",
+                record_id=old.id,
+            )
+        self._metadata_write(
+            record_id, {"sha256": sha256, "size": int(size)}, f"noting the staged digest of model {record_id}"
+        )
+        if old is not None:
+            self._move(models[old.id], old, RecordState.EVICTED)
+
+    # -- stream claims: one hidden model per claim -------------------------------------------
+    @staticmethod
+    def _claim_tag(stream: StreamId) -> str:
+        key = json.dumps([getattr(stream, k) for k in _CLAIM_KEYS])
+        return CLAIM_TAG_PREFIX + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+    @staticmethod
+    def _claim_text(stream: StreamId, holder: Holder) -> str:
+        return json.dumps({
+            "kind": "claim", **{k: getattr(stream, k) for k in _CLAIM_KEYS},
+            "token": holder.token, "host": holder.host, "pid": holder.pid, "started": holder.started,
+            "since": holder.since, "command": holder.command, "heartbeat": time.time(),
+        })  # fmt: skip
+
+    def _claims(self, stream: StreamId, project_id: str) -> list[tuple[str, Holder, float]]:
+        """The stream's claims, oldest first: ``(model id, holder, heartbeat)``."""
+        data = self._send(
+            self._services().models.GetAllRequest(
+                project=[project_id], tags=[self._claim_tag(stream)], only_fields=["id", "comment", "created"]
+            ),
+            f"reading the claims on stream {stream.label}",
+        )
+        found: list[tuple[str, Holder, float]] = []
+        for model in sorted(data.get("models") or [], key=lambda m: (str(m.get("created") or ""), str(m.get("id")))):
+            try:
+                doc = json.loads(model.get("comment") or "")
+                if doc.get("kind") != "claim" or any(doc.get(k) != getattr(stream, k) for k in _CLAIM_KEYS):
+                    continue
+                holder = Holder(token=str(doc["token"]), host=str(doc["host"]), pid=int(doc["pid"]),
+                                started=int(doc["started"]), since=float(doc["since"]), command=str(doc["command"]))
+                found.append((str(model["id"]), holder, float(doc["heartbeat"])))
+            except (ValueError, KeyError, TypeError, AttributeError):
+                continue  # not a claim tracker_saver wrote
+        return found
+
+    def _settle(self, stream: StreamId, project_id: str, holder: Holder) -> tuple[tuple[str, Holder] | None, list[str]]:
+        """``(the claim that holds the stream, holder's claim models)``; dead holders' claims are deleted.
+
+        The oldest claim of a live holder (or of ``holder``) holds the stream.
+        """
+        winner: tuple[str, Holder] | None = None
+        mine: list[str] = []
+        for model_id, other, heartbeat in self._claims(stream, project_id):
+            if other.token == holder.token:
+                mine.append(model_id)
+            elif not is_alive(other, heartbeat=heartbeat):
+                self._drop_claim(model_id)
+                continue
+            winner = winner or (model_id, other)
+        return winner, mine
+
+    def _drop_claim(self, model_id: str) -> None:
+        try:
+            self._send(self._services().models.DeleteRequest(model=model_id, force=True),
+                       f"deleting claim model {model_id}", record_id=model_id)  # fmt: skip
+        except RecordNotFoundError:
+            pass  # someone else deleted it first
+
+    def claim(self, stream: StreamId, holder: Holder) -> None:
+        project_id = self._project_id(stream.project, create=True)
+        assert project_id is not None
+        winner, mine = self._settle(stream, project_id, holder)
+        if winner is None:
+            self._send(
+                self._services().models.CreateRequest(
+                    uri="", name=f"tracker_saver claim: {stream.stream}"[:250], project=project_id,
+                    ready=False, tags=[self._claim_tag(stream)], system_tags=[_ARCHIVED_TAG],
+                    comment=self._claim_text(stream, holder),
+                ),
+                f"claiming stream {stream.label}",
+            )  # fmt: skip
+            # Two savers may both have found the stream free: the oldest claim wins.
+            winner, mine = self._settle(stream, project_id, holder)
+        elif winner[0] in mine:
+            self._send(
+                self._services().models.EditRequest(model=winner[0], comment=self._claim_text(stream, holder)),
+                f"renewing the claim on stream {stream.label}",
+                record_id=winner[0],
+            )
+        if winner is not None and winner[0] not in mine:
+            for model_id in mine:
+                self._drop_claim(model_id)
+            raise busy(stream, winner[1])
+
+    def release(self, stream: StreamId, holder: Holder) -> None:
+        project_id = self._project_id(stream.project, create=False)
+        if project_id is None:
+            return
+        for model_id, other, _ in self._claims(stream, project_id):
+            if other.token == holder.token:
+                self._drop_claim(model_id)
 
     def rename(self, record_id: str, name: str) -> Record:
         if not isinstance(name, str) or not name.strip():
@@ -666,12 +873,12 @@ class ClearMLRegistry(Registry):
             return []
         # Only tracker_saver models carry metadata "state"; this also pushes the state filter down.
         params["metadata.state.value"] = sorted({RecordState(s).value for s in states})
-        for key in ("run", "stream", "filename"):
+        for key in ("run", "stream", "filename", "output_uri"):
             value = getattr(query, key)
-            if value is not None:
-                if not _pushable(value):
-                    continue
+            if value is not None and _pushable(value):
                 params[f"metadata.{key}.value"] = [value]
+        if isinstance(query.slot, int) and not isinstance(query.slot, bool):
+            params["metadata.slot.value"] = [str(query.slot)]
         for cond in query.where:
             name = f"metadata.{cond.key}.value"
             # a '.' or '$' in the key would be read as a path by the server
