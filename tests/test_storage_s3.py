@@ -5,7 +5,9 @@ from __future__ import annotations
 import hashlib
 import io
 import os
+import re
 import threading
+from pathlib import Path
 
 import pytest
 
@@ -15,8 +17,13 @@ from tracker_saver.storage import open_storage
 
 boto3 = pytest.importorskip("boto3")
 
-from tracker_saver.storage import s3 as s3mod  # noqa: E402  (needs boto3)
-from tracker_saver.storage.s3 import KNOWN_OPTIONS, S3Storage, _Pipe, _Progress  # noqa: E402
+from tracker_saver.storage.s3 import KNOWN_OPTIONS, S3Storage  # noqa: E402  (needs boto3)
+from tracker_saver.storage.s3 import options as options_mod  # noqa: E402
+from tracker_saver.storage.s3 import pipe as pipe_mod  # noqa: E402
+from tracker_saver.storage.s3 import progress as progress_mod  # noqa: E402
+from tracker_saver.storage.s3 import storage as storage_mod  # noqa: E402
+from tracker_saver.storage.s3.pipe import Pipe  # noqa: E402
+from tracker_saver.storage.s3.progress import Progress  # noqa: E402
 
 MiB = 1024 * 1024
 SECRET = "s3cr3t-never-shown-Zq81xVb"
@@ -157,6 +164,46 @@ def test_retries_are_botocore_standard_mode_with_max_attempts_from_option_or_env
     assert store._client.meta.config.retries == {"mode": "adaptive", "total_max_attempts": 4}
 
 
+def test_retry_mode_comes_from_the_profile_when_not_given(offline_env, monkeypatch, tmp_path) -> None:
+    config = tmp_path / "config"
+    config.write_text("[profile ceph]\nretry_mode = adaptive\n")
+    monkeypatch.setenv("AWS_CONFIG_FILE", str(config))
+    store = S3Storage("s3://b", endpoint_url="http://127.0.0.1:9", profile="ceph")
+    assert store._client.meta.config.retries["mode"] == "adaptive"
+    store = S3Storage("s3://b", endpoint_url="http://127.0.0.1:9", profile="ceph", retry_mode="standard")
+    assert store._client.meta.config.retries["mode"] == "standard"
+
+
+def test_every_client_loads_the_s3_model_through_the_one_shared_loader(offline_env, monkeypatch) -> None:
+    # Guards the two boto3/botocore calls this relies on (boto3.Session(botocore_session=...) and
+    # botocore's undocumented Session.register_component): if an upgrade breaks either, every
+    # storage would parse the large S3 service model again, and this test fails.
+    import botocore.loaders
+
+    spy = botocore.loaders.create_loader()
+    real = spy.load_service_model
+    loaded: list[tuple[str, str]] = []
+
+    def load_service_model(service_name, type_name, api_version=None):
+        loaded.append((service_name, type_name))
+        return real(service_name, type_name, api_version)
+
+    spy.load_service_model = load_service_model
+    monkeypatch.setattr(options_mod, "_LOADER", spy)
+    for _ in range(2):
+        S3Storage("s3://b", endpoint_url="http://127.0.0.1:9")
+    assert loaded.count(("s3", "service-2")) == 2  # each client asks, the loader's cache answers
+
+
+def test_known_options_are_the_constructor_keywords_and_all_documented() -> None:
+    assert KNOWN_OPTIONS == options_mod.option_names(S3Storage.__init__)
+    assert KNOWN_OPTIONS == options_mod.option_names(options_mod.check_options)
+    assert KNOWN_OPTIONS[0] == "endpoint_url" and "progress" in KNOWN_OPTIONS and "uri" not in KNOWN_OPTIONS
+    docs = (Path(__file__).resolve().parents[1] / "docs" / "s3.md").read_text()
+    table = {name for line in docs.splitlines() if line.startswith("| `") for name in re.findall(r"`(\w+)`", line.split("|")[1])}
+    assert set(KNOWN_OPTIONS) <= table
+
+
 def test_endpoint_comes_from_aws_endpoint_url_unless_given(offline_env, monkeypatch) -> None:
     monkeypatch.setenv("AWS_ENDPOINT_URL", "http://127.0.0.1:9001")
     assert S3Storage("s3://b").endpoint == "http://127.0.0.1:9001"
@@ -169,7 +216,7 @@ def test_endpoint_comes_from_aws_endpoint_url_unless_given(offline_env, monkeypa
 
 
 def test_pipe_reads_exactly_the_requested_size_until_the_end() -> None:
-    pipe = _Pipe(limit=64)
+    pipe = Pipe(limit=64)
     got: list[bytes] = []
     reader = threading.Thread(target=lambda: got.extend(iter(lambda: pipe.read(10), b"")))
     reader.start()
@@ -182,12 +229,12 @@ def test_pipe_reads_exactly_the_requested_size_until_the_end() -> None:
 
 
 def test_pipe_abort_makes_the_reader_raise_and_fail_makes_the_writer_raise(monkeypatch) -> None:
-    monkeypatch.setattr(s3mod, "_PIPE_BLOCK", 4)
-    pipe = _Pipe(limit=4)
+    monkeypatch.setattr(pipe_mod, "BLOCK_BYTES", 4)
+    pipe = Pipe(limit=4)
     pipe.abort()
-    with pytest.raises(s3mod._UploadAborted):
+    with pytest.raises(pipe_mod.UploadAborted):
         pipe.read(1)
-    pipe = _Pipe(limit=4)
+    pipe = Pipe(limit=4)
     pipe.write(b"1234")  # fills the pipe
     boom = StorageError("upload failed", key="k")
     threading.Timer(0.05, pipe.fail, args=(boom,)).start()
@@ -196,16 +243,16 @@ def test_pipe_abort_makes_the_reader_raise_and_fail_makes_the_writer_raise(monke
 
 
 def test_progress_bar_only_when_asked_or_on_a_terminal(monkeypatch, capsys) -> None:
-    monkeypatch.setattr(s3mod, "PROGRESS_BYTES", 100)
-    quiet = _Progress("upload k", 1000, None)  # stderr is captured, not a terminal
+    monkeypatch.setattr(progress_mod, "PROGRESS_BYTES", 100)
+    quiet = Progress("upload k", 1000, None)  # stderr is captured, not a terminal
     quiet(1000)
     quiet.close()
     assert capsys.readouterr().err == ""
-    small = _Progress("upload k", 10, True)
+    small = Progress("upload k", 10, True)
     small(10)
     small.close()
     assert capsys.readouterr().err == ""
-    shown = _Progress("upload k", 1000, True)
+    shown = Progress("upload k", 1000, True)
     for _ in range(10):
         shown(100)
     shown.close()
@@ -304,7 +351,7 @@ def test_check_leaves_no_visible_object(s3_output_uri, ceph_s3, s3_bucket) -> No
 
 @pytest.mark.ceph
 def test_list_pages_through_many_keys_relative_to_the_root(s3_output_uri, ceph_s3, s3_bucket, monkeypatch) -> None:
-    monkeypatch.setattr(s3mod, "LIST_PAGE_SIZE", 2)
+    monkeypatch.setattr(storage_mod, "LIST_PAGE_SIZE", 2)
     store = open_storage(s3_output_uri)
     keys = [f"p/r/s.slot{k}.pt" for k in range(5)]
     for key in keys:
