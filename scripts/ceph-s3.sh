@@ -5,6 +5,7 @@
 #   scripts/ceph-s3.sh start      start mon + osd + radosgw, create the S3 user, print env
 #   scripts/ceph-s3.sh stop       stop all daemons and remove the state dir
 #   scripts/ceph-s3.sh env        print the `export` lines the tests need
+#   scripts/ceph-s3.sh running    exit 0 if this state dir's gateway is up and answering
 #   scripts/ceph-s3.sh stop-rgw   stop only radosgw (tests kill the gateway mid-upload)
 #   scripts/ceph-s3.sh start-rgw  start only radosgw again (mon and osd must be running)
 #
@@ -435,6 +436,7 @@ main() {
     start) cmd_start ;;
     stop) cmd_stop ;;
     env) print_env ;;
+    running) our_rgw_is_up ;;
     stop-rgw) cmd_stop_rgw ;;
     start-rgw) cmd_start_rgw ;;
     -h | --help | help) usage ;;

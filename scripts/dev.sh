@@ -30,9 +30,15 @@ test_() {
     local ceph=0
     if [ "$(id -u)" = 0 ]; then
         bash scripts/ceph-s3.sh install
-        eval "$(bash scripts/ceph-s3.sh start)"
-        ceph=1
-        trap 'bash scripts/ceph-s3.sh stop' EXIT
+        if bash scripts/ceph-s3.sh running >/dev/null 2>&1; then
+            # Someone started it (a developer's shell): use it, and leave it running.
+            log "using the Ceph RGW that is already running; it is left running"
+            eval "$(bash scripts/ceph-s3.sh env)"
+        else
+            eval "$(bash scripts/ceph-s3.sh start)"
+            ceph=1
+            trap 'bash scripts/ceph-s3.sh stop' EXIT
+        fi
     else
         log "not root: Ceph RGW cannot be started; run with -m 'not ceph' (CI runs as root)"
     fi

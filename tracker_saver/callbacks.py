@@ -48,23 +48,17 @@ class CallbackChain:
         self._pre: list[PreUploadCallback] = []
         self._post: list[PostUploadCallback] = []
 
-    def add_pre(self, callback: PreUploadCallback, *, first: bool = False) -> None:
-        """Add a pre-upload callback (at the front of the chain if ``first``)."""
+    def add_pre(self, callback: PreUploadCallback) -> None:
+        """Add a pre-upload callback."""
         if not callable(callback):
             raise TypeError(f"pre-upload callback {callback!r} is not callable")
-        self._pre.insert(0, callback) if first else self._pre.append(callback)
+        self._pre.append(callback)
 
     def add_post(self, callback: PostUploadCallback) -> None:
         """Add a post-upload callback."""
         if not callable(callback):
             raise TypeError(f"post-upload callback {callback!r} is not callable")
         self._post.append(callback)
-
-    def remove(self, callback: Callable[..., object]) -> None:
-        """Remove a callback from whichever chain holds it."""
-        for chain in (self._pre, self._post):
-            if callback in chain:
-                chain.remove(callback)  # type: ignore[arg-type]
 
     def run_pre(self, info: UploadInfo) -> UploadInfo | None:
         """Run the pre-upload chain; ``None`` as soon as a callback skips.

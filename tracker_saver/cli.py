@@ -5,64 +5,14 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-import time
 from collections.abc import Sequence
 
-from rich.console import Console
-from rich.table import Table
-
+from tracker_saver.console import fmt, make_console, print_records
 from tracker_saver.errors import TrackerSaverError
 from tracker_saver.models import find_models, get_model, rename_model
-from tracker_saver.records import Record
-from tracker_saver.registry import open_registry
+from tracker_saver.registry.shared import shared_registry
 
-__all__ = ["main", "make_console", "print_records"]
-
-
-def _fmt(value: object) -> str:
-    if value is None:
-        return "-"
-    if isinstance(value, float):
-        return f"{value:.4f}"
-    return str(value)
-
-
-def _size(n: int | None) -> str:
-    if n is None:
-        return "-"
-    for unit in ("B", "KiB", "MiB", "GiB"):
-        if n < 1024 or unit == "GiB":
-            return f"{n:.0f} {unit}" if unit == "B" else f"{n:.1f} {unit}"
-        n = n / 1024  # type: ignore[assignment]
-    return str(n)
-
-
-def make_console() -> Console:
-    # Piped output (CI logs, `| less`) still gets a table wide enough to read.
-    return Console() if sys.stdout.isatty() else Console(width=200)
-
-
-def print_records(records: Sequence[Record], console: Console | None = None, *, title: str | None = None) -> None:
-    """Print records as a table (colours only on a TTY)."""
-    table = Table(title=title, show_lines=False)
-    for column in ("id", "name", "state", "run", "stream", "step", "score", "slot", "size", "created"):
-        table.add_column(column, justify="right" if column in ("id", "step", "score", "slot", "size") else "left")
-    styles = {"live": "green", "revived": "cyan", "evicted": "dim", "failed": "red", "pending": "yellow"}
-    for r in records:
-        table.add_row(
-            r.id,
-            r.name,
-            r.state.value,
-            r.run,
-            r.stream,
-            _fmt(r.global_step),
-            _fmt(r.score),
-            _fmt(r.slot),
-            _size(r.size),
-            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.created_at)),
-            style=styles.get(r.state.value),
-        )
-    (console or make_console()).print(table)
+__all__ = ["main"]
 
 
 def _cmd_list(args: argparse.Namespace) -> int:
@@ -92,7 +42,7 @@ def _cmd_show(args: argparse.Namespace) -> int:
     console = make_console()
     for key, value in record.to_dict().items():
         if key != "metadata":
-            console.print(f"[bold]{key}[/bold]: {_fmt(value)}")
+            console.print(f"[bold]{key}[/bold]: {fmt(value)}")
     for key, value in sorted(record.metadata.items()):
         console.print(f"  {key} = {value!r}")
     return 0
@@ -105,7 +55,7 @@ def _cmd_rename(args: argparse.Namespace) -> int:
 
 
 def _cmd_tag(args: argparse.Namespace) -> int:
-    record = open_registry(args.registry).add_tags(args.id, args.tags)
+    record = shared_registry(args.registry).add_tags(args.id, args.tags)
     print(json.dumps(record.to_dict(), indent=2) if args.json else f"record {record.id} tags: {', '.join(record.tags)}")
     return 0
 

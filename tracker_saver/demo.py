@@ -13,7 +13,7 @@ from ignite.metrics import Accuracy, Loss
 from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
-from tracker_saver.cli import make_console, print_records
+from tracker_saver.console import make_console, print_records
 from tracker_saver.models import find_models
 from tracker_saver.saver import TrackerSaver
 

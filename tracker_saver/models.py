@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 from collections.abc import Iterator, Mapping, Sequence
 from typing import Any, BinaryIO
@@ -13,13 +12,13 @@ from ignite.handlers import Checkpoint
 
 from tracker_saver.errors import IntegrityError, RegistryError, SerializationError
 from tracker_saver.query import parse_order, parse_where
-from tracker_saver.records import Record, RecordState
-from tracker_saver.registry import Query, Registry, open_registry
+from tracker_saver.records import LOADABLE, Record, RecordState
+from tracker_saver.registry import Query, Registry
+from tracker_saver.registry.shared import shared_registry
 from tracker_saver.storage import Storage, open_storage
+from tracker_saver.storage.base import sha256_of
 
 __all__ = ["find_models", "get_model", "load_checkpoint", "open_verified", "rename_model"]
-
-_LOADABLE = (RecordState.LIVE, RecordState.REVIVED)
 
 
 def find_models(
@@ -46,7 +45,8 @@ def find_models(
         live: ``True``: only loadable records (live or revived); ``False``: only the others.
         states: only these states (overrides ``live``).
         limit: at most this many.
-        registry: which registry (default as in :func:`open_registry`).
+        registry: which registry (default as in :func:`open_registry`); one connection per
+            location is kept open and reused by every call.
 
     Examples:
         >>> find_models(project="nothing-here", registry=":memory:")
@@ -56,7 +56,7 @@ def find_models(
     if states is not None:
         wanted = tuple(RecordState(s) for s in states)
     elif live is not None:
-        wanted = _LOADABLE if live else tuple(s for s in RecordState if s not in _LOADABLE)
+        wanted = LOADABLE if live else tuple(s for s in RecordState if s not in LOADABLE)
     query = Query(
         project=project,
         run=run,
@@ -66,12 +66,12 @@ def find_models(
         order_by=parse_order(order_by),
         limit=limit,
     )
-    return open_registry(registry).query(query)
+    return shared_registry(registry).query(query)
 
 
 def get_model(record_id: str | int, *, registry: str | os.PathLike[str] | Registry | None = None) -> Record:
     """The record with ``record_id`` (``RecordNotFoundError`` if none)."""
-    return open_registry(registry).get(str(record_id))
+    return shared_registry(registry).get(str(record_id))
 
 
 def rename_model(record_id: str | int, name: str, *, registry: str | os.PathLike[str] | Registry | None = None) -> Record:
@@ -82,7 +82,7 @@ def rename_model(record_id: str | int, name: str, *, registry: str | os.PathLike
         Traceback (most recent call last):
         tracker_saver.errors.RecordNotFoundError: record 1 does not exist
     """
-    return open_registry(registry).rename(str(record_id), name)
+    return shared_registry(registry).rename(str(record_id), name)
 
 
 @contextlib.contextmanager
@@ -98,7 +98,7 @@ def open_verified(
         RegistryError: the record is not live (its slot may hold other bytes).
         IntegrityError: the bytes differ from the record: the slot was overwritten or corrupted.
     """
-    if record.state not in _LOADABLE or record.key is None or record.uri is None:
+    if record.state not in LOADABLE or record.key is None or record.uri is None:
         raise RegistryError(
             f"record {record.id} ({record.name!r}) is {record.state.value}: its slot may hold other bytes; "
             "load a live record (tracker-saver models list --live)",
@@ -107,15 +107,11 @@ def open_verified(
     if storage is None or storage.url(record.key) != record.uri:
         storage = open_storage(record.uri[: -len(record.key) - 1], **dict(storage_options or {}))
     with storage.get(record.key) as src:
-        sha = hashlib.sha256()
-        size = 0
-        while chunk := src.read(1 << 20):
-            sha.update(chunk)
-            size += len(chunk)
-        if size != record.size or sha.hexdigest() != record.sha256:
+        size, sha256 = sha256_of(src)
+        if size != record.size or sha256 != record.sha256:
             raise IntegrityError(
                 f"record {record.id} ({record.name!r}): {record.uri} has {size} bytes with sha256 "
-                f"{sha.hexdigest()[:12]}…, the record says {record.size} bytes, {str(record.sha256)[:12]}…: "
+                f"{sha256[:12]}…, the record says {record.size} bytes, {str(record.sha256)[:12]}…: "
                 "the slot was probably overwritten or corrupted; load another record",
                 key=record.key,
                 record_id=record.id,
@@ -154,7 +150,7 @@ def load_checkpoint(
         tracker_saver.errors.RecordNotFoundError: record 17 does not exist
     """
     if not isinstance(record, Record):
-        record = open_registry(registry).get(str(record))
+        record = shared_registry(registry).get(str(record))
     with open_verified(record, storage=storage, storage_options=storage_options) as f:
         try:
             checkpoint = torch.load(f, map_location=map_location, weights_only=weights_only)

@@ -222,7 +222,7 @@ def parse_filename(filename: str, basename: str, score_name: str | None, priorit
         score = _number(priority)
     meta: dict[str, MetaValue] = {
         "prefix": prefix,
-        "name": name,
+        "ignite_name": name,
         "basename": basename,
         "global_step": step,
         "score_name": score_name,

@@ -7,6 +7,8 @@ import math
 from dataclasses import dataclass, field
 from typing import Any, Union
 
+from tracker_saver.errors import ConfigError
+
 __all__ = ["LOADABLE", "MetaValue", "Record", "RecordState", "StreamId", "UploadInfo", "clean_metadata"]
 
 #: A metadata value is typed: int (step, slot, size), float (score) or str; ``None`` is absent.
@@ -74,13 +76,13 @@ def clean_metadata(metadata: dict[str, Any]) -> dict[str, MetaValue]:
     out: dict[str, MetaValue] = {}
     for key, value in metadata.items():
         if not isinstance(key, str) or not key:
-            raise TypeError(f"metadata keys must be non-empty strings, got {key!r}")
+            raise ConfigError(f"metadata key {key!r} is not a non-empty string: name metadata keys with text")
         if hasattr(value, "item") and callable(value.item):  # numpy / torch scalars
             value = value.item()
         if isinstance(value, float) and math.isnan(value):
             value = None
         if value is not None and not isinstance(value, (int, float, str, bool)):
-            raise TypeError(
+            raise ConfigError(
                 f"metadata[{key!r}] = {value!r} has type {type(value).__name__}: "
                 "use an int, float, str or bool"
             )

@@ -148,7 +148,7 @@ class InvariantContract:
         assert top.metadata["global_step"] == 4 and type(top.metadata["global_step"]) is int
         assert top.metadata["score"] == 0.9 and type(top.metadata["score"]) is float
         assert top.metadata["slot"] in (0, 1) and type(top.metadata["slot"]) is int
-        assert (top.metadata["prefix"], top.metadata["name"], top.metadata["score_name"]) == ("best", "model", "val_acc")
+        assert (top.metadata["prefix"], top.metadata["ignite_name"], top.metadata["score_name"]) == ("best", "model", "val_acc")
         assert top.metadata["torch_version"] == torch.__version__
         assert top.key == f"p/r/best_model.slot{top.slot}.pt" and "val_acc" not in top.key
         (step,) = find_models(project="p", stream="model", live=True, registry=target.registry)

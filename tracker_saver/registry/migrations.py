@@ -5,7 +5,9 @@ from __future__ import annotations
 import sqlite3
 import time
 
-__all__ = ["MIGRATIONS", "migrate"]
+from tracker_saver.errors import ConfigError
+
+__all__ = ["MIGRATIONS", "migrate", "statements"]
 
 #: (version, SQL). Append only: never edit a migration that has shipped.
 MIGRATIONS: tuple[tuple[int, str], ...] = (
@@ -72,13 +74,43 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         );
         """,
     ),
+    (
+        3,
+        """
+        UPDATE metadata SET key = 'ignite_name' WHERE key = 'name';
+        """,
+    ),
 )
+
+
+def statements(script: str) -> list[str]:
+    """Split a migration into complete SQL statements (a ``;`` inside a string stays in it).
+
+    Examples:
+        >>> statements("INSERT INTO t VALUES ('a;b'); DELETE FROM t;")
+        ["INSERT INTO t VALUES ('a;b');", 'DELETE FROM t;']
+    """
+    out: list[str] = []
+    current = ""
+    for part in script.split(";"):
+        current += part + ";"
+        if sqlite3.complete_statement(current):
+            if current.strip(" \n;"):
+                out.append(current.strip())
+            current = ""
+    return out
 
 
 def migrate(conn: sqlite3.Connection) -> int:
     """Apply every migration newer than the database's version; return the version reached."""
     conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)")
     current = int(conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()[0])
+    newest = MIGRATIONS[-1][0]
+    if current > newest:
+        raise ConfigError(
+            f"registry schema version {current} is newer than this tracker_saver knows ({newest}): "
+            "upgrade tracker-saver (pip install -U tracker-saver), or use another registry file"
+        )
     for version, sql in MIGRATIONS:
         if version <= current:
             continue
@@ -88,9 +120,8 @@ def migrate(conn: sqlite3.Connection) -> int:
         try:
             again = conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()[0]
             if version > again:
-                for statement in sql.split(";"):
-                    if statement.strip():
-                        conn.execute(statement)
+                for statement in statements(sql):
+                    conn.execute(statement)
                 conn.execute("INSERT INTO schema_migrations VALUES (?, ?)", (version, time.time()))
             conn.execute("COMMIT")
         except BaseException:

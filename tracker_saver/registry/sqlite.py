@@ -128,16 +128,26 @@ class SQLiteRegistry(Registry):
 
     @contextlib.contextmanager
     def atomic(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction; errors are rolled back and raised as ``RegistryError``."""
+        """One write transaction; a nested call is a savepoint. Errors roll back and raise ``RegistryError``.
+
+        ``BEGIN IMMEDIATE`` takes the write lock up front, so the busy timeout applies instead
+        of a deadlock between two processes that both read first.
+        """
         with self._lock:
             try:
-                self._conn.execute("BEGIN IMMEDIATE")
+                begin, commit, rollback = (
+                    ("SAVEPOINT atomic", "RELEASE atomic", "ROLLBACK TO atomic; RELEASE atomic")
+                    if self._conn.in_transaction
+                    else ("BEGIN IMMEDIATE", "COMMIT", "ROLLBACK")
+                )
+                self._conn.execute(begin)
                 try:
                     yield self._conn
                 except BaseException:
-                    self._conn.execute("ROLLBACK")
+                    for statement in rollback.split("; "):
+                        self._conn.execute(statement)
                     raise
-                self._conn.execute("COMMIT")
+                self._conn.execute(commit)
             except sqlite3.Error as exc:
                 raise RegistryError(f"registry {self.uri!r}: {exc}") from exc
 

@@ -13,11 +13,27 @@ from typing import BinaryIO
 
 from tracker_saver.naming import check_key
 
-__all__ = ["ObjectStat", "Storage"]
+__all__ = ["ObjectStat", "Storage", "sha256_of"]
 
 #: Checkpoints up to this size are buffered in memory before upload; larger ones spill to a
 #: temp file. Backends that write in place (local) ignore it.
 DEFAULT_SPOOL_BYTES = 256 * 1024 * 1024
+
+
+def sha256_of(stream: BinaryIO) -> tuple[int, str]:
+    """``(size, sha256 hex)`` of what is left to read in ``stream``, read in 1 MiB chunks.
+
+    Examples:
+        >>> import io
+        >>> sha256_of(io.BytesIO(b"abc"))[0]
+        3
+    """
+    sha = hashlib.sha256()
+    size = 0
+    while chunk := stream.read(1 << 20):
+        sha.update(chunk)
+        size += len(chunk)
+    return size, sha.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -99,14 +115,9 @@ class Storage(ABC):
         """Delete ``key``; deleting a missing key is not an error."""
 
     def digest(self, key: str) -> tuple[int, str]:
-        """``(size, sha256 hex)`` of the object at ``key``, read in 1 MiB chunks."""
-        sha = hashlib.sha256()
-        size = 0
+        """``(size, sha256 hex)`` of the object at ``key``."""
         with self.get(key) as src:
-            while chunk := src.read(1 << 20):
-                sha.update(chunk)
-                size += len(chunk)
-        return size, sha.hexdigest()
+            return sha256_of(src)
 
     def discard_staged(self, key: str) -> None:
         """Remove what unfinished writes to ``key`` left behind (temp files, multipart uploads).

@@ -1,0 +1,109 @@
+"""The package's shape: no import cycles, one job per module said in its docstring, generic code apart."""
+
+from __future__ import annotations
+
+import ast
+from pathlib import Path
+
+import pytest
+
+PACKAGE = Path(__file__).resolve().parents[1] / "tracker_saver"
+
+
+def _module(path: Path) -> str:
+    parts = path.relative_to(PACKAGE.parent).with_suffix("").parts
+    return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+
+
+def _modules() -> dict[str, Path]:
+    return {_module(p): p for p in sorted(PACKAGE.rglob("*.py"))}
+
+
+def _nodes(tree: ast.AST) -> list[ast.AST]:
+    """Every node, except those under ``if TYPE_CHECKING:`` (imports for the type checker only)."""
+    out: list[ast.AST] = []
+    for node in ast.iter_child_nodes(tree):
+        if isinstance(node, ast.If) and "TYPE_CHECKING" in ast.unparse(node.test):
+            continue
+        out.append(node)
+        out.extend(_nodes(node))
+    return out
+
+
+def _imports(path: Path, name: str) -> set[str]:
+    """Modules of this package that ``path`` imports, at the top or lazily inside a function.
+
+    A lazy import is still a dependency: ``cli → demo → cli`` is a cycle even when one side
+    imports inside a function.
+    """
+    tree = ast.parse(path.read_text())
+    package = name if path.name == "__init__.py" else name.rpartition(".")[0]
+    found: set[str] = set()
+    for node in _nodes(tree):
+        if isinstance(node, ast.Import):
+            found.update(alias.name for alias in node.names)
+        elif isinstance(node, ast.ImportFrom):
+            base = node.module or ""
+            if node.level:
+                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+            found.add(base)
+            found.update(f"{base}.{alias.name}" for alias in node.names)
+    modules = _modules()
+    return {m for m in found if m in modules and m != name}
+
+
+def _graph() -> dict[str, set[str]]:
+    return {name: _imports(path, name) for name, path in _modules().items()}
+
+
+def _cycles(graph: dict[str, set[str]]) -> list[list[str]]:
+    cycles: list[list[str]] = []
+    state: dict[str, int] = {}  # 1 on the stack, 2 done
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        for nxt in sorted(graph[node]):
+            if state.get(nxt) == 1:
+                cycles.append([*stack[stack.index(nxt) :], nxt])
+            elif nxt not in state:
+                visit(nxt, [*stack, nxt])
+        state[node] = 2
+
+    for node in sorted(graph):
+        if node not in state:
+            visit(node, [node])
+    return cycles
+
+
+def test_the_package_has_no_import_cycles() -> None:
+    # The package's own __init__ re-exports everything; a submodule never imports it.
+    graph = {name: {m for m in deps if m != "tracker_saver"} for name, deps in _graph().items()}
+    assert _cycles(graph) == []
+
+
+def test_the_cycle_finder_finds_a_cycle() -> None:
+    assert _cycles({"a": {"b"}, "b": {"c"}, "c": {"a"}}) == [["a", "b", "c", "a"]]
+
+
+@pytest.mark.parametrize("name", sorted(_modules()))
+def test_every_module_says_its_one_job_in_one_line(name: str) -> None:
+    doc = ast.get_docstring(ast.parse(_modules()[name].read_text()))
+    assert doc, f"{name} has no module docstring"
+    first = doc.splitlines()[0]
+    assert first.endswith((".", ":")) and len(first) <= 110, f"{name}: {first!r}"
+
+
+GENERIC = ("tracker_saver.saver", "tracker_saver.pipeline", "tracker_saver.slots", "tracker_saver.records",
+           "tracker_saver.naming", "tracker_saver.recovery", "tracker_saver.registry.base",
+           "tracker_saver.storage.base", "tracker_saver.models", "tracker_saver.resume")  # fmt: skip
+
+
+@pytest.mark.parametrize("name", GENERIC)
+def test_generic_code_never_imports_a_tracker_integration(name: str) -> None:
+    path = _modules()[name]
+    imported = {
+        node.module or ""
+        for node in ast.walk(ast.parse(path.read_text()))
+        if isinstance(node, ast.ImportFrom)
+    } | {alias.name for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Import) for alias in node.names}
+    assert not {m for m in imported if "clearml" in m}, f"{name} imports ClearML glue"
