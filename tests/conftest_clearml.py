@@ -37,6 +37,7 @@ __all__ = ["ClearMLServer", "clearml_config_text", "init_task", "live_server_con
 def pytest_configure(config: pytest.Config) -> None:
     config.addinivalue_line("markers", "clearml: needs a ClearML API server (the in-memory stand-in or a live one)")
 
+
 _LIVE_ENV = ("CLEARML_API_HOST", "CLEARML_API_ACCESS_KEY", "CLEARML_API_SECRET_KEY")
 
 

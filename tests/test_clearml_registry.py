@@ -43,10 +43,12 @@ class TestClearMLRegistryContract(RegistryContract):
         reg.close()
 
 
-def _info(run: str, filename: str, *, project: str = "ckpts", stream: str = "best_model", slot: int = 0,
-          **meta: Any) -> UploadInfo:
-    return UploadInfo(project, run, stream, filename, metadata=dict(meta), slot=slot,
-                      key=f"{project}/{run}/{stream}.slot{slot}.pt")
+def _info(
+    run: str, filename: str, *, project: str = "ckpts", stream: str = "best_model", slot: int = 0, **meta: Any
+) -> UploadInfo:
+    return UploadInfo(
+        project, run, stream, filename, metadata=dict(meta), slot=slot, key=f"{project}/{run}/{stream}.slot{slot}.pt"
+    )
 
 
 @pytest.fixture
@@ -73,8 +75,10 @@ def _listed(task: Any) -> list[str]:
 
 
 def _commit(registry: ClearMLRegistry, filename: str, **kwargs: Any):
-    record = registry.create_pending(_info(_run(registry), filename, **kwargs),
-                                     uri=f"file:///out/ckpts/train-run/best_model.slot{kwargs.get('slot', 0)}.pt")
+    record = registry.create_pending(
+        _info(_run(registry), filename, **kwargs),
+        uri=f"file:///out/ckpts/train-run/best_model.slot{kwargs.get('slot', 0)}.pt",
+    )
     return registry.commit(record.id, sha256=SHA, size=10)
 
 
@@ -115,8 +119,10 @@ def test_a_pending_model_does_not_look_usable(run_task) -> None:
     from clearml import Model
 
     task, registry = run_task
-    record = registry.create_pending(_info(_run(registry), "checkpoint_7.pt", stream="checkpoint"),
-                                     uri="file:///out/ckpts/train-run/checkpoint.slot0.pt")
+    record = registry.create_pending(
+        _info(_run(registry), "checkpoint_7.pt", stream="checkpoint"),
+        uri="file:///out/ckpts/train-run/checkpoint.slot0.pt",
+    )
     model = Model(record.id)
     assert not model.url and "pending" in model.tags and "archived" in model.system_tags
     assert record.uri == "file:///out/ckpts/train-run/checkpoint.slot0.pt"
@@ -146,8 +152,10 @@ def test_repair_can_make_a_pending_record_live_and_list_it(run_task) -> None:
     from clearml import Model
 
     task, registry = run_task
-    record = registry.create_pending(_info(_run(registry), "checkpoint_7.pt", stream="checkpoint"),
-                                     uri="file:///out/ckpts/train-run/checkpoint.slot0.pt")
+    record = registry.create_pending(
+        _info(_run(registry), "checkpoint_7.pt", stream="checkpoint"),
+        uri="file:///out/ckpts/train-run/checkpoint.slot0.pt",
+    )
     done = registry.set_state(record.id, RecordState.LIVE, expected=(RecordState.PENDING,))
     assert done.state is RecordState.LIVE
     assert Model(record.id).url == "file:///out/ckpts/train-run/checkpoint.slot0.pt"
@@ -169,11 +177,24 @@ def test_metadata_is_typed_as_the_server_stores_it(run_task) -> None:
     from clearml import Model
 
     _, registry = run_task
-    record = _commit(registry, "best_model_3_val_acc=0.9312.pt", global_step=3, score=0.93121,
-                     score_name="val_acc", nan_score=None, flag=True)
+    record = _commit(
+        registry,
+        "best_model_3_val_acc=0.9312.pt",
+        global_step=3,
+        score=0.93121,
+        score_name="val_acc",
+        nan_score=None,
+        flag=True,
+    )
     stored = Model(record.id).get_all_metadata()
     assert {k: stored[k]["type"] for k in ("global_step", "slot", "size", "score", "score_name", "flag")} == {
-        "global_step": "int", "slot": "int", "size": "int", "score": "float", "score_name": "str", "flag": "bool"}
+        "global_step": "int",
+        "slot": "int",
+        "size": "int",
+        "score": "float",
+        "score_name": "str",
+        "flag": "bool",
+    }
     assert stored["score"]["value"] == "0.93121" and stored["state"]["value"] == "live"
     assert Model(record.id).get_all_metadata_casted()["nan_score"] is None  # absent stays absent for the SDK too
     got = registry.get(record.id).metadata
@@ -264,14 +285,27 @@ def test_requests_per_operation_are_few(clearml_standin, run_task) -> None:
     with clearml_standin.count() as stage:
         registry.stage(new.id, sha256=SHA, size=10, replaces=old.id)
     assert [c.endpoint for c in create] == ["models.create", "models.add_or_update_metadata"]
-    assert [c.endpoint for c in commit] == ["models.get_by_id", "models.add_or_update_metadata", "models.edit",
-                                            "tasks.add_or_update_model"]
+    assert [c.endpoint for c in commit] == [
+        "models.get_by_id",
+        "models.add_or_update_metadata",
+        "models.edit",
+        "tasks.add_or_update_model",
+    ]
     # leaving live: what ClearML shows first, the state last
-    assert [c.endpoint for c in evict] == ["models.get_by_id", "models.edit", "tasks.delete_models",
-                                           "models.add_or_update_metadata"]
+    assert [c.endpoint for c in evict] == [
+        "models.get_by_id",
+        "models.edit",
+        "tasks.delete_models",
+        "models.add_or_update_metadata",
+    ]
     assert len(get) == 1
-    assert [c.endpoint for c in stage] == ["models.get_all", "models.add_or_update_metadata", "models.edit",
-                                           "tasks.delete_models", "models.add_or_update_metadata"]
+    assert [c.endpoint for c in stage] == [
+        "models.get_all",
+        "models.add_or_update_metadata",
+        "models.edit",
+        "tasks.delete_models",
+        "models.add_or_update_metadata",
+    ]
 
 
 def test_another_process_evicting_reads_the_task_before_taking_a_model_off(clearml_standin, run_task) -> None:
@@ -295,9 +329,14 @@ def test_query_pushes_project_run_stream_state_and_string_equality_to_the_server
     for step in range(3):
         live(registry, f"best_model_{step}.pt", slot=step, global_step=step, score=0.1 * step, prefix="best")
     live(registry, "checkpoint_1.pt", stream="checkpoint", prefix="")
-    query = Query(project="p", run="r", stream="best_model", states=(RecordState.LIVE,),
-                  where=parse_where({"prefix": "best", "score": (">", 0.05), "note": "-1"}),
-                  order_by=parse_order("-score"))
+    query = Query(
+        project="p",
+        run="r",
+        stream="best_model",
+        states=(RecordState.LIVE,),
+        where=parse_where({"prefix": "best", "score": (">", 0.05), "note": "-1"}),
+        order_by=parse_order("-score"),
+    )
     with clearml_standin.count("models\\.get_all") as calls:
         got = registry.query(dataclasses.replace(query, where=query.where[:2]))
     assert [r.global_step for r in got] == [2, 1]
@@ -459,9 +498,15 @@ def test_a_stream_claimed_by_a_live_saver_is_busy_for_another(clearml_standin, c
     with clearml_standin.count() as calls:
         claim_registry.claim(_stream(), first)
     assert [c.endpoint for c in calls if c.endpoint.startswith("models.")] == [
-        "models.get_all", "models.create", "models.get_all"]
-    with pytest.raises(StreamBusyError, match=rf"ckpts/train-run/best_model at file:///out is being written by .*"
-                                              rf"pid {os.getpid()} on .*close\(\) the other saver") as err:
+        "models.get_all",
+        "models.create",
+        "models.get_all",
+    ]
+    with pytest.raises(
+        StreamBusyError,
+        match=rf"ckpts/train-run/best_model at file:///out is being written by .*"
+        rf"pid {os.getpid()} on .*close\(\) the other saver",
+    ) as err:
         claim_registry.claim(_stream(), second)
     assert err.value.holder == first.describe()
     (claim,) = _claim_models(clearml_standin)
@@ -524,7 +569,10 @@ def test_two_savers_claiming_at_once_leave_one_claim_the_oldest(clearml_standin,
     with clearml_standin.count() as calls, pytest.raises(StreamBusyError) as err:
         claim_registry.claim(_stream(), second)
     assert [c.endpoint for c in calls if c.endpoint.startswith("models.")] == [
-        "models.create", "models.get_all", "models.delete"]
+        "models.create",
+        "models.get_all",
+        "models.delete",
+    ]
     assert err.value.holder == first.describe()
     (claim,) = _claim_models(clearml_standin)
     assert f'"token": "{first.token}"' in claim["comment"]
@@ -585,6 +633,21 @@ def test_an_unreachable_server_fails_fast_with_the_fix(clearml_server: ClearMLSe
     assert os.environ["CLEARML_API_SECRET_KEY"] not in str(err.value)
 
 
+def test_the_sdk_default_session_the_registry_shares_is_still_there(clearml_server: ClearMLServer) -> None:
+    """Without a task the registry uses the SDK's process-wide session, which clearml reaches only
+    through a private name (``InterfaceBase._get_default_session``): this fails if an upgrade moves it."""
+    from clearml import Task
+    from clearml.backend_api import Session
+
+    from tracker_saver.registry.clearml import _sdk_default_session
+
+    session = _sdk_default_session()
+    assert isinstance(session, Session) and _sdk_default_session() is session  # one login per process
+    assert callable(session.send) and type(session).check_min_api_version("2.13")
+    assert ClearMLRegistry(project_root=_root())._get_session() is session
+    assert Task._get_default_session() is session  # the one the SDK's own calls without a task use
+
+
 # -- the stand-in runs the real SDK ------------------------------------------------------------------
 
 
@@ -630,7 +693,11 @@ def test_the_sdk_creates_tasks_models_and_queries_them(clearml_standin, clearml_
         model.set_all_metadata({"global_step": {"value": 3, "type": "int"}, "score": {"value": 0.5, "type": "float"}})
         model.tags = ["stream:best", "sdk"]
         stored = clearml_standin.models[model.id]
-        assert (stored["uri"], stored["task"], stored["tags"]) == ("file:///models/sdk.pt", task.id, ["sdk", "stream:best"])
+        assert (stored["uri"], stored["task"], stored["tags"]) == (
+            "file:///models/sdk.pt",
+            task.id,
+            ["sdk", "stream:best"],
+        )
         assert stored["metadata"]["global_step"] == {"key": "global_step", "type": "int", "value": "3"}
         assert [e["model"] for e in clearml_standin.tasks[task.id]["models"]["output"]] == [model.id]
         found = Model.query_models(project_name=clearml_project, tags=["stream:best"], metadata={"global_step": "3"})
@@ -641,8 +708,9 @@ def test_the_sdk_creates_tasks_models_and_queries_them(clearml_standin, clearml_
         assert clearml_standin.models[model.id]["system_tags"] == ["archived"]
     finally:
         task.close()
-    again = init_task(clearml_project, "sdk-task", continue_last_task=True, reuse_last_task_id=True,
-                      output_uri=str(tmp_path))
+    again = init_task(
+        clearml_project, "sdk-task", continue_last_task=True, reuse_last_task_id=True, output_uri=str(tmp_path)
+    )
     try:
         assert again.id == task.id and clearml_standin.tasks[task.id]["status"] == "in_progress"
     finally:
@@ -658,8 +726,14 @@ def test_ignite_clearml_saver_runs_against_the_stand_in(clearml_standin, clearml
 
     out = tmp_path / "output"
     out.mkdir()
-    logger = ClearMLLogger(project_name=clearml_project, task_name="ignite-run", output_uri=str(out),
-                           auto_connect_streams=False, auto_resource_monitoring=False, auto_connect_arg_parser=False)
+    logger = ClearMLLogger(
+        project_name=clearml_project,
+        task_name="ignite-run",
+        output_uri=str(out),
+        auto_connect_streams=False,
+        auto_resource_monitoring=False,
+        auto_connect_arg_parser=False,
+    )
     try:
         engine = Engine(lambda engine, batch: None)
         saver = ClearMLSaver(logger, output_uri=str(out), dirname=str(tmp_path / "ckpt"))

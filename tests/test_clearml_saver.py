@@ -20,14 +20,15 @@ from tests.conftest_clearml import init_task
 from tests.contracts.invariants import InvariantContract
 from tests.helpers import Target, attach, model, trainer_engine
 from tracker_saver import RecordState, RegistryError, TrackerSaver, find_models, load_checkpoint
-from tracker_saver.errors import StreamBusyError
 from tracker_saver.demo import make_data, small_cnn
+from tracker_saver.errors import StreamBusyError
 
 pytestmark = pytest.mark.clearml
 
 
 class TestClearMLInvariants(InvariantContract):
     FAULTS = ("serialize", "skip")  # the "registry" fault locks a SQLite file
+
     @pytest.fixture
     def target(self, clearml_server, clearml_project, tmp_path):
         return Target(output_uri=str(tmp_path / "output"), registry=f"clearml:{clearml_project}")
@@ -95,7 +96,11 @@ def test_tracker_saver_in_the_discussion_scenario(clearml_standin, clearml_proje
     assert [r.global_step for r in records] == [1, 2, 3] and type(records[0].metadata["global_step"]) is int
     assert [r.state for r in records] == [RecordState.EVICTED, RecordState.EVICTED, RecordState.LIVE]
     assert after.name == "renamed in the web UI"
-    live = [m for m in clearml_standin.models.values() if m["task"] == task.id and "archived" not in m.get("system_tags", [])]
+    live = [
+        m
+        for m in clearml_standin.models.values()
+        if m["task"] == task.id and "archived" not in m.get("system_tags", [])
+    ]
     assert len(live) == 1 and live[0]["uri"].endswith("epoch_model.slot0.pt")
     # only the live model can be downloaded through ClearML: the others' slot holds other bytes now
     assert [m["uri"] for m in clearml_standin.models.values() if m["task"] == task.id and m not in live] == [""] * 4
@@ -150,6 +155,28 @@ def test_the_binding_guard_makes_clearml_skip_what_torch_saves_during_our_writes
         names = sorted(m["name"] for m in clearml_standin.models.values() if m["task"] == task.id)
     assert names == ["guarded - outside"]
     assert _objects(out) == [p for p in _objects(out) if p.endswith("outside.pt")] and len(_objects(out)) == 1
+
+
+@pytest.mark.parametrize("make", ["TrackerSaver(registry='clearml')", "ClearMLSaver(registry=<SQLite file>)"])
+def test_savers_under_a_task_install_the_binding_guard(
+    clearml_standin, clearml_project, tmp_path, monkeypatch, make
+) -> None:
+    """The generic saver imports no ClearML glue: the ClearML registry (through ``RunContext``) and the
+    drop-in install the guard. Another registry under a task: ``guard_torch_save_binding()`` (docs/clearml.md)."""
+    from clearml.binding.frameworks import WeightsFileHandler
+
+    import tracker_saver.integrations.clearml_binding as binding
+    from tracker_saver.clearml import ClearMLSaver
+    from tracker_saver.pipeline import is_writing
+
+    monkeypatch.setattr(binding, "_predicates", [])
+    with _task(clearml_project, "guard", tmp_path / "output"):
+        if make.startswith("ClearMLSaver"):
+            ClearMLSaver(registry=str(tmp_path / "registry.db")).close()
+        else:
+            TrackerSaver(registry="clearml").close()
+    assert binding._predicates == [is_writing]
+    assert binding._skip in WeightsFileHandler._model_pre_callbacks.values()
 
 
 def test_a_server_failure_during_a_save_reaches_training(clearml_standin, clearml_project, tmp_path) -> None:
@@ -213,7 +240,9 @@ task.close()
 
 
 @pytest.mark.parametrize("mode", ["new-task", "continue"])
-def test_a_continued_task_rebuilds_its_slots_and_a_new_task_starts_its_own(clearml_standin, clearml_project, tmp_path, mode) -> None:
+def test_a_continued_task_rebuilds_its_slots_and_a_new_task_starts_its_own(
+    clearml_standin, clearml_project, tmp_path, mode
+) -> None:
     import json
     import os
     import subprocess

@@ -1,29 +1,25 @@
-"""ClearML glue: the drop-in ``ClearMLSaver``, clearml.conf S3 credentials, the torch.save binding guard.
+"""The drop-in ``ClearMLSaver`` for Ignite's, on top of the ClearML registry and leaf glue.
 
 ``from tracker_saver.clearml import ClearMLSaver`` replaces
-``from ignite.handlers.clearml_logger import ClearMLSaver`` with the same constructor.
+``from ignite.handlers.clearml_logger import ClearMLSaver`` with the same constructor. This is
+the top of the ClearML integration: it imports the generic saver, the ClearML registry
+(:mod:`tracker_saver.registry.clearml`) and the leaves (:mod:`tracker_saver.integrations`);
+nothing generic imports it. ``guard_torch_save_binding`` and ``clearml_s3_options`` are
+re-exported here, their public home.
 """
 
 from __future__ import annotations
 
-import threading
 from typing import Any
 
 from tracker_saver.errors import ConfigError
+from tracker_saver.integrations.clearml_binding import skip_saves_while
+from tracker_saver.integrations.clearml_conf import clearml_s3_options
 from tracker_saver.pipeline import is_writing
 from tracker_saver.registry.clearml import ClearMLRegistry, task_run
 from tracker_saver.saver import TrackerSaver
 
 __all__ = ["ClearMLSaver", "clearml_s3_options", "guard_torch_save_binding"]
-
-_guard_lock = threading.Lock()
-_guard_installed = False
-
-
-def _skip_our_writes(callback_type: Any, model_info: Any) -> Any:
-    # ClearML's binding calls this for every torch.save it sees; returning None makes it skip
-    # the file. While tracker_saver writes a slot, the checkpoint is ours: no second upload.
-    return None if is_writing() else model_info
 
 
 def guard_torch_save_binding() -> None:
@@ -31,58 +27,14 @@ def guard_torch_save_binding() -> None:
 
     ``Task.init`` patches ``torch.save`` (``auto_connect_frameworks``) and uploads what it sees
     under its own names. This registers, once per process, a ``WeightsFileHandler``
-    pre-callback — the mechanism ClearML's and Ignite's maintainers settled on — that returns
-    ``None`` (skip) for our writes, so output_uri only ever holds slot objects.
+    pre-callback that returns ``None`` (skip) while :func:`tracker_saver.pipeline.is_writing`,
+    so output_uri only ever holds slot objects. ``ClearMLSaver`` and ``registry="clearml"`` do
+    it for you; call it yourself when another registry saves under a ClearML task.
 
     Examples:
         >>> guard_torch_save_binding(); guard_torch_save_binding()  # idempotent
     """
-    global _guard_installed
-    from clearml.binding.frameworks import WeightsFileHandler
-
-    with _guard_lock:
-        if not _guard_installed:
-            WeightsFileHandler.add_pre_callback(_skip_our_writes)
-            _guard_installed = True
-
-
-def clearml_s3_options(output_uri: str, endpoint_url: str | None = None) -> dict[str, Any]:
-    """S3 options from clearml.conf (``sdk.aws.s3``) for ``output_uri``, if boto3 finds no credentials.
-
-    ClearML users keep their keys in clearml.conf. boto3's own chain (environment, profile,
-    instance role) wins; only when it has nothing are the bucket's (or the default) key, secret,
-    region and host taken from there. For a non-AWS host, ClearML names buckets
-    ``s3://HOST:PORT/BUCKET``; ``endpoint_url`` (or ``AWS_ENDPOINT_URL``) selects that entry.
-
-    Examples:
-        >>> clearml_s3_options("/not/s3")
-        {}
-    """
-    if not output_uri.startswith("s3://"):
-        return {}
-    import os
-
-    import boto3
-    from clearml.config import get_config_for_bucket
-
-    if boto3.Session().get_credentials() is not None:
-        return {}
-    endpoint = endpoint_url or os.environ.get("AWS_ENDPOINT_URL_S3") or os.environ.get("AWS_ENDPOINT_URL")
-    lookup = output_uri
-    if endpoint:
-        host = endpoint.split("://", 1)[-1].rstrip("/")
-        lookup = f"s3://{host}/{output_uri[len('s3://'):]}"
-    cfg = get_config_for_bucket(lookup)
-    if not (cfg.key and cfg.secret):
-        return {}
-    options: dict[str, Any] = {"aws_access_key_id": cfg.key, "aws_secret_access_key": cfg.secret}
-    if cfg.token:
-        options["aws_session_token"] = cfg.token
-    if cfg.region:
-        options["region_name"] = cfg.region
-    if cfg.host and not endpoint_url:
-        options["endpoint_url"] = f"{'https' if cfg.secure else 'http'}://{cfg.host}"
-    return options
+    skip_saves_while(is_writing)
 
 
 class ClearMLSaver(TrackerSaver):
@@ -118,7 +70,9 @@ class ClearMLSaver(TrackerSaver):
 
     _DISK_SAVER_ARGS = ("atomic", "create_dir", "require_empty")
 
-    def __init__(self, logger: Any = None, output_uri: str | None = None, dirname: str | None = None, *args: Any, **kwargs: Any) -> None:
+    def __init__(
+        self, logger: Any = None, output_uri: str | None = None, dirname: str | None = None, *args: Any, **kwargs: Any
+    ) -> None:
         from clearml import Task
 
         if logger is not None:
@@ -128,7 +82,9 @@ class ClearMLSaver(TrackerSaver):
                 raise ConfigError(f"logger {logger!r} is not an ignite ClearMLLogger: pass one, or None")
         task: Any = Task.current_task()
         if task is None:
-            raise ConfigError("ClearMLSaver needs a ClearML task: call clearml.Task.init(...) or create a ClearMLLogger first")
+            raise ConfigError(
+                "ClearMLSaver needs a ClearML task: call clearml.Task.init(...) or create a ClearMLLogger first"
+            )
         if output_uri:
             task.output_uri = output_uri
         for name in self._DISK_SAVER_ARGS:
@@ -142,3 +98,4 @@ class ClearMLSaver(TrackerSaver):
         kwargs.setdefault("registry", ClearMLRegistry(task))
         kwargs.setdefault("run", task_run(task))  # also with a registry that knows no task
         super().__init__(uri, **kwargs)
+        guard_torch_save_binding()  # also with a registry that is not ClearML's

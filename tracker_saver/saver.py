@@ -3,10 +3,9 @@
 from __future__ import annotations
 
 import os
-import sys
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import ignite
 import ignite.distributed as idist
@@ -17,12 +16,34 @@ from tracker_saver.callbacks import CallbackChain, PostUploadCallback, PreUpload
 from tracker_saver.claims import new_holder, release_local
 from tracker_saver.errors import ConfigError, SerializationError
 from tracker_saver.naming import check_name, parse_filename
-from tracker_saver.pipeline import Pipeline
+from tracker_saver.pipeline import Pipeline, is_writing
 from tracker_saver.records import LOADABLE, Record, RecordState, StreamId, UploadInfo, clean_metadata
 from tracker_saver.registry import Query, Registry, open_registry, sqlite_path
 from tracker_saver.storage import Storage, open_storage
 
-__all__ = ["TrackerSaver"]
+__all__ = ["RunContext", "TrackerSaver"]
+
+
+@runtime_checkable
+class RunContext(Protocol):
+    """A registry that also knows the run it records: an experiment tracker's current task.
+
+    ``TrackerSaver`` asks it for what it was not given, so tracker policy stays out of the
+    ``Registry`` seam and generic code never imports a tracker's modules.
+    ``tracker_saver.registry.clearml.ClearMLRegistry`` is one.
+    """
+
+    def run_defaults(self) -> Mapping[str, str]:
+        """``project``, ``run`` and ``output_uri`` of the run being saved, those it knows."""
+        ...
+
+    def storage_options_for(self, output_uri: str, options: Mapping[str, Any]) -> dict[str, Any]:
+        """``options`` for ``output_uri``, plus what the tracker knows (e.g. its S3 credentials)."""
+        ...
+
+    def guard_writes(self, is_writing: Callable[[], bool]) -> None:
+        """Make the tracker's framework hooks ignore what ``torch.save`` writes while ``is_writing()``."""
+        ...
 
 
 class TrackerSaver(BaseSaveHandler):
@@ -84,7 +105,7 @@ class TrackerSaver(BaseSaveHandler):
             opened = registry
         elif (db_path := sqlite_path(registry)) is None:
             opened = open_registry(registry)  # ClearML: it knows the task's project, run (<name>.<id>), output_uri
-        defaults = opened.run_defaults() if opened is not None else {}
+        defaults: Mapping[str, str] = opened.run_defaults() if isinstance(opened, RunContext) else {}
         self.project = check_name("project", project or defaults.get("project") or "default")
         self.run = check_name("run", run or defaults.get("run") or "default")
         output_uri = output_uri or defaults.get("output_uri")
@@ -94,18 +115,16 @@ class TrackerSaver(BaseSaveHandler):
                 "(with registry='clearml' it defaults to the task's output_uri)"
             )
         options = dict(storage_options or {})
-        if opened is not None:
+        if isinstance(opened, RunContext):
             options = opened.storage_options_for(os.fspath(output_uri), options)
         self.storage: Storage = open_storage(output_uri, **options)
         # Validate everything before creating anything: a bad argument leaves no folder or file.
         self._check_registry_outside(self.storage, db_path)
         self.storage.check()
         self.registry: Registry = opened or open_registry(registry)
-        if "clearml" in sys.modules:
-            # A ClearML task may have patched torch.save: make it skip our slot writes.
-            from tracker_saver.clearml import guard_torch_save_binding
-
-            guard_torch_save_binding()
+        if isinstance(self.registry, RunContext):
+            # A tracker may have patched torch.save (ClearML's Task.init does): skip our slot writes.
+            self.registry.guard_writes(is_writing)
         self.save_on_rank = save_on_rank
         self.callbacks = CallbackChain()
         for pre in pre_upload:

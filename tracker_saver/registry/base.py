@@ -70,9 +70,7 @@ def select(records: Iterable[Record], query: Query) -> list[Record]:
 
 def stream_query(stream: StreamId, **kwargs: Any) -> Query:
     """A query for one stream's records (``kwargs``: ``states``, ``filename``…)."""
-    return Query(
-        output_uri=stream.output_uri, project=stream.project, run=stream.run, stream=stream.stream, **kwargs
-    )
+    return Query(output_uri=stream.output_uri, project=stream.project, run=stream.run, stream=stream.stream, **kwargs)
 
 
 def busy(stream: StreamId, holder: Holder) -> StreamBusyError:
@@ -159,17 +157,6 @@ class Registry(ABC):
     def release(self, stream: StreamId, holder: Holder) -> None:
         """Give up ``holder``'s claim on ``stream`` (nothing if it holds none)."""
 
-    def run_defaults(self) -> dict[str, str]:
-        """What this registry knows of the run being saved: ``project``, ``run``, ``output_uri``.
-
-        ``TrackerSaver`` uses these for arguments it was not given (ClearML: the task's).
-        """
-        return {}
-
-    def storage_options_for(self, output_uri: str, options: dict[str, Any]) -> dict[str, Any]:
-        """Storage options to use for ``output_uri`` (ClearML adds clearml.conf S3 credentials)."""
-        return options
-
     def evict(self, record_id: str) -> Record:
         """``live``/``revived`` → ``evicted``: its slot is being reused."""
         return self.set_state(record_id, RecordState.EVICTED, expected=(RecordState.LIVE, RecordState.REVIVED))
@@ -182,8 +169,14 @@ class Registry(ABC):
         """``pending`` → ``failed``, keeping why."""
         return self.set_state(record_id, RecordState.FAILED, expected=(RecordState.PENDING,), error=error)
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (an optional hook: nothing to release by default)
         """Release connections."""
+
+    def __enter__(self) -> Registry:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.uri!r})"

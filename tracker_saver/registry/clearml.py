@@ -1,41 +1,8 @@
-"""The ClearML registry: one ClearML model per checkpoint record, attached to its run's task.
+"""The ClearML registry: records as ClearML models, read and written over the API through one ``_send``.
 
-How a record maps to a ClearML model:
-
-============== ==================================================================================
-record         ClearML model
-============== ==================================================================================
-id             the model id
-project        the model's project (``project_root/`` stripped when one is given)
-run            metadata ``run``; the model's ``task`` is the run's task when the registry's task
-               (``task=`` or ``Task.current_task()``) is in that project and ``run`` is
-               ``<task name>.<task id>`` (:func:`task_run`: a run is a task id)
-output_uri     metadata ``output_uri``: records at another output_uri are another stream
-name           the model name. Set once, at creation; a rename in the web UI (or any client) is
-               what ``get`` returns and no later save overwrites it
-filename       metadata ``filename`` (Ignite's name; never changes)
-stream         metadata ``stream`` and the tag ``stream:<stream>``
-state          metadata ``state`` (the truth), mirrored for people and ``Model.query_models``:
-               ``pending`` archived + tag ``pending`` + no uri; ``live`` not archived, uri set,
-               listed in the task's output models; ``evicted`` archived + tag ``evicted``, no
-               uri, taken off the task; ``failed`` archived + tag ``failed`` + no uri;
-               ``revived`` like live + tag ``revived``. So ``Model.query_models(project,
-               tags=["-evicted"])`` (which leaves archived models out) lists exactly the
-               loadable checkpoints, and ClearML's ``get_weights()`` downloads nothing else
-slot, key      metadata ``slot`` (int) and ``key``
-uri            metadata ``uri``, from creation, kept for history. The model's uri is set only
-               while live or revived (registered, never uploaded: tracker_saver writes the
-               bytes itself): the slot of an evicted model holds other bytes
-sha256, size   metadata ``sha256`` (str) and ``size`` (int)
-metadata       typed metadata items: ``int``/``float``/``bool``/``str``, ``None`` as an empty
-               type and value (``Model.get_metadata_casted`` reads them back as such)
-tags           the model's tags, less ``stream:*`` and the state tags (which users cannot add)
-created_at     metadata ``created_at`` (float seconds, the ClearML ``created`` is coarser)
-error          metadata ``error``
-============== ==================================================================================
-
-Metadata keys ``stream``, ``filename``, ``run``, ``key``, ``state``, ``error`` and
-``output_uri`` are the record's own fields: user metadata cannot use them (``ConfigError``).
+How records map to models (and claims to hidden models) is
+:mod:`tracker_saver.registry.clearml_codec`; this module is the transport: which requests, in
+which order, and the one place ClearML errors become ``RegistryError``.
 
 State changes: ClearML has no compare-and-set, so each change reads the model, checks the
 state it leaves, then writes. Toward a loadable state (``pending → live``, ``evicted →
@@ -46,10 +13,8 @@ therefore never leaves a model that looks more loadable in ClearML than it is.
 ``stage`` reads both models in one request, checks both, writes the staged sha256/size, then
 evicts the replaced record that way.
 
-Stream claims (one writer per stream) are hidden models, one per claim: archived, no task, no
-metadata ``state`` (so never a record), tag ``claim:<hash of the stream id>`` and the holder
-as JSON in the comment, both set by the one ``models.create`` that makes the claim visible.
-A claim by a live holder (:func:`tracker_saver.claims.is_alive`) makes the stream busy; dead
+Stream claims (one writer per stream) are hidden models, one per claim (the codec says how),
+made visible with their tag and holder by one ``models.create``. A claim by a live holder (:func:`tracker_saver.claims.is_alive`) makes the stream busy; dead
 holders' claims are deleted; a holder renews its own (the comment's ``heartbeat``). Two
 savers that find a stream free at once both create a claim, look again, and the oldest
 claim (server ``created``, then id) wins; the other deletes its own and raises
@@ -88,57 +53,49 @@ Examples:
 
 from __future__ import annotations
 
-import hashlib
-import json
-import math
 import re
 import threading
 import time
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 from urllib.parse import urlsplit
 
 from tracker_saver.claims import Holder, is_alive
 from tracker_saver.errors import ConfigError, RecordNotFoundError, RegistryError
-from tracker_saver.records import LOADABLE, MetaValue, Record, RecordState, StreamId, UploadInfo, clean_metadata
+from tracker_saver.integrations.clearml_binding import skip_saves_while
+from tracker_saver.integrations.clearml_conf import clearml_s3_options
+from tracker_saver.records import LOADABLE, MetaValue, Record, RecordState, StreamId, UploadInfo
 from tracker_saver.registry.base import RECORD_FIELDS, Query, Registry, busy, select
+from tracker_saver.registry.clearml_codec import (
+    ARCHIVED_TAG,
+    CLAIM_TAG_PREFIX,
+    MIN_NAME,
+    STATE_TAGS,
+    STREAM_TAG_PREFIX,
+    check_id,
+    check_metadata,
+    check_tags,
+    claim_comment,
+    claim_tag,
+    encode_value,
+    is_record_model,
+    metadata_filters,
+    mirror,
+    model_record,
+    pending_fields,
+    pending_model,
+    read_claim,
+    task_run,
+    with_metadata,
+)
 
 __all__ = ["CLAIM_TAG_PREFIX", "ClearMLRegistry", "STATE_TAGS", "STREAM_TAG_PREFIX", "task_run"]
 
 _INSTALL_HINT = "registry='clearml' needs clearml: pip install 'tracker-saver[clearml]'"
-
-#: Tag that shows a record's state in the ClearML UI (``live`` has none).
-STATE_TAGS = {
-    RecordState.PENDING: "pending",
-    RecordState.EVICTED: "evicted",
-    RecordState.FAILED: "failed",
-    RecordState.REVIVED: "revived",
-}
-#: States whose model is archived: not usable, hidden by ``Model.query_models`` and the UI.
-_ARCHIVED = (RecordState.PENDING, RecordState.EVICTED, RecordState.FAILED)
-#: A record's stream as a tag, e.g. ``stream:best_model``.
-STREAM_TAG_PREFIX = "stream:"
-_ARCHIVED_TAG = "archived"
-#: Metadata keys that hold the record's own fields; they are not in ``Record.metadata``.
-_FIELD_KEYS = ("stream", "filename", "run", "key", "state", "error", "output_uri")
-#: Metadata keys ``Record.metadata`` shows only once the record was committed (as SQLite does).
-_COMMIT_KEYS = ("sha256", "size", "uri")
-#: A stream's claim model carries the tag ``claim:<hash of the stream id>``.
-CLAIM_TAG_PREFIX = "claim:"
-_CLAIM_KEYS = ("output_uri", "project", "run", "stream")
-_MIN_NAME = 3  # clearml-server refuses shorter model, task and project names
 _PAGE = 500  # clearml-server's largest page
 _FIELDS = ["id", "name", "project", "task", "uri", "tags", "system_tags", "metadata", "created"]
 _NOT_FOUND = (400, 201)  # bad_request / invalid_model_id
 _MIN_API = "2.13"  # models.add_or_update_metadata, tasks.add_or_update_model / delete_models
-
-
-def task_run(task: Any) -> str:
-    """The run of a ClearML task's checkpoints: ``<task name>.<task id>``, as ClearML names its folders.
-
-    A new task with the same name is a new run; ``continue_last_task`` continues the same one.
-    """
-    return f"{task.name}.{task.id}"
 
 
 def _import_clearml() -> Any:
@@ -149,40 +106,18 @@ def _import_clearml() -> Any:
     return clearml
 
 
-def _encode(key: str, value: MetaValue) -> dict[str, str]:
-    if value is None:
-        return {"key": key, "type": "", "value": ""}  # the SDK casts an empty type and value to None
-    if isinstance(value, bool):
-        return {"key": key, "type": "bool", "value": str(value)}
-    if isinstance(value, int):
-        return {"key": key, "type": "int", "value": str(value)}
-    if isinstance(value, float):
-        return {"key": key, "type": "float", "value": repr(value)}
-    return {"key": key, "type": "str", "value": str(value)}
+def _sdk_default_session() -> Any:
+    """The clearml SDK's process-wide API session: the one ``Model``, ``Model.query_models`` and
+    ``Task.get_task`` use when there is no task.
 
+    clearml has no public accessor for it, so this is the one use of a private name. The public
+    ``clearml.backend_api.Session()`` would log in again and hold a second connection pool;
+    sharing the SDK's keeps one login per process and the SDK's own configuration. If a clearml
+    upgrade renames it, ``test_the_sdk_default_session_the_registry_shares_is_still_there`` fails.
+    """
+    from clearml.backend_interface.base import InterfaceBase
 
-def _decode(item: Any) -> MetaValue:
-    if not isinstance(item, dict):
-        return None
-    kind, value = str(item.get("type") or "").lower(), item.get("value")
-    if value is None or (value == "" and kind in ("", "none", "nonetype")):
-        return None
-    try:
-        if kind == "int":
-            return int(value)
-        if kind == "float":
-            number = float(value)
-            return None if math.isnan(number) else number  # ±inf is a priority Ignite compares
-        if kind == "bool":
-            return str(value).strip().lower() in ("true", "1", "yes")
-    except ValueError:
-        pass
-    return str(value)
-
-
-def _pushable(value: Any) -> bool:
-    """Whether clearml-server matches ``value`` literally in a list filter."""
-    return isinstance(value, str) and not value.startswith(("-", "__$"))
+    return InterfaceBase._get_default_session()
 
 
 class ClearMLRegistry(Registry):
@@ -243,9 +178,7 @@ class ClearMLRegistry(Registry):
                 if self._task is not None:
                     session = self._task.session
                 else:
-                    from clearml.backend_interface.base import InterfaceBase
-
-                    session = InterfaceBase._get_default_session()
+                    session = _sdk_default_session()
             except Exception as exc:  # MissingConfigError, LoginError, requests errors ...
                 raise ConfigError(
                     f"ClearML registry cannot connect ({type(exc).__name__}: {self._scrub(str(exc))}): check that "
@@ -290,7 +223,9 @@ class ClearMLRegistry(Registry):
                 record_id=record_id,
             ) from exc
         if result is None:
-            raise RegistryError(f"ClearML registry {self.uri}: {what} got no answer (offline mode?)", record_id=record_id)
+            raise RegistryError(
+                f"ClearML registry {self.uri}: {what} got no answer (offline mode?)", record_id=record_id
+            )
         meta = result.meta
         if meta.result_code != 200:
             codes = (meta.result_code, meta.result_subcode)
@@ -340,13 +275,14 @@ class ClearMLRegistry(Registry):
         elif not create:
             return None
         else:
-            if len(name) < _MIN_NAME:
+            if len(name) < MIN_NAME:
                 raise ConfigError(
-                    f"project {project!r} is too short for ClearML (at least {_MIN_NAME} characters): "
+                    f"project {project!r} is too short for ClearML (at least {MIN_NAME} characters): "
                     "use a longer project name or a project_root"
                 )
-            pid = self._send(projects.CreateRequest(name=name, description="tracker_saver checkpoints"),
-                             f"creating project {name!r}")["id"]
+            pid = self._send(
+                projects.CreateRequest(name=name, description="tracker_saver checkpoints"), f"creating project {name!r}"
+            )["id"]
         with self._lock:
             self._project_ids[name] = pid
             self._project_names[pid] = name
@@ -385,6 +321,7 @@ class ClearMLRegistry(Registry):
             raise RegistryError(f"ClearML registry {self.uri}: cannot read the current task ({exc})") from exc
         return str(task.id) if task_project == project_id and this_run == run else None
 
+    # -- what a TrackerSaver asks of a registry that knows its run (tracker_saver.saver.RunContext)
     def run_defaults(self) -> dict[str, str]:
         """The task's project, run (``<task name>.<task id>``) and output_uri, for a ``TrackerSaver`` given none."""
         found = self.task_project_run
@@ -396,13 +333,15 @@ class ClearMLRegistry(Registry):
             defaults["output_uri"] = str(output_uri)
         return defaults
 
-    def storage_options_for(self, output_uri: str, options: dict[str, Any]) -> dict[str, Any]:
+    def storage_options_for(self, output_uri: str, options: Mapping[str, Any]) -> dict[str, Any]:
         """Add clearml.conf's S3 credentials when neither ``options`` nor boto3's chain has any."""
         if any(k in options for k in ("aws_access_key_id", "profile")):
-            return options
-        from tracker_saver.clearml import clearml_s3_options
-
+            return dict(options)
         return {**clearml_s3_options(output_uri, options.get("endpoint_url")), **options}
+
+    def guard_writes(self, is_writing: Callable[[], bool]) -> None:
+        """Make ClearML's ``torch.save`` binding (``Task.init`` patches it) skip what is saved while ``is_writing()``."""
+        skip_saves_while(is_writing)
 
     @property
     def task_project_run(self) -> tuple[str, str] | None:
@@ -419,7 +358,9 @@ class ClearMLRegistry(Registry):
         if not task_id:
             return
         self._send(
-            self._services().tasks.AddOrUpdateModelRequest(task=task_id, name=filename, model=model["id"], type="output"),
+            self._services().tasks.AddOrUpdateModelRequest(
+                task=task_id, name=filename, model=model["id"], type="output"
+            ),
             f"listing model {model['id']} on task {task_id}",
             record_id=model["id"],
         )
@@ -454,25 +395,17 @@ class ClearMLRegistry(Registry):
         with self._lock:
             self._attached.pop((task_id, filename), None)
 
-    # -- models <-> records ------------------------------------------------------------------
-    @staticmethod
-    def _check_id(record_id: str) -> None:
-        if not isinstance(record_id, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,128}", record_id):
-            raise RecordNotFoundError(
-                f"record id {record_id!r} is not a ClearML model id: see `tracker-saver models list` for ids",
-                record_id=str(record_id),
-            )
-
+    # -- models <-> records (the mapping itself is the codec's) ---------------------------------
     @staticmethod
     def _checked(model: Any, record_id: str) -> dict[str, Any]:
-        if not isinstance(model, dict) or "state" not in (model.get("metadata") or {}):
+        if not is_record_model(model):
             raise RecordNotFoundError(
                 f"ClearML model {record_id} is not a tracker_saver checkpoint record", record_id=record_id
             )
         return model
 
     def _fetch(self, record_id: str) -> dict[str, Any]:
-        self._check_id(record_id)
+        check_id(record_id)
         data = self._send(
             self._services().models.GetByIdRequest(model=record_id), f"reading model {record_id}", record_id=record_id
         )
@@ -481,7 +414,7 @@ class ClearMLRegistry(Registry):
     def _fetch_many(self, ids: list[str]) -> dict[str, dict[str, Any]]:
         """Several records' models in one request (a missing one is ``RecordNotFoundError``)."""
         for record_id in ids:
-            self._check_id(record_id)
+            check_id(record_id)
         data = self._send(
             self._services().models.GetAllRequest(id=ids, only_fields=_FIELDS), f"reading models {', '.join(ids)}"
         )
@@ -497,96 +430,22 @@ class ClearMLRegistry(Registry):
         return found
 
     def _record(self, model: dict[str, Any], names: dict[str, str] | None = None) -> Record:
-        meta = {k: _decode(v) for k, v in (model.get("metadata") or {}).items()}
         if names is None or (model.get("project") and model["project"] not in names):
             names = self._project_names_for([model.get("project") or ""])
-        try:
-            state = RecordState(meta.get("state"))
-        except ValueError:
-            state = RecordState.FAILED  # someone edited the state by hand: never treat it as loadable
-        stream = str(meta.get("stream") or "")
-        # a staged (pending) record already carries sha256 and size: metadata shows them once committed
-        committed = state not in (RecordState.PENDING, RecordState.FAILED)
-        user_meta = {
-            k: v for k, v in meta.items() if k not in _FIELD_KEYS and (committed or k not in _COMMIT_KEYS)
-        }
-        managed = {STREAM_TAG_PREFIX + stream, *STATE_TAGS.values()}
-        slot, size, created = meta.get("slot"), meta.get("size"), meta.get("created_at")
-        return Record(
-            id=str(model["id"]),
-            project=self._record_project(names.get(model.get("project") or "", "")),
-            run=str(meta.get("run") or ""),
-            stream=stream,
-            filename=str(meta.get("filename") or ""),
-            name=str(model.get("name") or ""),
-            state=state,
-            slot=slot if isinstance(slot, int) and not isinstance(slot, bool) else None,
-            key=meta.get("key") if isinstance(meta.get("key"), str) else None,  # type: ignore[arg-type]
-            uri=(model.get("uri") or meta.get("uri") or None),  # type: ignore[arg-type]
-            sha256=meta.get("sha256") if isinstance(meta.get("sha256"), str) else None,  # type: ignore[arg-type]
-            size=size if isinstance(size, int) and not isinstance(size, bool) else None,
-            metadata=user_meta,
-            tags=tuple(sorted(t for t in model.get("tags") or [] if t not in managed)),
-            created_at=float(created) if isinstance(created, (int, float)) else 0.0,
-            error=meta.get("error") if isinstance(meta.get("error"), str) else None,  # type: ignore[arg-type]
-            output_uri=str(meta["output_uri"]) if isinstance(meta.get("output_uri"), str) else None,
-        )
-
-    @staticmethod
-    def _check_metadata(metadata: dict[str, MetaValue], what: str) -> dict[str, MetaValue]:
-        try:
-            clean = clean_metadata(metadata)
-        except TypeError as exc:  # never let a TypeError escape: Ignite would retry without metadata
-            raise ConfigError(f"{what}: {exc}") from exc
-        taken = sorted(k for k in clean if k in _FIELD_KEYS)
-        if taken:
-            raise ConfigError(
-                f"{what} metadata key(s) {', '.join(map(repr, taken))} are record fields in the ClearML "
-                f"registry ({', '.join(_FIELD_KEYS)}): rename them in your callback"
-            )
-        return clean
-
-    @staticmethod
-    def _check_tags(tags: Iterable[str], what: str) -> list[str]:
-        out = []
-        for tag in tags:
-            tag = str(tag)
-            if not tag or tag in STATE_TAGS.values() or tag.startswith(STREAM_TAG_PREFIX):
-                raise ConfigError(
-                    f"tag {tag!r} for {what} is reserved by the ClearML registry (state tags "
-                    f"{', '.join(STATE_TAGS.values())} and 'stream:*'): choose another tag"
-                )
-            out.append(tag)
-        return out
+        return model_record(model, self._record_project(names.get(model.get("project") or "", "")))
 
     def _metadata_write(self, record_id: str, items: dict[str, MetaValue], what: str) -> None:
         self._send(
             self._services().models.AddOrUpdateMetadataRequest(
-                model=record_id, metadata=[_encode(k, v) for k, v in items.items()], replace_metadata=False
+                model=record_id, metadata=[encode_value(k, v) for k, v in items.items()], replace_metadata=False
             ),
             what,
             record_id=record_id,
         )
 
     def _show(self, model: dict[str, Any], state: RecordState, stream: str) -> dict[str, Any]:
-        """Mirror ``state`` where ClearML's UI, ``Model.query_models`` and ``InputModel`` look: the tags,
-        the archive flag and the uri (set only while loadable: ClearML must never download what a
-        slot holds now for a model that is not its checkpoint; metadata ``uri`` keeps it)."""
-        state_tags = set(STATE_TAGS.values())
-        tags = [t for t in model.get("tags") or [] if t not in state_tags]
-        if state in STATE_TAGS:
-            tags.append(STATE_TAGS[state])
-        if STREAM_TAG_PREFIX + stream not in tags:
-            tags.append(STREAM_TAG_PREFIX + stream)
-        system_tags = [t for t in model.get("system_tags") or [] if t != _ARCHIVED_TAG]
-        if state in _ARCHIVED:
-            system_tags.append(_ARCHIVED_TAG)
-        uri = _decode((model.get("metadata") or {}).get("uri")) or model.get("uri") or ""
-        fields: dict[str, Any] = {
-            "tags": sorted(set(tags)),
-            "system_tags": sorted(set(system_tags)),
-            "uri": str(uri) if state.loadable else "",
-        }
+        """Mirror ``state`` where ClearML's UI, ``Model.query_models`` and ``InputModel`` look (:func:`mirror`)."""
+        fields = mirror(model, state, stream)
         self._send(
             self._services().models.EditRequest(model=model["id"], **fields),
             f"updating model {model['id']}",
@@ -596,11 +455,11 @@ class ClearMLRegistry(Registry):
 
     # -- the Registry interface --------------------------------------------------------------
     def create_pending(self, info: UploadInfo, *, uri: str) -> Record:
-        metadata = self._check_metadata(info.metadata, f"record {info.filename!r}")
-        tags = self._check_tags(info.tags, f"record {info.filename!r}")
-        if not isinstance(info.name, str) or len(info.name.strip()) < _MIN_NAME:
+        metadata = check_metadata(info.metadata, f"record {info.filename!r}")
+        tags = check_tags(info.tags, f"record {info.filename!r}")
+        if not isinstance(info.name, str) or len(info.name.strip()) < MIN_NAME:
             raise ConfigError(
-                f"record name {info.name!r} is too short for a ClearML model (at least {_MIN_NAME} characters): "
+                f"record name {info.name!r} is too short for a ClearML model (at least {MIN_NAME} characters): "
                 "use a longer filename_prefix or name"
             )
         project_id = self._project_id(info.project, create=True)
@@ -609,41 +468,17 @@ class ClearMLRegistry(Registry):
         with self._lock:
             now = max(time.time(), self._last_created + 1e-6)  # creation order survives equal clock reads
             self._last_created = now
-        fields = {
-            **metadata,
-            "slot": info.slot,
-            "created_at": now,
-            "stream": info.stream,
-            "filename": info.filename,
-            "run": info.run,
-            "key": info.key,
-            "uri": uri,
-            "output_uri": info.output_uri,
-            "state": RecordState.PENDING.value,
-        }
-        models = self._services().models
+        fields = pending_fields(info, uri=uri, metadata=metadata, created_at=now)
+        new = pending_model(info, tags)
         data = self._send(
-            models.CreateRequest(
-                uri="",  # no uri until live: a pending model must not look loadable
-                name=info.name,
-                project=project_id,
-                task=task_id,
-                framework=self._framework,
-                ready=False,
-                tags=sorted({*tags, STREAM_TAG_PREFIX + info.stream, STATE_TAGS[RecordState.PENDING]}),
-                system_tags=[_ARCHIVED_TAG],
-                comment=f"tracker_saver checkpoint {info.filename} of run {info.run}",
+            self._services().models.CreateRequest(
+                **new, project=project_id, task=task_id, framework=self._framework, ready=False
             ),
             f"creating the model of {info.filename!r}",
         )
         record_id = str(data["id"])
         self._metadata_write(record_id, fields, f"writing the metadata of model {record_id} ({info.filename!r})")
-        model = {
-            "id": record_id, "name": info.name, "project": project_id, "task": task_id, "uri": "",
-            "tags": sorted({*tags, STREAM_TAG_PREFIX + info.stream, "pending"}), "system_tags": [_ARCHIVED_TAG],
-            "metadata": {k: _encode(k, v) for k, v in fields.items()},
-        }
-        return self._record(model)
+        return self._record(with_metadata({**new, "id": record_id, "project": project_id, "task": task_id}, fields))
 
     def commit(self, record_id: str, *, sha256: str, size: int, metadata: dict[str, MetaValue] | None = None) -> Record:
         model = self._fetch(record_id)
@@ -652,12 +487,11 @@ class ClearMLRegistry(Registry):
             raise RegistryError(
                 f"record {record_id} is {record.state.value}, not pending: it cannot become live", record_id=record_id
             )
-        extra = self._check_metadata(metadata or {}, f"record {record_id}")
+        extra = check_metadata(metadata or {}, f"record {record_id}")
         uri = record.uri or ""
         items = {**extra, "sha256": sha256, "size": int(size), "uri": uri, "state": RecordState.LIVE.value}
         self._metadata_write(record_id, items, f"committing model {record_id} ({record.filename!r})")  # commit point
-        model["metadata"] = {**(model.get("metadata") or {}), **{k: _encode(k, v) for k, v in items.items()}}
-        model = self._show(model, RecordState.LIVE, record.stream)
+        model = self._show(with_metadata(model, items), RecordState.LIVE, record.stream)
         self._attach(model, record.filename)
         return self._record(model)
 
@@ -671,11 +505,10 @@ class ClearMLRegistry(Registry):
         items: dict[str, MetaValue] = {"state": state.value}
         if error is not None:
             items["error"] = str(error)
-        written = {**(model.get("metadata") or {}), **{k: _encode(k, v) for k, v in items.items()}}
         what = f"marking model {record.id} ({record.filename!r}) {state.value}"
         if state.loadable:
             self._metadata_write(record.id, items, what)
-            model = self._show({**model, "metadata": written}, state, record.stream)
+            model = self._show(with_metadata(model, items), state, record.stream)
             if not record.state.loadable:
                 self._attach(model, record.filename)
         else:
@@ -683,7 +516,7 @@ class ClearMLRegistry(Registry):
             if record.state.loadable:
                 self._detach(model, record.filename)
             self._metadata_write(record.id, items, what)
-            model = {**model, "metadata": written}
+            model = with_metadata(model, items)
         return self._record(model)
 
     @staticmethod
@@ -731,38 +564,19 @@ class ClearMLRegistry(Registry):
             self._move(models[old.id], old, RecordState.EVICTED)
 
     # -- stream claims: one hidden model per claim -------------------------------------------
-    @staticmethod
-    def _claim_tag(stream: StreamId) -> str:
-        key = json.dumps([getattr(stream, k) for k in _CLAIM_KEYS])
-        return CLAIM_TAG_PREFIX + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
-
-    @staticmethod
-    def _claim_text(stream: StreamId, holder: Holder) -> str:
-        return json.dumps({
-            "kind": "claim", **{k: getattr(stream, k) for k in _CLAIM_KEYS},
-            "token": holder.token, "host": holder.host, "pid": holder.pid, "started": holder.started,
-            "since": holder.since, "command": holder.command, "heartbeat": time.time(),
-        })  # fmt: skip
-
     def _claims(self, stream: StreamId, project_id: str) -> list[tuple[str, Holder, float]]:
         """The stream's claims, oldest first: ``(model id, holder, heartbeat)``."""
         data = self._send(
             self._services().models.GetAllRequest(
-                project=[project_id], tags=[self._claim_tag(stream)], only_fields=["id", "comment", "created"]
+                project=[project_id], tags=[claim_tag(stream)], only_fields=["id", "comment", "created"]
             ),
             f"reading the claims on stream {stream.label}",
         )
         found: list[tuple[str, Holder, float]] = []
         for model in sorted(data.get("models") or [], key=lambda m: (str(m.get("created") or ""), str(m.get("id")))):
-            try:
-                doc = json.loads(model.get("comment") or "")
-                if doc.get("kind") != "claim" or any(doc.get(k) != getattr(stream, k) for k in _CLAIM_KEYS):
-                    continue
-                holder = Holder(token=str(doc["token"]), host=str(doc["host"]), pid=int(doc["pid"]),
-                                started=int(doc["started"]), since=float(doc["since"]), command=str(doc["command"]))
-                found.append((str(model["id"]), holder, float(doc["heartbeat"])))
-            except (ValueError, KeyError, TypeError, AttributeError):
-                continue  # not a claim tracker_saver wrote
+            claim = read_claim(model, stream)
+            if claim is not None:  # else not a claim tracker_saver wrote
+                found.append((str(model["id"]), *claim))
         return found
 
     def _settle(self, stream: StreamId, project_id: str, holder: Holder) -> tuple[tuple[str, Holder] | None, list[str]]:
@@ -796,8 +610,8 @@ class ClearMLRegistry(Registry):
             self._send(
                 self._services().models.CreateRequest(
                     uri="", name=f"tracker_saver claim: {stream.stream}"[:250], project=project_id,
-                    ready=False, tags=[self._claim_tag(stream)], system_tags=[_ARCHIVED_TAG],
-                    comment=self._claim_text(stream, holder),
+                    ready=False, tags=[claim_tag(stream)], system_tags=[ARCHIVED_TAG],
+                    comment=claim_comment(stream, holder, time.time()),
                 ),
                 f"claiming stream {stream.label}",
             )  # fmt: skip
@@ -805,7 +619,9 @@ class ClearMLRegistry(Registry):
             winner, mine = self._settle(stream, project_id, holder)
         elif winner[0] in mine:
             self._send(
-                self._services().models.EditRequest(model=winner[0], comment=self._claim_text(stream, holder)),
+                self._services().models.EditRequest(
+                    model=winner[0], comment=claim_comment(stream, holder, time.time())
+                ),
                 f"renewing the claim on stream {stream.label}",
                 record_id=winner[0],
             )
@@ -826,22 +642,28 @@ class ClearMLRegistry(Registry):
         if not isinstance(name, str) or not name.strip():
             raise ConfigError(f"new name {name!r} for record {record_id} is empty: give a non-empty name")
         model = self._fetch(record_id)
-        if len(name.strip()) < _MIN_NAME:
+        if len(name.strip()) < MIN_NAME:
             raise ConfigError(
                 f"new name {name!r} for record {record_id} is too short for a ClearML model "
-                f"(at least {_MIN_NAME} characters): give a longer name"
+                f"(at least {MIN_NAME} characters): give a longer name"
             )
-        self._send(self._services().models.EditRequest(model=record_id, name=name), f"renaming model {record_id}",
-                   record_id=record_id)
+        self._send(
+            self._services().models.EditRequest(model=record_id, name=name),
+            f"renaming model {record_id}",
+            record_id=record_id,
+        )
         return self._record({**model, "name": name.strip()})
 
     def add_tags(self, record_id: str, tags: Iterable[str]) -> Record:
-        new = self._check_tags(tags, f"record {record_id}")
+        new = check_tags(tags, f"record {record_id}")
         model = self._fetch(record_id)
         merged = sorted({*(model.get("tags") or []), *new})
         if merged != sorted(model.get("tags") or []):
-            self._send(self._services().models.EditRequest(model=record_id, tags=merged),
-                       f"tagging model {record_id}", record_id=record_id)
+            self._send(
+                self._services().models.EditRequest(model=record_id, tags=merged),
+                f"tagging model {record_id}",
+                record_id=record_id,
+            )
         return self._record({**model, "tags": merged})
 
     def get(self, record_id: str) -> Record:
@@ -859,41 +681,28 @@ class ClearMLRegistry(Registry):
             params["project"] = [pid]
         elif self._root:
             data = self._send(
-                self._services().projects.GetAllRequest(
-                    name=f"^{re.escape(self._root)}/", only_fields=["id", "name"]
-                ),
+                self._services().projects.GetAllRequest(name=f"^{re.escape(self._root)}/", only_fields=["id", "name"]),
                 f"listing the projects under {self._root!r}",
             )
             ids = [p["id"] for p in data.get("projects") or []]
             if not ids:
                 return []
             params["project"] = ids
-        states = query.states if query.states is not None else tuple(RecordState)
-        if not states:
+        filters = metadata_filters(query)
+        if filters is None:
             return []
-        # Only tracker_saver models carry metadata "state"; this also pushes the state filter down.
-        params["metadata.state.value"] = sorted({RecordState(s).value for s in states})
-        for key in ("run", "stream", "filename", "output_uri"):
-            value = getattr(query, key)
-            if value is not None and _pushable(value):
-                params[f"metadata.{key}.value"] = [value]
-        if isinstance(query.slot, int) and not isinstance(query.slot, bool):
-            params["metadata.slot.value"] = [str(query.slot)]
-        for cond in query.where:
-            name = f"metadata.{cond.key}.value"
-            # a '.' or '$' in the key would be read as a path by the server
-            if cond.key in _FIELD_KEYS or name in params or not re.fullmatch(r"[A-Za-z0-9_-]+", cond.key):
-                continue
-            values = [cond.value] if cond.op == "==" else list(cond.value) if cond.op == "in" else None
-            if values and all(_pushable(v) for v in values):
-                params[name] = values
+        params.update(filters)
         models: list[dict[str, Any]] = []
         page = 0
         while True:
             data = self._send(
                 self._services().models.GetAllRequest(
-                    only_fields=_FIELDS, order_by=["created"], page=page, page_size=_PAGE,
-                    _allow_extra_fields_=True, **params,
+                    only_fields=_FIELDS,
+                    order_by=["created"],
+                    page=page,
+                    page_size=_PAGE,
+                    _allow_extra_fields_=True,
+                    **params,
                 ),
                 "querying models",
             )

@@ -1,0 +1,358 @@
+"""ClearML model dicts ↔ tracker_saver records and claims: the mapping rules, with no I/O.
+
+How a record maps to a ClearML model (the dicts ``models.get_all`` returns):
+
+============== ==================================================================================
+record         ClearML model
+============== ==================================================================================
+id             the model id
+project        the model's project (``project_root/`` stripped when one is given)
+run            metadata ``run``; the model's ``task`` is the run's task when the registry's task
+               (``task=`` or ``Task.current_task()``) is in that project and ``run`` is
+               ``<task name>.<task id>`` (:func:`task_run`: a run is a task id)
+output_uri     metadata ``output_uri``: records at another output_uri are another stream
+name           the model name. Set once, at creation; a rename in the web UI (or any client) is
+               what ``get`` returns and no later save overwrites it
+filename       metadata ``filename`` (Ignite's name; never changes)
+stream         metadata ``stream`` and the tag ``stream:<stream>``
+state          metadata ``state`` (the truth), mirrored for people and ``Model.query_models``
+               (:func:`mirror`): ``pending`` archived + tag ``pending`` + no uri; ``live`` not
+               archived, uri set, listed in the task's output models; ``evicted`` archived + tag
+               ``evicted``, no uri, taken off the task; ``failed`` archived + tag ``failed`` + no
+               uri; ``revived`` like live + tag ``revived``. So ``Model.query_models(project,
+               tags=["-evicted"])`` (which leaves archived models out) lists exactly the
+               loadable checkpoints, and ClearML's ``get_weights()`` downloads nothing else
+slot, key      metadata ``slot`` (int) and ``key``
+uri            metadata ``uri``, from creation, kept for history. The model's uri is set only
+               while live or revived (registered, never uploaded: tracker_saver writes the
+               bytes itself): the slot of an evicted model holds other bytes
+sha256, size   metadata ``sha256`` (str) and ``size`` (int)
+metadata       typed metadata items: ``int``/``float``/``bool``/``str``, ``None`` as an empty
+               type and value (``Model.get_metadata_casted`` reads them back as such)
+tags           the model's tags, less ``stream:*`` and the state tags (which users cannot add)
+created_at     metadata ``created_at`` (float seconds, the ClearML ``created`` is coarser)
+error          metadata ``error``
+============== ==================================================================================
+
+Metadata keys ``stream``, ``filename``, ``run``, ``key``, ``state``, ``error`` and
+``output_uri`` are the record's own fields: user metadata cannot use them (``ConfigError``).
+
+A stream's claim is a hidden model: archived, no task, no metadata ``state`` (so never a
+record), tag ``claim:<hash of the stream id>`` (:func:`claim_tag`) and the holder as JSON in
+its comment (:func:`claim_comment`, read back by :func:`read_claim`).
+
+Examples:
+    >>> item = encode_value("score", 0.5)
+    >>> item, decode_value(item)
+    ({'key': 'score', 'type': 'float', 'value': '0.5'}, 0.5)
+    >>> mirror({"tags": ["stream:best", "pending"], "system_tags": ["archived"],
+    ...         "metadata": {"uri": encode_value("uri", "file:///c/best.slot0.pt")}}, RecordState.LIVE, "best")
+    {'tags': ['stream:best'], 'system_tags': [], 'uri': 'file:///c/best.slot0.pt'}
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import math
+import re
+from collections.abc import Iterable
+from typing import Any, TypeGuard
+
+from tracker_saver.claims import Holder
+from tracker_saver.errors import ConfigError, RecordNotFoundError
+from tracker_saver.records import MetaValue, Record, RecordState, StreamId, UploadInfo, clean_metadata
+from tracker_saver.registry.base import Query
+
+__all__ = [
+    "ARCHIVED_TAG",
+    "CLAIM_TAG_PREFIX",
+    "MIN_NAME",
+    "STATE_TAGS",
+    "STREAM_TAG_PREFIX",
+    "check_id",
+    "check_metadata",
+    "check_tags",
+    "claim_comment",
+    "claim_tag",
+    "decode_value",
+    "encode_value",
+    "is_record_model",
+    "metadata_filters",
+    "mirror",
+    "model_record",
+    "pending_fields",
+    "pending_model",
+    "read_claim",
+    "task_run",
+    "with_metadata",
+]
+
+#: Tag that shows a record's state in the ClearML UI (``live`` has none).
+STATE_TAGS = {
+    RecordState.PENDING: "pending",
+    RecordState.EVICTED: "evicted",
+    RecordState.FAILED: "failed",
+    RecordState.REVIVED: "revived",
+}
+#: States whose model is archived: not usable, hidden by ``Model.query_models`` and the UI.
+_ARCHIVED = (RecordState.PENDING, RecordState.EVICTED, RecordState.FAILED)
+#: A record's stream as a tag, e.g. ``stream:best_model``.
+STREAM_TAG_PREFIX = "stream:"
+#: The system tag that archives a model.
+ARCHIVED_TAG = "archived"
+#: Metadata keys that hold the record's own fields; they are not in ``Record.metadata``.
+_FIELD_KEYS = ("stream", "filename", "run", "key", "state", "error", "output_uri")
+#: Metadata keys ``Record.metadata`` shows only once the record was committed (as SQLite does).
+_COMMIT_KEYS = ("sha256", "size", "uri")
+#: A stream's claim model carries the tag ``claim:<hash of the stream id>``.
+CLAIM_TAG_PREFIX = "claim:"
+_CLAIM_KEYS = ("output_uri", "project", "run", "stream")
+#: clearml-server refuses shorter model, task and project names.
+MIN_NAME = 3
+
+
+def task_run(task: Any) -> str:
+    """The run of a ClearML task's checkpoints: ``<task name>.<task id>``, as ClearML names its folders.
+
+    A new task with the same name is a new run; ``continue_last_task`` continues the same one.
+    """
+    return f"{task.name}.{task.id}"
+
+
+# -- typed metadata values ---------------------------------------------------------------------
+def encode_value(key: str, value: MetaValue) -> dict[str, str]:
+    """One typed metadata item as ClearML stores it (``Model.get_metadata_casted`` reads it back)."""
+    if value is None:
+        return {"key": key, "type": "", "value": ""}  # the SDK casts an empty type and value to None
+    if isinstance(value, bool):
+        return {"key": key, "type": "bool", "value": str(value)}
+    if isinstance(value, int):
+        return {"key": key, "type": "int", "value": str(value)}
+    if isinstance(value, float):
+        return {"key": key, "type": "float", "value": repr(value)}
+    return {"key": key, "type": "str", "value": str(value)}
+
+
+def decode_value(item: Any) -> MetaValue:
+    """The value of a stored metadata item; an unreadable number stays a string, NaN is absent."""
+    if not isinstance(item, dict):
+        return None
+    kind, value = str(item.get("type") or "").lower(), item.get("value")
+    if value is None or (value == "" and kind in ("", "none", "nonetype")):
+        return None
+    try:
+        if kind == "int":
+            return int(value)
+        if kind == "float":
+            number = float(value)
+            return None if math.isnan(number) else number  # ±inf is a priority Ignite compares
+        if kind == "bool":
+            return str(value).strip().lower() in ("true", "1", "yes")
+    except ValueError:
+        pass
+    return str(value)
+
+
+def with_metadata(model: dict[str, Any], items: dict[str, MetaValue]) -> dict[str, Any]:
+    """``model`` as it is once ``items`` are written to its metadata."""
+    return {**model, "metadata": {**(model.get("metadata") or {}), **{k: encode_value(k, v) for k, v in items.items()}}}
+
+
+# -- checks on what a record may hold ----------------------------------------------------------
+def check_id(record_id: str) -> None:
+    """Raise ``RecordNotFoundError`` unless ``record_id`` can be a ClearML model id."""
+    if not isinstance(record_id, str) or not re.fullmatch(r"[A-Za-z0-9_-]{1,128}", record_id):
+        raise RecordNotFoundError(
+            f"record id {record_id!r} is not a ClearML model id: see `tracker-saver models list` for ids",
+            record_id=str(record_id),
+        )
+
+
+def is_record_model(model: Any) -> TypeGuard[dict[str, Any]]:
+    """Whether ``model`` is a tracker_saver record (claims and other clients' models are not)."""
+    return isinstance(model, dict) and "state" in (model.get("metadata") or {})
+
+
+def check_metadata(metadata: dict[str, MetaValue], what: str) -> dict[str, MetaValue]:
+    """``metadata`` checked to be typed and to leave the record's own field keys alone."""
+    try:
+        clean = clean_metadata(metadata)
+    except TypeError as exc:  # never let a TypeError escape: Ignite would retry without metadata
+        raise ConfigError(f"{what}: {exc}") from exc
+    taken = sorted(k for k in clean if k in _FIELD_KEYS)
+    if taken:
+        raise ConfigError(
+            f"{what} metadata key(s) {', '.join(map(repr, taken))} are record fields in the ClearML "
+            f"registry ({', '.join(_FIELD_KEYS)}): rename them in your callback"
+        )
+    return clean
+
+
+def check_tags(tags: Iterable[str], what: str) -> list[str]:
+    """``tags`` as strings, refusing the state and stream tags the registry manages."""
+    out = []
+    for tag in tags:
+        tag = str(tag)
+        if not tag or tag in STATE_TAGS.values() or tag.startswith(STREAM_TAG_PREFIX):
+            raise ConfigError(
+                f"tag {tag!r} for {what} is reserved by the ClearML registry (state tags "
+                f"{', '.join(STATE_TAGS.values())} and 'stream:*'): choose another tag"
+            )
+        out.append(tag)
+    return out
+
+
+# -- records ↔ models ---------------------------------------------------------------------------
+def pending_fields(
+    info: UploadInfo, *, uri: str, metadata: dict[str, MetaValue], created_at: float
+) -> dict[str, MetaValue]:
+    """The metadata of a new ``pending`` model for ``info``: checked ``metadata`` and the record's fields."""
+    return {
+        **metadata,
+        "slot": info.slot,
+        "created_at": created_at,
+        "stream": info.stream,
+        "filename": info.filename,
+        "run": info.run,
+        "key": info.key,
+        "uri": uri,
+        "output_uri": info.output_uri,
+        "state": RecordState.PENDING.value,
+    }
+
+
+def pending_model(info: UploadInfo, tags: list[str]) -> dict[str, Any]:
+    """The name, uri, tags and comment of a new ``pending`` model for ``info`` (checked ``tags``).
+
+    No uri until live, and archived: a pending model must not look loadable.
+    """
+    return {
+        "name": info.name,
+        "uri": "",
+        "tags": sorted({*tags, STREAM_TAG_PREFIX + info.stream, STATE_TAGS[RecordState.PENDING]}),
+        "system_tags": [ARCHIVED_TAG],
+        "comment": f"tracker_saver checkpoint {info.filename} of run {info.run}",
+    }
+
+
+def model_record(model: dict[str, Any], project: str) -> Record:
+    """The record a model holds; ``project`` is the record's project (the model's, less the root)."""
+    meta = {k: decode_value(v) for k, v in (model.get("metadata") or {}).items()}
+    try:
+        state = RecordState(meta.get("state"))
+    except ValueError:
+        state = RecordState.FAILED  # someone edited the state by hand: never treat it as loadable
+    stream = str(meta.get("stream") or "")
+    # a staged (pending) record already carries sha256 and size: metadata shows them once committed
+    committed = state not in (RecordState.PENDING, RecordState.FAILED)
+    user_meta = {k: v for k, v in meta.items() if k not in _FIELD_KEYS and (committed or k not in _COMMIT_KEYS)}
+    managed = {STREAM_TAG_PREFIX + stream, *STATE_TAGS.values()}
+    slot, size, created = meta.get("slot"), meta.get("size"), meta.get("created_at")
+    return Record(
+        id=str(model["id"]),
+        project=project,
+        run=str(meta.get("run") or ""),
+        stream=stream,
+        filename=str(meta.get("filename") or ""),
+        name=str(model.get("name") or ""),
+        state=state,
+        slot=slot if isinstance(slot, int) and not isinstance(slot, bool) else None,
+        key=meta.get("key") if isinstance(meta.get("key"), str) else None,  # type: ignore[arg-type]
+        uri=(model.get("uri") or meta.get("uri") or None),  # type: ignore[arg-type]
+        sha256=meta.get("sha256") if isinstance(meta.get("sha256"), str) else None,  # type: ignore[arg-type]
+        size=size if isinstance(size, int) and not isinstance(size, bool) else None,
+        metadata=user_meta,
+        tags=tuple(sorted(t for t in model.get("tags") or [] if t not in managed)),
+        created_at=float(created) if isinstance(created, (int, float)) else 0.0,
+        error=meta.get("error") if isinstance(meta.get("error"), str) else None,  # type: ignore[arg-type]
+        output_uri=str(meta["output_uri"]) if isinstance(meta.get("output_uri"), str) else None,
+    )
+
+
+def mirror(model: dict[str, Any], state: RecordState, stream: str) -> dict[str, Any]:
+    """The tags, archive flag and uri that show ``state`` where ClearML's UI, ``Model.query_models``
+    and ``InputModel`` look. The uri is set only while loadable: ClearML must never download what
+    a slot holds now for a model that is not its checkpoint (metadata ``uri`` keeps it)."""
+    state_tags = set(STATE_TAGS.values())
+    tags = [t for t in model.get("tags") or [] if t not in state_tags]
+    if state in STATE_TAGS:
+        tags.append(STATE_TAGS[state])
+    if STREAM_TAG_PREFIX + stream not in tags:
+        tags.append(STREAM_TAG_PREFIX + stream)
+    system_tags = [t for t in model.get("system_tags") or [] if t != ARCHIVED_TAG]
+    if state in _ARCHIVED:
+        system_tags.append(ARCHIVED_TAG)
+    uri = decode_value((model.get("metadata") or {}).get("uri")) or model.get("uri") or ""
+    return {
+        "tags": sorted(set(tags)),
+        "system_tags": sorted(set(system_tags)),
+        "uri": str(uri) if state.loadable else "",
+    }
+
+
+# -- queries ------------------------------------------------------------------------------------
+def _pushable(value: Any) -> bool:
+    """Whether clearml-server matches ``value`` literally in a list filter."""
+    return isinstance(value, str) and not value.startswith(("-", "__$"))
+
+
+def metadata_filters(query: Query) -> dict[str, list[str]] | None:
+    """The ``metadata.<key>.value`` filters ``models.get_all`` answers exactly for ``query``.
+
+    Run, stream, filename, output_uri, slot, states and ``==``/``in`` on string values; what
+    is left (ranges, ``!=``, numbers, the sort) is done client-side. ``None``: nothing matches.
+
+    Examples:
+        >>> metadata_filters(Query(run="r1", states=(RecordState.LIVE,)))
+        {'metadata.state.value': ['live'], 'metadata.run.value': ['r1']}
+    """
+    states = query.states if query.states is not None else tuple(RecordState)
+    if not states:
+        return None
+    # Only tracker_saver models carry metadata "state"; this also pushes the state filter down.
+    params: dict[str, list[str]] = {"metadata.state.value": sorted({RecordState(s).value for s in states})}
+    for key in ("run", "stream", "filename", "output_uri"):
+        value = getattr(query, key)
+        if value is not None and _pushable(value):
+            params[f"metadata.{key}.value"] = [value]
+    if isinstance(query.slot, int) and not isinstance(query.slot, bool):
+        params["metadata.slot.value"] = [str(query.slot)]
+    for cond in query.where:
+        name = f"metadata.{cond.key}.value"
+        # a '.' or '$' in the key would be read as a path by the server
+        if cond.key in _FIELD_KEYS or name in params or not re.fullmatch(r"[A-Za-z0-9_-]+", cond.key):
+            continue
+        values = [cond.value] if cond.op == "==" else list(cond.value) if cond.op == "in" else None
+        if values and all(_pushable(v) for v in values):
+            params[name] = values
+    return params
+
+
+# -- stream claims ------------------------------------------------------------------------------
+def claim_tag(stream: StreamId) -> str:
+    """The tag that marks ``stream``'s claim models (a hash: tags are short and searchable)."""
+    key = json.dumps([getattr(stream, k) for k in _CLAIM_KEYS])
+    return CLAIM_TAG_PREFIX + hashlib.sha256(key.encode("utf-8", "surrogatepass")).hexdigest()[:32]
+
+
+def claim_comment(stream: StreamId, holder: Holder, heartbeat: float) -> str:
+    """A claim model's comment: the stream and its holder, as JSON."""
+    return json.dumps({
+        "kind": "claim", **{k: getattr(stream, k) for k in _CLAIM_KEYS},
+        "token": holder.token, "host": holder.host, "pid": holder.pid, "started": holder.started,
+        "since": holder.since, "command": holder.command, "heartbeat": heartbeat,
+    })  # fmt: skip
+
+
+def read_claim(model: dict[str, Any], stream: StreamId) -> tuple[Holder, float] | None:
+    """``(holder, heartbeat)`` of a claim model on ``stream``; ``None`` if tracker_saver did not write it."""
+    try:
+        doc = json.loads(model.get("comment") or "")
+        if doc.get("kind") != "claim" or any(doc.get(k) != getattr(stream, k) for k in _CLAIM_KEYS):
+            return None
+        holder = Holder(token=str(doc["token"]), host=str(doc["host"]), pid=int(doc["pid"]),
+                        started=int(doc["started"]), since=float(doc["since"]), command=str(doc["command"]))  # fmt: skip
+        return holder, float(doc["heartbeat"])
+    except (ValueError, KeyError, TypeError, AttributeError):
+        return None
