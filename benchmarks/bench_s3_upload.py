@@ -94,8 +94,13 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="+", default=[64, 512], help="checkpoint sizes in MiB")
     parser.add_argument("--repeats", type=int, default=3, help="rounds per size (median reported)")
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
-    parser.add_argument("--option", action="append", default=[], metavar="NAME=VALUE",
-                        help="an S3Storage option, e.g. multipart_chunksize=8388608 (repeatable)")
+    parser.add_argument(
+        "--option",
+        action="append",
+        default=[],
+        metavar="NAME=VALUE",
+        help="an S3Storage option, e.g. multipart_chunksize=8388608 (repeatable)",
+    )
     parser.add_argument("--tmpdir", default=None, help="where the source file is written (default: system temp)")
     args = parser.parse_args()
     options: dict[str, Any] = {}
@@ -134,7 +139,9 @@ def main() -> None:
                         for variant in args.variants[shift:] + args.variants[:shift]:
                             seconds, moved = timed(runs[variant], n)
                             results[size_mib][variant].append(moved / seconds / 1e6)
-                            print(f"  {size_mib:>5} MiB  {variant:<9} {moved / seconds / 1e6:8.1f} MB/s", file=sys.stderr)
+                            print(
+                                f"  {size_mib:>5} MiB  {variant:<9} {moved / seconds / 1e6:8.1f} MB/s", file=sys.stderr
+                            )
                     src.unlink()
         finally:
             for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket):

@@ -117,8 +117,19 @@ _bad_project = _invalid("project", 400, 401)
 #: List fields per entity kind, as clearml-server declares them in ``get_all_query_options``.
 _LIST_FIELDS = {
     "models": ("tags", "system_tags", "framework", "uri", "id", "user", "project", "task", "parent", "metadata.*"),
-    "tasks": ("id", "user", "tags", "system_tags", "type", "status", "project", "parent", "hyperparams.*",
-              "execution.queue", "models.input.model"),
+    "tasks": (
+        "id",
+        "user",
+        "tags",
+        "system_tags",
+        "type",
+        "status",
+        "project",
+        "parent",
+        "hyperparams.*",
+        "execution.queue",
+        "models.input.model",
+    ),
     "projects": ("id", "user", "tags", "system_tags", "parent", "basename"),
 }
 _PATTERN_FIELDS = {"models": ("name", "comment"), "tasks": ("name", "comment"), "projects": ("name", "basename")}
@@ -256,8 +267,12 @@ class _Store:
             path = key.lstrip("-")
             present = [d for d in docs if _get_path(d, path) is not None]
             absent = [d for d in docs if _get_path(d, path) is None]
-            present.sort(key=lambda d: str(_get_path(d, path)) if not isinstance(_get_path(d, path), (int, float))
-                         else _get_path(d, path), reverse=desc)
+            present.sort(
+                key=lambda d: (
+                    str(_get_path(d, path)) if not isinstance(_get_path(d, path), (int, float)) else _get_path(d, path)
+                ),
+                reverse=desc,
+            )
             docs = (absent + present) if not desc else (present + absent)
         extra: dict[str, Any] = {}
         if data.get("scroll_id") is not None or data.get("size"):
@@ -323,8 +338,11 @@ class _Store:
 
     # -- auth / users / server ----------------------------------------------------------------
     def users_get_current_user(self, data: dict[str, Any]) -> dict[str, Any]:
-        return {"user": {**USER, "role": "admin", "email": "standin@example.invalid"}, "getting_started": {},
-                "settings": {}}
+        return {
+            "user": {**USER, "role": "admin", "email": "standin@example.invalid"},
+            "getting_started": {},
+            "settings": {},
+        }
 
     def server_info(self, data: dict[str, Any]) -> dict[str, Any]:
         return {**_BUILD, "api_version": API_VERSION, "uid": "standin"}
@@ -343,10 +361,18 @@ class _Store:
                 parent = self.projects_create({"name": parent_name})["id"]
         now = _now()
         self.projects[pid] = {
-            "id": pid, "name": name, "basename": name.rsplit("/", 1)[-1], "description": data.get("description", ""),
-            "tags": self._tags(data.get("tags")), "system_tags": self._tags(data.get("system_tags")),
-            "default_output_destination": data.get("default_output_destination"), "user": USER_ID,
-            "company": COMPANY_ID, "created": now, "last_update": now, "parent": parent,
+            "id": pid,
+            "name": name,
+            "basename": name.rsplit("/", 1)[-1],
+            "description": data.get("description", ""),
+            "tags": self._tags(data.get("tags")),
+            "system_tags": self._tags(data.get("system_tags")),
+            "default_output_destination": data.get("default_output_destination"),
+            "user": USER_ID,
+            "company": COMPANY_ID,
+            "created": now,
+            "last_update": now,
+            "parent": parent,
         }
         return {"id": pid}
 
@@ -376,16 +402,33 @@ class _Store:
         now = _now()
         tid = _new_id()
         task: dict[str, Any] = {
-            "id": tid, "name": name, "type": data.get("type") or "training", "status": "created",
-            "status_changed": now, "status_reason": "", "status_message": "", "comment": data.get("comment", ""),
-            "created": now, "last_update": now, "last_change": now, "user": USER_ID,
-            "company": COMPANY_ID, "project": data.get("project"), "parent": data.get("parent"),
-            "tags": self._tags(data.get("tags")), "system_tags": self._tags(data.get("system_tags")),
-            "script": data.get("script") or {}, "execution": data.get("execution") or {},
-            "output": data.get("output") or {}, "hyperparams": data.get("hyperparams") or {},
-            "configuration": data.get("configuration") or {}, "container": data.get("container") or {},
-            "runtime": data.get("runtime") or {}, "models": {"input": [], "output": []},
-            "last_iteration": 0, "last_metrics": {},
+            "id": tid,
+            "name": name,
+            "type": data.get("type") or "training",
+            "status": "created",
+            "status_changed": now,
+            "status_reason": "",
+            "status_message": "",
+            "comment": data.get("comment", ""),
+            "created": now,
+            "last_update": now,
+            "last_change": now,
+            "user": USER_ID,
+            "company": COMPANY_ID,
+            "project": data.get("project"),
+            "parent": data.get("parent"),
+            "tags": self._tags(data.get("tags")),
+            "system_tags": self._tags(data.get("system_tags")),
+            "script": data.get("script") or {},
+            "execution": data.get("execution") or {},
+            "output": data.get("output") or {},
+            "hyperparams": data.get("hyperparams") or {},
+            "configuration": data.get("configuration") or {},
+            "container": data.get("container") or {},
+            "runtime": data.get("runtime") or {},
+            "models": {"input": [], "output": []},
+            "last_iteration": 0,
+            "last_metrics": {},
         }
         for key, value in data.items():
             if key not in task and value is not None:
@@ -425,7 +468,11 @@ class _Store:
             if key in fields:
                 fields[key] = self._tags(fields[key])
         for key, value in fields.items():
-            if isinstance(value, dict) and isinstance(task.get(key), dict) and key not in ("hyperparams", "configuration"):
+            if (
+                isinstance(value, dict)
+                and isinstance(task.get(key), dict)
+                and key not in ("hyperparams", "configuration")
+            ):
                 task[key].update(value)  # embedded documents are merged, like the server's edit
             else:
                 task[key] = copy.deepcopy(value)
@@ -514,12 +561,25 @@ class _Store:
         return self._edit_named_dict("configuration", "configuration", data)
 
     def tasks_get_hyper_params(self, data: dict[str, Any]) -> dict[str, Any]:
-        return {"params": [{"task": t, "hyperparams": [v for s in self._get("tasks", t, _bad_task)["hyperparams"].values()
-                                                       for v in s.values()]} for t in data.get("tasks") or []]}
+        return {
+            "params": [
+                {
+                    "task": t,
+                    "hyperparams": [
+                        v for s in self._get("tasks", t, _bad_task)["hyperparams"].values() for v in s.values()
+                    ],
+                }
+                for t in data.get("tasks") or []
+            ]
+        }
 
     def tasks_get_configurations(self, data: dict[str, Any]) -> dict[str, Any]:
-        return {"configurations": [{"task": t, "configuration": list(self._get("tasks", t, _bad_task)["configuration"]
-                                                                     .values())} for t in data.get("tasks") or []]}
+        return {
+            "configurations": [
+                {"task": t, "configuration": list(self._get("tasks", t, _bad_task)["configuration"].values())}
+                for t in data.get("tasks") or []
+            ]
+        }
 
     def tasks_add_or_update_artifacts(self, data: dict[str, Any]) -> dict[str, Any]:
         task = self._get("tasks", data.get("task"), _bad_task)
@@ -566,8 +626,21 @@ class _Store:
         return change
 
     # -- models ------------------------------------------------------------------------------
-    _MODEL_FIELDS = ("name", "tags", "system_tags", "task", "comment", "uri", "project", "parent", "framework",
-                     "design", "labels", "ready", "metadata")
+    _MODEL_FIELDS = (
+        "name",
+        "tags",
+        "system_tags",
+        "task",
+        "comment",
+        "uri",
+        "project",
+        "parent",
+        "framework",
+        "design",
+        "labels",
+        "ready",
+        "metadata",
+    )
 
     def _model_fields(self, data: dict[str, Any]) -> dict[str, Any]:
         fields = {k: data[k] for k in self._MODEL_FIELDS if data.get(k) is not None}
@@ -581,8 +654,12 @@ class _Store:
             # says array: a list is refused (create) or crashes (edit). The SDK itself only sends
             # metadata through models.add_or_update_metadata; so must everyone else.
             if not isinstance(fields["metadata"], dict):
-                raise StandInError(400, 12, "Validation error: metadata must be an object of key -> item; "
-                                            "use models.add_or_update_metadata to send a list")
+                raise StandInError(
+                    400,
+                    12,
+                    "Validation error: metadata must be an object of key -> item; "
+                    "use models.add_or_update_metadata to send a list",
+                )
             fields["metadata"] = self._metadata(fields["metadata"])
         if fields.get("project"):
             self._get("projects", fields["project"], _bad_project)
@@ -597,10 +674,27 @@ class _Store:
         mid = _new_id()
         now = _now()
         self.models[mid] = {
-            "id": mid, "name": fields.get("name"), "user": USER_ID, "company": COMPANY_ID,
-            "created": now, "last_update": now, "last_change": now, "tags": [], "system_tags": [], "uri": "",
-            "framework": None, "design": {}, "labels": {}, "ready": False, "metadata": {}, "project": None,
-            "task": None, "parent": None, "comment": "", "last_iteration": 0, **fields,
+            "id": mid,
+            "name": fields.get("name"),
+            "user": USER_ID,
+            "company": COMPANY_ID,
+            "created": now,
+            "last_update": now,
+            "last_change": now,
+            "tags": [],
+            "system_tags": [],
+            "uri": "",
+            "framework": None,
+            "design": {},
+            "labels": {},
+            "ready": False,
+            "metadata": {},
+            "project": None,
+            "task": None,
+            "parent": None,
+            "comment": "",
+            "last_iteration": 0,
+            **fields,
         }
         return {"id": mid, "created": True}
 
@@ -628,9 +722,15 @@ class _Store:
                 mid, created = out[-1]["model"], False
                 self.models_edit({**data, "model": mid})
             else:
-                mid = self.models_create({"name": data.get("name") or task["name"], "uri": data.get("uri") or "",
-                                          "project": task.get("project"), "task": task["id"],
-                                          **{k: v for k, v in data.items() if k in self._MODEL_FIELDS and k != "uri"}})["id"]
+                mid = self.models_create(
+                    {
+                        "name": data.get("name") or task["name"],
+                        "uri": data.get("uri") or "",
+                        "project": task.get("project"),
+                        "task": task["id"],
+                        **{k: v for k, v in data.items() if k in self._MODEL_FIELDS and k != "uri"},
+                    }
+                )["id"]
                 created = True
         self.tasks_add_or_update_model({"task": task["id"], "name": "Output Model", "model": mid, "type": "output"})
         return {"id": mid, "created": created, "updated": 1}
@@ -735,13 +835,23 @@ class _Store:
     def handlers(self) -> dict[str, Callable[[Any], dict[str, Any]]]:
         table: dict[str, Callable[[Any], dict[str, Any]]] = {}
         for attr in dir(self):
-            if attr.startswith(("projects_", "tasks_", "models_", "events_", "users_", "server_", "workers_", "queues_")):
+            if attr.startswith(
+                ("projects_", "tasks_", "models_", "events_", "users_", "server_", "workers_", "queues_")
+            ):
                 service, _, action = attr.partition("_")
                 table[f"{service}.{action}"] = getattr(self, attr)
-        for action, status in (("started", "in_progress"), ("stopped", "stopped"), ("stop", "stopped"),
-                               ("completed", "completed"), ("mark_completed", "completed"), ("failed", "failed"),
-                               ("close", "closed"), ("publish", "published"), ("enqueue", "queued"),
-                               ("dequeue", "created")):
+        for action, status in (
+            ("started", "in_progress"),
+            ("stopped", "stopped"),
+            ("stop", "stopped"),
+            ("completed", "completed"),
+            ("mark_completed", "completed"),
+            ("failed", "failed"),
+            ("close", "closed"),
+            ("publish", "published"),
+            ("enqueue", "queued"),
+            ("dequeue", "created"),
+        ):
             table[f"tasks.{action}"] = self._status(status)
         table["models.archive_many"] = self._archive("models", _bad_model, True)
         table["models.unarchive_many"] = self._archive("models", _bad_model, False)
@@ -802,8 +912,7 @@ class ClearMLStandIn:
     def models_in(self, project: str) -> list[dict[str, Any]]:
         """The models of project ``name``, oldest first."""
         pid = self.project_id(project)
-        return sorted((m for m in self.models.values() if m.get("project") == pid and pid),
-                      key=lambda m: m["created"])
+        return sorted((m for m in self.models.values() if m.get("project") == pid and pid), key=lambda m: m["created"])
 
     def edit_model(self, model_id: str, **fields: Any) -> None:
         """Change a model as another client (the web UI) would, bypassing the SDK."""
@@ -844,8 +953,15 @@ class ClearMLStandIn:
     def __exit__(self, *exc: object) -> None:
         self.stop()
 
-    def fail(self, endpoint: str, *, code: int = 500, subcode: int = 0, msg: str = "stand-in injected fault",
-             times: int | None = 1) -> None:
+    def fail(
+        self,
+        endpoint: str,
+        *,
+        code: int = 500,
+        subcode: int = 0,
+        msg: str = "stand-in injected fault",
+        times: int | None = 1,
+    ) -> None:
         """Answer the next ``times`` calls whose endpoint matches the regex ``endpoint`` with an error.
 
         ``times=None`` fails until :meth:`clear_faults`. Codes the SDK retries (429, 502, 503, 504)
@@ -870,8 +986,11 @@ class ClearMLStandIn:
             yield seen
         finally:
             pattern = re.compile(endpoint)
-            seen.extend(c for c in self.calls[start:]
-                        if pattern.search(c.endpoint) and not c.endpoint.startswith(("auth.", "events.")))
+            seen.extend(
+                c
+                for c in self.calls[start:]
+                if pattern.search(c.endpoint) and not c.endpoint.startswith(("auth.", "events."))
+            )
 
     # -- dispatch ----------------------------------------------------------------------------
     def _dispatch(self, endpoint: str, data: Any) -> tuple[int, int, str, Any]:
@@ -903,10 +1022,20 @@ def _make_token(expires_in: int = 30 * 24 * 3600) -> str:
 
     now = int(time.time())
     payload = {
-        "identity": {"user": USER_ID, "company": COMPANY_ID, "role": "admin",
-                     "user_name": USER_NAME, "company_name": COMPANY_NAME},
-        "api_version": API_VERSION, "server_version": SERVER_VERSION, "server_build": "standin",
-        "feature_set": "basic", "env": "standin", "iat": now, "exp": now + expires_in,
+        "identity": {
+            "user": USER_ID,
+            "company": COMPANY_ID,
+            "role": "admin",
+            "user_name": USER_NAME,
+            "company_name": COMPANY_NAME,
+        },
+        "api_version": API_VERSION,
+        "server_version": SERVER_VERSION,
+        "server_build": "standin",
+        "feature_set": "basic",
+        "env": "standin",
+        "iat": now,
+        "exp": now + expires_in,
     }
     return jwt.encode(payload, "stand-in signing key: tests only, signs nothing real", algorithm="HS256")
 
@@ -980,9 +1109,14 @@ class _Handler(http.server.BaseHTTPRequestHandler):
 
     def _reply(self, endpoint: str, version: str | None, code: int, subcode: int, msg: str, data: Any) -> None:
         meta = {
-            "id": _new_id(), "trx": _new_id(),
+            "id": _new_id(),
+            "trx": _new_id(),
             "endpoint": {"name": endpoint, "requested_version": version or "1.5", "actual_version": version or "1.5"},
-            "result_code": code, "result_subcode": subcode, "result_msg": msg, "error_stack": None, "error_data": {},
+            "result_code": code,
+            "result_subcode": subcode,
+            "result_msg": msg,
+            "error_stack": None,
+            "error_data": {},
         }
         payload = json.dumps({"meta": meta, "data": data}, default=str).encode("utf-8")
         self.send_response(code)

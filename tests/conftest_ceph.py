@@ -109,9 +109,7 @@ def _answers(endpoint: str, timeout: float = 2.0) -> bool:
 
 
 def _script(command: str, timeout: float = 90) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        ["bash", str(SCRIPT), command], capture_output=True, text=True, timeout=timeout, check=False
-    )
+    return subprocess.run(["bash", str(SCRIPT), command], capture_output=True, text=True, timeout=timeout, check=False)
 
 
 @dataclass
@@ -159,9 +157,22 @@ class CephS3:
         conf = _state_dir() / "ceph.conf"
         access, secret = f"{uid}-access", f"{uid}-secret-{uuid.uuid4().hex[:8]}"
         result = subprocess.run(
-            ["timeout", "20", "radosgw-admin", "-c", str(conf), "user", "create", f"--uid={uid}",
-             f"--display-name={uid}", f"--access-key={access}", f"--secret-key={secret}"],
-            capture_output=True, text=True, check=False,
+            [
+                "timeout",
+                "20",
+                "radosgw-admin",
+                "-c",
+                str(conf),
+                "user",
+                "create",
+                f"--uid={uid}",
+                f"--display-name={uid}",
+                f"--access-key={access}",
+                f"--secret-key={secret}",
+            ],
+            capture_output=True,
+            text=True,
+            check=False,
         )
         if result.returncode != 0:
             raise RuntimeError(f"radosgw-admin user create failed:\n{result.stderr[-2000:]}")
@@ -225,9 +236,11 @@ def ceph_s3() -> Iterator[CephS3]:
 
 def _gateway(lock: _SessionLock) -> Iterator[CephS3]:
     if os.environ.get("TRACKER_SAVER_CEPH") == "1":
-        missing = [n for n in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY") if not os.environ.get(n)]
+        missing = [
+            n for n in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY") if not os.environ.get(n)
+        ]
         if missing:
-            _unavailable(f"TRACKER_SAVER_CEPH=1 but {', '.join(missing)} not set: eval \"$(scripts/ceph-s3.sh env)\"")
+            _unavailable(f'TRACKER_SAVER_CEPH=1 but {", ".join(missing)} not set: eval "$(scripts/ceph-s3.sh env)"')
         gw = CephS3(
             endpoint_url=os.environ["AWS_ENDPOINT_URL"],
             access_key=os.environ["AWS_ACCESS_KEY_ID"],
@@ -276,7 +289,9 @@ def _gateway(lock: _SessionLock) -> Iterator[CephS3]:
         script_env=env,
         lock=lock,
     )
-    print(f"\nceph_s3: gateway at {gw.endpoint_url} ({'started' if started_here else 'reused'} in {time.monotonic() - t0:.1f} s)")
+    print(
+        f"\nceph_s3: gateway at {gw.endpoint_url} ({'started' if started_here else 'reused'} in {time.monotonic() - t0:.1f} s)"
+    )
     try:
         yield gw
     finally:
@@ -312,15 +327,26 @@ def s3_bucket(ceph_s3: CephS3) -> Iterator[str]:
 
 
 @pytest.fixture
-def s3_env(ceph_s3: CephS3, monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory) -> dict[str, str]:
+def s3_env(
+    ceph_s3: CephS3, monkeypatch: pytest.MonkeyPatch, tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, str]:
     """Point boto3's own configuration chain at the gateway, and at nothing else.
 
     Subprocesses started by the test inherit it.
     """
-    for name in ("AWS_PROFILE", "AWS_DEFAULT_PROFILE", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN",
-                 "AWS_ENDPOINT_URL_S3", "AWS_MAX_ATTEMPTS", "AWS_RETRY_MODE", "AWS_ROLE_ARN",
-                 "AWS_WEB_IDENTITY_TOKEN_FILE", "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
-                 "AWS_CONTAINER_CREDENTIALS_FULL_URI"):
+    for name in (
+        "AWS_PROFILE",
+        "AWS_DEFAULT_PROFILE",
+        "AWS_SESSION_TOKEN",
+        "AWS_SECURITY_TOKEN",
+        "AWS_ENDPOINT_URL_S3",
+        "AWS_MAX_ATTEMPTS",
+        "AWS_RETRY_MODE",
+        "AWS_ROLE_ARN",
+        "AWS_WEB_IDENTITY_TOKEN_FILE",
+        "AWS_CONTAINER_CREDENTIALS_RELATIVE_URI",
+        "AWS_CONTAINER_CREDENTIALS_FULL_URI",
+    ):
         monkeypatch.delenv(name, raising=False)
     nowhere = tmp_path_factory.getbasetemp() / "no-aws-config"
     env = {

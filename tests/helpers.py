@@ -28,7 +28,12 @@ class Target:
 
     def saver(self, run: str = "r", **kwargs: Any) -> TrackerSaver:
         return TrackerSaver(
-            self.output_uri, project="p", run=run, registry=self.registry, storage_options=self.storage_options, **kwargs
+            self.output_uri,
+            project="p",
+            run=run,
+            registry=self.registry,
+            storage_options=self.storage_options,
+            **kwargs,
         )
 
     def storage(self) -> Storage:
@@ -86,7 +91,9 @@ def attach(
     return handler
 
 
-def train(saver: TrackerSaver, to_save: dict[str, Any], *, n_saved: int = 1, prefix: str = "", epochs: int = 1) -> Checkpoint:
+def train(
+    saver: TrackerSaver, to_save: dict[str, Any], *, n_saved: int = 1, prefix: str = "", epochs: int = 1
+) -> Checkpoint:
     """A fresh engine and ``Checkpoint`` through ``saver``, trained for ``epochs``."""
     net = next(iter(to_save.values()))
     trainer = trainer_engine(net)
@@ -142,7 +149,9 @@ class Worker:
         self._err.seek(0)
         return self._err.read()[-3000:]
 
-    def epoch(self, score: float, *, fault: str | None = None, stream: str = "best_checkpoint") -> dict[str, Any] | None:
+    def epoch(
+        self, score: float, *, fault: str | None = None, stream: str = "best_checkpoint"
+    ) -> dict[str, Any] | None:
         """Run one epoch; its answer, or ``None`` when the process was killed."""
         assert self.proc.stdin is not None
         self.proc.stdin.write(self._json.dumps({"score": score, "fault": fault, "stream": stream}) + "\n")

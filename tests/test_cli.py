@@ -42,7 +42,10 @@ def test_every_command_has_help(capsys) -> None:
 
 
 def test_models_list_filters_sorts_and_prints_a_table(trained, capsys) -> None:
-    assert main(["--registry", trained, "models", "list", "--project", "p", "--where", "score>0.65", "--sort", "-score"]) == 0
+    assert (
+        main(["--registry", trained, "models", "list", "--project", "p", "--where", "score>0.65", "--sort", "-score"])
+        == 0
+    )
     out = capsys.readouterr().out
     lines = [line for line in out.splitlines() if "best_model_" in line]
     assert [line.split("│")[2].strip() for line in lines] == [

@@ -33,6 +33,8 @@ def test_a_holder_whose_pid_now_names_another_process_holds_nothing(local_target
 def test_a_live_holder_in_another_process_is_named_in_the_error(local_target) -> None:
     with Worker(local_target) as worker:
         worker.epoch(0.5)
-        with pytest.raises(StreamBusyError, match=rf"pid {worker.proc.pid} on .*'worker\.py'.*another run or filename_prefix") as caught:
+        with pytest.raises(
+            StreamBusyError, match=rf"pid {worker.proc.pid} on .*'worker\.py'.*another run or filename_prefix"
+        ) as caught:
             train(local_target.saver(), {"model": model(), "trainer": Engine(lambda e, b: None)})
         assert str(worker.proc.pid) in caught.value.holder

@@ -91,8 +91,10 @@ def _fail_mid_upload(store, ceph_s3, action, parts: int = 3) -> BaseException:
 @pytest.mark.ceph
 def test_a_wrong_secret_is_refused_at_check_with_the_fix(s3_output_uri, ceph_s3) -> None:
     store = S3Storage(
-        s3_output_uri, endpoint_url=ceph_s3.endpoint_url,
-        aws_access_key_id=ceph_s3.access_key, aws_secret_access_key=WRONG_SECRET,
+        s3_output_uri,
+        endpoint_url=ceph_s3.endpoint_url,
+        aws_access_key_id=ceph_s3.access_key,
+        aws_secret_access_key=WRONG_SECRET,
     )
     with pytest.raises(
         ConfigError,
@@ -106,7 +108,9 @@ def test_a_wrong_secret_is_refused_at_check_with_the_fix(s3_output_uri, ceph_s3)
 
 @pytest.mark.ceph
 @pytest.mark.parametrize("operation", ["put_stream", "put_file", "writer", "get", "stat", "list", "delete"])
-def test_a_wrong_secret_from_the_environment_never_shows_in_any_error(operation, s3_output_uri, monkeypatch, tmp_path) -> None:
+def test_a_wrong_secret_from_the_environment_never_shows_in_any_error(
+    operation, s3_output_uri, monkeypatch, tmp_path
+) -> None:
     monkeypatch.setenv("AWS_SECRET_ACCESS_KEY", WRONG_SECRET)
     store = open_storage(s3_output_uri)
     (tmp_path / "f").write_bytes(b"x")
@@ -144,7 +148,9 @@ def test_no_credentials_at_all_is_a_clear_error(monkeypatch, tmp_path) -> None:
     monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
     monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
     store = open_storage("s3://bucket/p", endpoint_url=f"http://127.0.0.1:{_free_port()}")
-    with pytest.raises(ConfigError, match="no AWS credentials found: set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile"):
+    with pytest.raises(
+        ConfigError, match="no AWS credentials found: set AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY, a profile"
+    ):
         store.check()
 
 
@@ -161,7 +167,9 @@ def test_a_missing_bucket_is_named_with_the_fix(s3_env, ceph_s3) -> None:
     )
     with pytest.raises(ConfigError, match=fix):
         store.check()
-    with pytest.raises(StorageError, match=rf"uploading to s3://{bucket}/team/p/r/s\.slot0\.pt failed: {fix}") as caught:
+    with pytest.raises(
+        StorageError, match=rf"uploading to s3://{bucket}/team/p/r/s\.slot0\.pt failed: {fix}"
+    ) as caught:
         store.put_stream("p/r/s.slot0.pt", io.BytesIO(b"x"))
     assert caught.value.key == "p/r/s.slot0.pt"
 
@@ -169,7 +177,9 @@ def test_a_missing_bucket_is_named_with_the_fix(s3_env, ceph_s3) -> None:
 @pytest.mark.ceph
 def test_credentials_without_permission_get_access_denied_naming_the_permission(s3_output_uri, ceph_s3) -> None:
     access, secret = ceph_s3.create_user(f"stranger-{uuid.uuid4().hex[:6]}")
-    store = S3Storage(s3_output_uri, endpoint_url=ceph_s3.endpoint_url, aws_access_key_id=access, aws_secret_access_key=secret)
+    store = S3Storage(
+        s3_output_uri, endpoint_url=ceph_s3.endpoint_url, aws_access_key_id=access, aws_secret_access_key=secret
+    )
     denied = r"access denied by .* \(AccessDenied on PutObject\): grant the credentials s3:PutObject on s3://"
     with pytest.raises(ConfigError, match=denied) as caught:
         store.check()
@@ -185,13 +195,22 @@ def test_write_access_without_delete_passes_check_and_hides_the_probe(s3_output_
     access, secret = ceph_s3.create_user(uid)
     prefix = s3_output_uri.split("/", 3)[3]
     admin = ceph_s3.client()
-    admin.put_bucket_policy(Bucket=s3_bucket, Policy=json.dumps({
-        "Version": "2012-10-17",
-        "Statement": [{
-            "Effect": "Allow", "Principal": {"AWS": [f"arn:aws:iam:::user/{uid}"]},
-            "Action": ["s3:PutObject", "s3:GetObject"], "Resource": [f"arn:aws:s3:::{s3_bucket}/{prefix}/*"],
-        }],
-    }))
+    admin.put_bucket_policy(
+        Bucket=s3_bucket,
+        Policy=json.dumps(
+            {
+                "Version": "2012-10-17",
+                "Statement": [
+                    {
+                        "Effect": "Allow",
+                        "Principal": {"AWS": [f"arn:aws:iam:::user/{uid}"]},
+                        "Action": ["s3:PutObject", "s3:GetObject"],
+                        "Resource": [f"arn:aws:s3:::{s3_bucket}/{prefix}/*"],
+                    }
+                ],
+            }
+        ),
+    )
     try:
         writer = S3Storage(
             s3_output_uri, endpoint_url=ceph_s3.endpoint_url, aws_access_key_id=access, aws_secret_access_key=secret
@@ -200,7 +219,9 @@ def test_write_access_without_delete_passes_check_and_hides_the_probe(s3_output_
         writer.put_stream("p/r/s.slot0.pt", io.BytesIO(b"v1"))
         writer.put_stream("p/r/s.slot0.pt", io.BytesIO(b"v2"))  # overwrite is all a slot needs
         assert writer.stat("p/r/s.slot0.pt").size == 2
-        with pytest.raises(StorageError, match=r"AccessDenied on DeleteObject\): grant the credentials s3:DeleteObject"):
+        with pytest.raises(
+            StorageError, match=r"AccessDenied on DeleteObject\): grant the credentials s3:DeleteObject"
+        ):
             writer.delete("p/r/s.slot0.pt")
     finally:
         admin.delete_bucket_policy(Bucket=s3_bucket)
@@ -241,14 +262,20 @@ def test_an_unreachable_endpoint_fails_fast_naming_it(call, monkeypatch) -> None
 
 @pytest.mark.ceph
 @pytest.mark.parametrize("path", ["put_file", "writer"])
-def test_gateway_dying_mid_multipart_upload_keeps_the_previous_object(path, s3_output_uri, s3_bucket, ceph_s3, tmp_path) -> None:
+def test_gateway_dying_mid_multipart_upload_keeps_the_previous_object(
+    path, s3_output_uri, s3_bucket, ceph_s3, tmp_path
+) -> None:
     """radosgw is stopped after a few parts of a 256 MiB upload: the slot's old bytes survive."""
     torch = pytest.importorskip("torch")
     from tracker_saver.pipeline import HashingWriter
 
     key = "p/r/model.slot0.pt"
     store = open_storage(
-        s3_output_uri, multipart_threshold=8 * MiB, multipart_chunksize=8 * MiB, max_concurrency=4, max_attempts=2,
+        s3_output_uri,
+        multipart_threshold=8 * MiB,
+        multipart_chunksize=8 * MiB,
+        max_concurrency=4,
+        max_attempts=2,
         connect_timeout=2,
     )
     previous = b"the last good checkpoint " * 40_000

@@ -149,7 +149,9 @@ def test_an_endpoint_with_userinfo_is_shown_without_it(offline_env) -> None:
 
 
 def test_a_custom_endpoint_uses_path_style_and_aws_is_left_to_botocore(offline_env) -> None:
-    assert S3Storage("s3://b", endpoint_url="http://ceph.internal:7480")._client.meta.config.s3 == {"addressing_style": "path"}
+    assert S3Storage("s3://b", endpoint_url="http://ceph.internal:7480")._client.meta.config.s3 == {
+        "addressing_style": "path"
+    }
     assert not (S3Storage("s3://b", region_name="eu-west-1")._client.meta.config.s3 or {}).get("addressing_style")
     virtual = S3Storage("s3://b", endpoint_url="http://ceph.internal:7480", addressing_style="virtual")
     assert virtual._client.meta.config.s3 == {"addressing_style": "virtual"}
@@ -200,7 +202,12 @@ def test_known_options_are_the_constructor_keywords_and_all_documented() -> None
     assert KNOWN_OPTIONS == options_mod.option_names(options_mod.check_options)
     assert KNOWN_OPTIONS[0] == "endpoint_url" and "progress" in KNOWN_OPTIONS and "uri" not in KNOWN_OPTIONS
     docs = (Path(__file__).resolve().parents[1] / "docs" / "s3.md").read_text()
-    table = {name for line in docs.splitlines() if line.startswith("| `") for name in re.findall(r"`(\w+)`", line.split("|")[1])}
+    table = {
+        name
+        for line in docs.splitlines()
+        if line.startswith("| `")
+        for name in re.findall(r"`(\w+)`", line.split("|")[1])
+    }
     assert set(KNOWN_OPTIONS) <= table
 
 
@@ -286,7 +293,9 @@ def test_explicit_keys_work_without_any_environment(s3_bucket, ceph_s3, offline_
 
 @pytest.mark.ceph
 @pytest.mark.parametrize("how", ["put_file", "writer"])
-def test_a_large_object_goes_up_in_parts_and_leaves_no_multipart_upload(how, s3_output_uri, ceph_s3, s3_bucket, tmp_path) -> None:
+def test_a_large_object_goes_up_in_parts_and_leaves_no_multipart_upload(
+    how, s3_output_uri, ceph_s3, s3_bucket, tmp_path
+) -> None:
     store = open_storage(s3_output_uri, multipart_threshold=8 * MiB, multipart_chunksize=8 * MiB)
     data = os.urandom(20 * MiB)
     if how == "put_file":

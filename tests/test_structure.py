@@ -45,7 +45,9 @@ def _imports(path: Path, name: str) -> set[str]:
         elif isinstance(node, ast.ImportFrom):
             base = node.module or ""
             if node.level:
-                base = ".".join(package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else []))
+                base = ".".join(
+                    package.split(".")[: len(package.split(".")) - node.level + 1] + ([base] if base else [])
+                )
             found.add(base)
             found.update(f"{base}.{alias.name}" for alias in node.names)
     modules = _modules()
@@ -102,8 +104,11 @@ GENERIC = ("tracker_saver.saver", "tracker_saver.pipeline", "tracker_saver.slots
 def test_generic_code_never_imports_a_tracker_integration(name: str) -> None:
     path = _modules()[name]
     imported = {
-        node.module or ""
+        node.module or "" for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.ImportFrom)
+    } | {
+        alias.name
         for node in ast.walk(ast.parse(path.read_text()))
-        if isinstance(node, ast.ImportFrom)
-    } | {alias.name for node in ast.walk(ast.parse(path.read_text())) if isinstance(node, ast.Import) for alias in node.names}
+        if isinstance(node, ast.Import)
+        for alias in node.names
+    }
     assert not {m for m in imported if "clearml" in m}, f"{name} imports ClearML glue"

@@ -1,4 +1,4 @@
-"""The package type-checks under mypy --strict, and the docs build without warnings."""
+"""The package type-checks under mypy --strict, ruff finds nothing, and the docs build without warnings."""
 
 from __future__ import annotations
 
@@ -15,6 +15,12 @@ def test_mypy_strict_passes_on_the_package() -> None:
     assert done.returncode == 0, done.stdout + done.stderr
 
 
+def test_ruff_lint_and_format_are_clean() -> None:
+    for args in (["check", "."], ["format", "--check", "."]):
+        done = subprocess.run([sys.executable, "-m", "ruff", *args], cwd=ROOT, capture_output=True, text=True)
+        assert done.returncode == 0, done.stdout + done.stderr
+
+
 def test_mkdocs_builds_strictly(tmp_path) -> None:
     done = subprocess.run(
         [sys.executable, "-m", "mkdocs", "build", "--strict", "--site-dir", str(tmp_path / "site")],
@@ -29,6 +35,8 @@ def test_readme_and_getting_started_show_the_same_commands() -> None:
     for command in ("bash scripts/dev.sh demo", "bash scripts/dev.sh test"):
         assert command in readme
     assert "bash scripts/dev.sh demo" in start
-    for snippet in re.findall(r'TrackerSaver\(output_uri="\./checkpoints", project="mnist", run="resnet-lr0.1"\)', readme):
+    for snippet in re.findall(
+        r'TrackerSaver\(output_uri="\./checkpoints", project="mnist", run="resnet-lr0.1"\)', readme
+    ):
         assert snippet in start
     assert (ROOT / ".ci" / "run").read_text().count("scripts/dev.sh test") == 1

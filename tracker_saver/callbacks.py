@@ -75,7 +75,9 @@ class CallbackChain:
             except TrackerSaverError:
                 raise
             except Exception as exc:
-                raise CallbackError(f"pre-upload callback {_label(callback)} raised on {info.filename!r}: {exc!r}") from exc
+                raise CallbackError(
+                    f"pre-upload callback {_label(callback)} raised on {info.filename!r}: {exc!r}"
+                ) from exc
             if current is None:
                 return None
             if not isinstance(current, UploadInfo):
@@ -100,4 +102,6 @@ class CallbackChain:
             except TrackerSaverError:
                 raise
             except Exception as exc:
-                raise CallbackError(f"post-upload callback {_label(callback)} raised on {info.filename!r}: {exc!r}") from exc
+                raise CallbackError(
+                    f"post-upload callback {_label(callback)} raised on {info.filename!r}: {exc!r}"
+                ) from exc

@@ -84,8 +84,15 @@ def build_parser() -> argparse.ArgumentParser:
     ls.add_argument("--project", help="only this project")
     ls.add_argument("--run", help="only this run")
     ls.add_argument("--stream", help="only this stream (e.g. best_model, checkpoint)")
-    ls.add_argument("--where", action="append", metavar="EXPR", help="a condition such as 'score>0.9', 'prefix=best', 'global_step in 10,20' (repeatable)")
-    ls.add_argument("--sort", action="append", metavar="KEY", help="sort key, '-' for descending, e.g. -score (repeatable)")
+    ls.add_argument(
+        "--where",
+        action="append",
+        metavar="EXPR",
+        help="a condition such as 'score>0.9', 'prefix=best', 'global_step in 10,20' (repeatable)",
+    )
+    ls.add_argument(
+        "--sort", action="append", metavar="KEY", help="sort key, '-' for descending, e.g. -score (repeatable)"
+    )
     which = ls.add_mutually_exclusive_group()
     which.add_argument("--live", action="store_true", help="only live (loadable) records")
     which.add_argument("--all", action="store_true", help="every record, evicted and failed included (the default)")
@@ -111,7 +118,11 @@ def build_parser() -> argparse.ArgumentParser:
     tag.set_defaults(func=_cmd_tag)
 
     demo = commands.add_parser("demo", help="train a small CNN on synthetic data and show what was saved")
-    demo.add_argument("--output-dir", default="demo-output", help="folder for checkpoints and the demo registry (default: demo-output)")
+    demo.add_argument(
+        "--output-dir",
+        default="demo-output",
+        help="folder for checkpoints and the demo registry (default: demo-output)",
+    )
     demo.add_argument("--epochs", type=int, default=6, help="epochs to train (default: 6)")
     demo.set_defaults(func=_cmd_demo)
     return parser

@@ -46,7 +46,9 @@ def small_cnn() -> nn.Module:
     )  # fmt: skip
 
 
-def run_demo(output_dir: str | os.PathLike[str] = "demo-output", *, epochs: int = 6, registry: str | None = None) -> None:
+def run_demo(
+    output_dir: str | os.PathLike[str] = "demo-output", *, epochs: int = 6, registry: str | None = None
+) -> None:
     """Train for ``epochs`` on the CPU with a best (n_saved=2) and a last (n_saved=1) stream.
 
     Checkpoints go to ``<output_dir>/checkpoints``; the registry is ``<output_dir>/registry.db``
@@ -60,7 +62,9 @@ def run_demo(output_dir: str | os.PathLike[str] = "demo-output", *, epochs: int 
     train = DataLoader(make_data(1024, seed=1), batch_size=64, shuffle=True)
     val = DataLoader(make_data(256, seed=2), batch_size=256)
     trainer = create_supervised_trainer(model, opt, nn.CrossEntropyLoss())
-    evaluator = create_supervised_evaluator(model, metrics={"val_acc": Accuracy(), "val_loss": Loss(nn.CrossEntropyLoss())})
+    evaluator = create_supervised_evaluator(
+        model, metrics={"val_acc": Accuracy(), "val_loss": Loss(nn.CrossEntropyLoss())}
+    )
 
     saver = TrackerSaver(out / "checkpoints", project="demo", run="small-cnn", registry=registry or out / "registry.db")
     best = Checkpoint(
@@ -86,7 +90,14 @@ def run_demo(output_dir: str | os.PathLike[str] = "demo-output", *, epochs: int 
         console.print(f"  {obj.key}  ({obj.size} bytes)")
     console.print()
     print_records(saver.records(), console, title=f"registry {saver.registry.uri}: every checkpoint ever saved")
-    top = find_models(project="demo", run="small-cnn", order_by="-score", live=True, where={"score": (">", 0.0)}, registry=saver.registry)
+    top = find_models(
+        project="demo",
+        run="small-cnn",
+        order_by="-score",
+        live=True,
+        where={"score": (">", 0.0)},
+        registry=saver.registry,
+    )
     if top:
         console.print(f"\nbest live checkpoint: {top[0].name} (score {top[0].score:.4f}) in {top[0].uri}")
     console.print(f"\ntry: tracker-saver --registry {saver.registry.uri} models list --where 'score>0.5' --sort -score")

@@ -74,7 +74,9 @@ def get_model(record_id: str | int, *, registry: str | os.PathLike[str] | Regist
     return shared_registry(registry).get(str(record_id))
 
 
-def rename_model(record_id: str | int, name: str, *, registry: str | os.PathLike[str] | Registry | None = None) -> Record:
+def rename_model(
+    record_id: str | int, name: str, *, registry: str | os.PathLike[str] | Registry | None = None
+) -> Record:
     """Give a record a display name that later saves never overwrite.
 
     Examples:

@@ -202,7 +202,7 @@ def parse_filename(filename: str, basename: str, score_name: str | None, priorit
     score: int | float | None = None
     parsed = False
     if stem.startswith(basename):
-        rest = stem[len(basename):]
+        rest = stem[len(basename) :]
         if score_name is not None:
             tail = f"_{score_name}="
             cut = rest.rfind(tail)

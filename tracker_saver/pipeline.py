@@ -47,8 +47,8 @@ _local = threading.local()
 def is_writing() -> bool:
     """Whether this thread is inside a pipeline's ``torch.save`` (for framework bindings).
 
-    ClearML patches ``torch.save`` to upload whatever it sees; ``tracker_saver.clearml``
-    asks this to make ClearML's binding skip our writes, so there is never a second copy.
+    ClearML patches ``torch.save`` to upload whatever it sees; the saver hands this to the
+    ClearML binding guard so it skips our writes, and there is never a second copy.
     """
     return bool(getattr(_local, "writing", False))
 
@@ -108,7 +108,9 @@ def kept_filenames(checkpoint: Mapping[str, Any]) -> list[str]:
     saved = state.get("_saved") if isinstance(state, Mapping) else None
     if not isinstance(saved, (list, tuple)):
         return []
-    return [item[1] for item in saved if isinstance(item, (list, tuple)) and len(item) == 2 and isinstance(item[1], str)]
+    return [
+        item[1] for item in saved if isinstance(item, (list, tuple)) and len(item) == 2 and isinstance(item[1], str)
+    ]
 
 
 class Pipeline:

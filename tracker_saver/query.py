@@ -17,7 +17,7 @@ from typing import Any
 from tracker_saver.errors import ConfigError
 from tracker_saver.records import MetaValue
 
-__all__ = ["OPS", "Condition", "Order", "matches", "parse_order", "parse_where", "sort_key"]
+__all__ = ["OPS", "Condition", "Order", "is_number", "matches", "parse_order", "parse_where", "sort_key"]
 
 OPS = ("==", "!=", ">=", "<=", ">", "<", "in")
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,99}")
@@ -55,7 +55,7 @@ class Condition:
             return _eq(actual, self.value)
         if self.op == "!=":
             return not _eq(actual, self.value)
-        if _is_num(actual) != _is_num(self.value):
+        if is_number(actual) != is_number(self.value):
             return False
         try:
             if self.op == ">":
@@ -77,12 +77,13 @@ class Order:
     desc: bool = False
 
 
-def _is_num(value: Any) -> bool:
+def is_number(value: Any) -> bool:
+    """Whether ``value`` is an int or float metadata value (a bool is not a number here)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
 
 
 def _eq(a: Any, b: Any) -> bool:
-    if _is_num(a) and _is_num(b):
+    if is_number(a) and is_number(b):
         return bool(float(a) == float(b))
     return type(a) is type(b) and bool(a == b)  # True is not 1, "1" is not 1
 
@@ -165,6 +166,6 @@ def matches(metadata: Mapping[str, MetaValue], conditions: Iterable[Condition]) 
 
 def sort_key(value: MetaValue) -> tuple[int, Any]:
     """A key that orders numbers before strings and bools (absent values are placed by the caller)."""
-    if _is_num(value):
+    if is_number(value):
         return (0, float(value))  # type: ignore[arg-type]
     return (1, str(value))

@@ -5,14 +5,14 @@ from __future__ import annotations
 import enum
 import math
 from dataclasses import dataclass, field
-from typing import Any, Union
+from typing import Any
 
 from tracker_saver.errors import ConfigError
 
 __all__ = ["LOADABLE", "MetaValue", "Record", "RecordState", "StreamId", "UploadInfo", "clean_metadata"]
 
 #: A metadata value is typed: int (step, slot, size), float (score) or str; ``None`` is absent.
-MetaValue = Union[int, float, str, bool, None]
+MetaValue = int | float | str | bool | None
 
 
 class RecordState(str, enum.Enum):
@@ -83,8 +83,7 @@ def clean_metadata(metadata: dict[str, Any]) -> dict[str, MetaValue]:
             value = None
         if value is not None and not isinstance(value, (int, float, str, bool)):
             raise ConfigError(
-                f"metadata[{key!r}] = {value!r} has type {type(value).__name__}: "
-                "use an int, float, str or bool"
+                f"metadata[{key!r}] = {value!r} has type {type(value).__name__}: use an int, float, str or bool"
             )
         out[key] = value
     return out

@@ -17,7 +17,6 @@ from pathlib import Path
 
 import pytest
 import torch
-
 from ignite.engine import Events
 from ignite.handlers import Checkpoint
 
@@ -148,7 +147,11 @@ class InvariantContract:
         assert top.metadata["global_step"] == 4 and type(top.metadata["global_step"]) is int
         assert top.metadata["score"] == 0.9 and type(top.metadata["score"]) is float
         assert top.metadata["slot"] in (0, 1) and type(top.metadata["slot"]) is int
-        assert (top.metadata["prefix"], top.metadata["ignite_name"], top.metadata["score_name"]) == ("best", "model", "val_acc")
+        assert (top.metadata["prefix"], top.metadata["ignite_name"], top.metadata["score_name"]) == (
+            "best",
+            "model",
+            "val_acc",
+        )
         assert top.metadata["torch_version"] == torch.__version__
         assert top.key == f"p/r/best_model.slot{top.slot}.pt" and "val_acc" not in top.key
         (step,) = find_models(project="p", stream="model", live=True, registry=target.registry)
@@ -160,7 +163,9 @@ class InvariantContract:
         saver = target.saver()
         net = model()
         trainer = trainer_engine(net)
-        attach(trainer, saver, {"model": net}, n_saved=2, prefix="best", scores=[0.5, 0.5, 0.5, 0.7], step_transform=False)
+        attach(
+            trainer, saver, {"model": net}, n_saved=2, prefix="best", scores=[0.5, 0.5, 0.5, 0.7], step_transform=False
+        )
         trainer.run([0], max_epochs=4)
         live = find_models(project="p", live=True, registry=target.registry)
         assert sorted(r.name for r in live) == ["best_model_val_acc=0.5000.pt", "best_model_val_acc=0.7000.pt"]
@@ -176,7 +181,10 @@ class InvariantContract:
         records = find_models(project="p", registry=target.registry)
         nan = next(r for r in records if "nan" in r.name)
         assert nan.state is RecordState.LIVE and nan.score is None and nan.metadata["global_step"] == 1
-        assert [r.global_step for r in find_models(project="p", where="score>0", order_by="-score", registry=target.registry)] == [3, 2]
+        assert [
+            r.global_step
+            for r in find_models(project="p", where="score>0", order_by="-score", registry=target.registry)
+        ] == [3, 2]
         assert find_models(project="p", order_by="-score", registry=target.registry)[-1].id == nan.id
 
     def test_a_rename_survives_later_saves(self, target: Target) -> None:
@@ -213,7 +221,9 @@ class InvariantContract:
         (record,) = find_models(project="p", live=True, registry=target.registry)
         fresh = torch.nn.Linear(4, 2)
         load_checkpoint(record.id, {"model": fresh}, registry=target.registry, storage_options=target.storage_options)
-        assert all(torch.equal(a, b) for a, b in zip(fresh.state_dict().values(), net.state_dict().values()))
+        assert all(
+            torch.equal(a, b) for a, b in zip(fresh.state_dict().values(), net.state_dict().values(), strict=True)
+        )
         target.storage().put_stream(record.key, io.BytesIO(b"someone else's bytes"))
         with pytest.raises(IntegrityError, match="overwritten or corrupted"):
             load_checkpoint(record, {"model": fresh}, storage_options=target.storage_options)
@@ -288,7 +298,9 @@ class InvariantContract:
                     second.saved("best_checkpoint")
                 )
         assert target.counts() == {"best_checkpoint": 3, "checkpoint": 1}
-        best = find_models(project="p", stream="best_checkpoint", live=True, order_by="-score", registry=target.registry)
+        best = find_models(
+            project="p", stream="best_checkpoint", live=True, order_by="-score", registry=target.registry
+        )
         assert [r.score for r in best] == [0.95, 0.90, 0.80]
 
     def test_one_failed_save_never_costs_the_last_good_checkpoint(self, target: Target) -> None:

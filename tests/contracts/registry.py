@@ -19,7 +19,13 @@ SHA = "ab" * 32
 
 def pending(registry: Registry, filename: str, *, stream: str = "best_model", slot: int = 0, run: str = "r", **meta):
     info = UploadInfo(
-        "p", run, stream, filename, metadata={"basename": stream, **meta}, slot=slot, key=f"p/{run}/{stream}.slot{slot}.pt"
+        "p",
+        run,
+        stream,
+        filename,
+        metadata={"basename": stream, **meta},
+        slot=slot,
+        key=f"p/{run}/{stream}.slot{slot}.pt",
     )
     return registry.create_pending(info, uri=f"file:///out/p/{run}/{stream}.slot{slot}.pt")
 
@@ -104,7 +110,9 @@ class RegistryContract:
         registry.evict(a.id)
         assert [r.filename for r in registry.query(Query(project="p", run="r", stream="best_model"))] == [a.filename]
         assert registry.query(Query(project="p", run="r", stream="best_model", states=(RecordState.LIVE,))) == []
-        assert [r.filename for r in registry.query(Query(project="p", filename="checkpoint_1.pt"))] == ["checkpoint_1.pt"]
+        assert [r.filename for r in registry.query(Query(project="p", filename="checkpoint_1.pt"))] == [
+            "checkpoint_1.pt"
+        ]
 
     def test_where_range_equality_and_membership_match_the_reference(self, registry: Registry) -> None:
         scores = [0.5, 0.93, None, 0.91, 0.2]

@@ -32,7 +32,9 @@ def sqlite_path(registry: str | os.PathLike[str] | None) -> str | None:
     if spec.startswith("sqlite:///"):
         spec = spec[len("sqlite:///") :]  # sqlite:///rel/path or sqlite:////abs/path
     elif "://" in spec:
-        raise ConfigError(f"registry {spec!r} is not understood: use 'sqlite', a file path, sqlite:///PATH or 'clearml'")
+        raise ConfigError(
+            f"registry {spec!r} is not understood: use 'sqlite', a file path, sqlite:///PATH or 'clearml'"
+        )
     return spec if spec == ":memory:" else str(Path(spec).expanduser())
 
 

@@ -13,7 +13,7 @@ from typing import Any
 
 from tracker_saver.claims import Holder, is_alive
 from tracker_saver.errors import ConfigError, RecordNotFoundError, RegistryError
-from tracker_saver.query import Condition
+from tracker_saver.query import Condition, is_number
 from tracker_saver.records import MetaValue, Record, RecordState, StreamId, UploadInfo, clean_metadata
 from tracker_saver.registry.base import RECORD_FIELDS, Query, Registry, busy
 from tracker_saver.registry.migrations import migrate
@@ -47,16 +47,12 @@ def _decode(kind: str, text: str | None) -> MetaValue:
     return text
 
 
-def _is_num(value: Any) -> bool:
-    return isinstance(value, (int, float)) and not isinstance(value, bool)
-
-
 def _value_sql(alias: str, op: str, value: Any) -> tuple[str, list[Any]]:
     """SQL that is true when metadata row ``alias`` compares to ``value`` as ``Condition.test`` does."""
     arg: float | str
     if isinstance(value, bool):
         kind, col, arg = "m.type = 'bool'", "num", float(value)
-    elif _is_num(value):
+    elif is_number(value):
         kind, col, arg = "m.type IN ('int', 'float')", "num", float(value)
     else:
         kind, col, arg = "m.type = 'str'", "text", str(value)
@@ -79,6 +75,20 @@ def _condition_sql(cond: Condition) -> tuple[str, list[Any]]:
         test, args = _value_sql("m", cond.op, cond.value)
     sql = f"EXISTS (SELECT 1 FROM metadata m WHERE m.record_id = r.id AND m.key = ? AND {test})"
     return sql, [cond.key, *args]
+
+
+def _wal(conn: sqlite3.Connection, timeout: float) -> None:
+    """Switch to WAL. Two processes opening a new file at once (DDP ranks) can get "database
+    is locked" from this pragma without SQLite's busy handler waiting: retry until ``timeout``."""
+    deadline = time.monotonic() + timeout
+    while True:
+        try:
+            conn.execute("PRAGMA journal_mode = WAL")
+            return
+        except sqlite3.OperationalError as exc:
+            if "locked" not in str(exc) or time.monotonic() > deadline:
+                raise
+            time.sleep(0.05)
 
 
 class SQLiteRegistry(Registry):
@@ -120,7 +130,7 @@ class SQLiteRegistry(Registry):
             self._conn = sqlite3.connect(text, timeout=timeout, isolation_level=None, check_same_thread=False)
             self._conn.execute("PRAGMA foreign_keys = ON")
             if text != ":memory:":
-                self._conn.execute("PRAGMA journal_mode = WAL")
+                _wal(self._conn, timeout)
                 self._conn.execute("PRAGMA synchronous = FULL")
             migrate(self._conn)
         except sqlite3.Error as exc:
@@ -219,8 +229,19 @@ class SQLiteRegistry(Registry):
             cur = conn.execute(
                 "INSERT INTO records (project, run, stream, filename, name, state, slot, key, uri, output_uri,"
                 " created_at, updated_at) VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?)",
-                (info.project, info.run, info.stream, info.filename, info.name, info.slot, info.key, uri,
-                 info.output_uri, now, now),
+                (
+                    info.project,
+                    info.run,
+                    info.stream,
+                    info.filename,
+                    info.name,
+                    info.slot,
+                    info.key,
+                    uri,
+                    info.output_uri,
+                    now,
+                    now,
+                ),
             )
             rid = int(cur.lastrowid or 0)
             self._set_metadata(conn, rid, {**info.metadata, "slot": info.slot, "created_at": now})
@@ -234,7 +255,9 @@ class SQLiteRegistry(Registry):
             if row is None:
                 raise self._missing(record_id)
             if row[0] != RecordState.PENDING.value:
-                raise RegistryError(f"record {record_id} is {row[0]}, not pending: it cannot become live", record_id=str(record_id))
+                raise RegistryError(
+                    f"record {record_id} is {row[0]}, not pending: it cannot become live", record_id=str(record_id)
+                )
             conn.execute(
                 "UPDATE records SET state = 'live', sha256 = ?, size = ?, updated_at = ? WHERE id = ?",
                 (sha256, size, time.time(), rid),
@@ -250,7 +273,9 @@ class SQLiteRegistry(Registry):
                 (sha256, size, time.time(), rid),
             )
             if done.rowcount == 0:
-                raise RegistryError(f"record {record_id} is no longer pending: its save cannot commit", record_id=str(record_id))
+                raise RegistryError(
+                    f"record {record_id} is no longer pending: its save cannot commit", record_id=str(record_id)
+                )
             if replaces is not None:
                 done = conn.execute(
                     "UPDATE records SET state = 'evicted', updated_at = ? WHERE id = ? AND state IN ('live', 'revived')",
@@ -277,7 +302,16 @@ class SQLiteRegistry(Registry):
                     raise busy(stream, other)
             conn.execute(
                 "INSERT OR REPLACE INTO claims VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (*key, holder.token, holder.host, holder.pid, holder.started, holder.since, holder.command, time.time()),
+                (
+                    *key,
+                    holder.token,
+                    holder.host,
+                    holder.pid,
+                    holder.started,
+                    holder.since,
+                    holder.command,
+                    time.time(),
+                ),
             )
 
     def release(self, stream: StreamId, holder: Holder) -> None:
@@ -311,7 +345,12 @@ class SQLiteRegistry(Registry):
         if not isinstance(name, str) or not name.strip():
             raise ConfigError(f"new name {name!r} for record {record_id} is empty: give a non-empty name")
         with self.atomic() as conn:
-            if conn.execute("UPDATE records SET name = ?, updated_at = ? WHERE id = ?", (name, time.time(), self._id(record_id))).rowcount == 0:
+            if (
+                conn.execute(
+                    "UPDATE records SET name = ?, updated_at = ? WHERE id = ?", (name, time.time(), self._id(record_id))
+                ).rowcount
+                == 0
+            ):
                 raise self._missing(record_id)
         return self.get(record_id)
 

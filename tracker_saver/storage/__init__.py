@@ -43,11 +43,8 @@ def open_storage(uri: str | os.PathLike[str], **storage_options: Any) -> Storage
         try:
             from tracker_saver.storage.s3 import S3Storage
         except ModuleNotFoundError as exc:
-            raise ModuleNotFoundError(
-                "an s3:// output_uri needs boto3: pip install 'tracker-saver[s3]'"
-            ) from exc
+            raise ModuleNotFoundError("an s3:// output_uri needs boto3: pip install 'tracker-saver[s3]'") from exc
         return S3Storage(text, **storage_options)
     raise ConfigError(
-        f"output_uri {text!r} has the unknown scheme {scheme!r}: use a local folder, "
-        "file:///path or s3://BUCKET/PREFIX"
+        f"output_uri {text!r} has the unknown scheme {scheme!r}: use a local folder, file:///path or s3://BUCKET/PREFIX"
     )

@@ -71,7 +71,7 @@ class Storage(ABC):
         """The full URI of ``key``."""
         return f"{self.uri}/{check_key(key)}"
 
-    def check(self) -> None:
+    def check(self) -> None:  # noqa: B027 (an optional hook: nothing to check by default)
         """Raise a clear error now if the root cannot be written (default: nothing to check)."""
 
     @contextlib.contextmanager
@@ -119,7 +119,7 @@ class Storage(ABC):
         with self.get(key) as src:
             return sha256_of(src)
 
-    def discard_staged(self, key: str) -> None:
+    def discard_staged(self, key: str) -> None:  # noqa: B027 (an optional hook: nothing staged by default)
         """Remove what unfinished writes to ``key`` left behind (temp files, multipart uploads).
 
         Only call it while no write to ``key`` is under way (the stream's claim is held).

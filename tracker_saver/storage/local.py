@@ -6,8 +6,8 @@ import contextlib
 import os
 import shutil
 import tempfile
-from glob import escape as glob_escape
 from collections.abc import Callable, Iterator
+from glob import escape as glob_escape
 from pathlib import Path
 from typing import BinaryIO
 

@@ -16,8 +16,14 @@ from __future__ import annotations
 # patch them in the module that uses them.
 from tracker_saver.storage.s3.options import (
     DEFAULT_MAX_CONCURRENCY as DEFAULT_MAX_CONCURRENCY,
+)
+from tracker_saver.storage.s3.options import (
     DEFAULT_MULTIPART_CHUNKSIZE as DEFAULT_MULTIPART_CHUNKSIZE,
+)
+from tracker_saver.storage.s3.options import (
     DEFAULT_MULTIPART_THRESHOLD as DEFAULT_MULTIPART_THRESHOLD,
+)
+from tracker_saver.storage.s3.options import (
     parse_s3_uri as parse_s3_uri,
 )
 from tracker_saver.storage.s3.storage import KNOWN_OPTIONS as KNOWN_OPTIONS

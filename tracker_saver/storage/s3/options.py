@@ -112,7 +112,12 @@ def refuse_unknown(uri: str, unknown: dict[str, Any], known: tuple[str, ...]) ->
 
 
 def _check_int(name: str, value: object, minimum: int, maximum: int | None = None) -> int:
-    if isinstance(value, bool) or not isinstance(value, int) or value < minimum or (maximum is not None and value > maximum):
+    if (
+        isinstance(value, bool)
+        or not isinstance(value, int)
+        or value < minimum
+        or (maximum is not None and value > maximum)
+    ):
         upper = f" and at most {maximum}" if maximum is not None else ""
         raise ConfigError(f"storage option {name} must be an int of at least {minimum}{upper}, got {value!r}")
     return value

@@ -41,8 +41,14 @@ class Progress:
                 from tqdm.auto import tqdm
 
                 self._bar = tqdm(
-                    total=self._total, desc=self._desc, unit="B", unit_scale=True, unit_divisor=1024,
-                    file=sys.stderr, leave=False, initial=self._seen - nbytes,
+                    total=self._total,
+                    desc=self._desc,
+                    unit="B",
+                    unit_scale=True,
+                    unit_divisor=1024,
+                    file=sys.stderr,
+                    leave=False,
+                    initial=self._seen - nbytes,
                 )
             self._bar.update(nbytes)
 

@@ -235,14 +235,14 @@ class S3Storage(Storage):
         try:
             size = os.path.getsize(path)
         except OSError as exc:
-            raise StorageError(f"cannot read {path!r} to upload it to {self.uri}/{key}: {exc.strerror}", key=key) from exc
+            raise StorageError(
+                f"cannot read {path!r} to upload it to {self.uri}/{key}: {exc.strerror}", key=key
+            ) from exc
         progress = Progress(f"upload {key}", size, self.progress)
         try:
             with self._transfer("uploading to", key) as s3_key:
                 # upload_file reads the file in parts (multipart above the threshold), never whole.
-                self._client.upload_file(
-                    path, self.bucket, s3_key, Config=self._transfer_config, Callback=progress
-                )
+                self._client.upload_file(path, self.bucket, s3_key, Config=self._transfer_config, Callback=progress)
         finally:
             progress.close()
 
@@ -308,7 +308,9 @@ class S3Storage(Storage):
             spool.seek(0)
         except OSError as exc:
             spool.close()
-            raise StorageError(f"downloading {self.uri}/{key} failed: no room for a local copy ({exc})", key=key) from exc
+            raise StorageError(
+                f"downloading {self.uri}/{key} failed: no room for a local copy ({exc})", key=key
+            ) from exc
         except BaseException:
             spool.close()
             raise
@@ -335,7 +337,9 @@ class S3Storage(Storage):
         out = []
         with self._boundary("listing", prefix or None):
             paginator = self._client.get_paginator("list_objects_v2")
-            for page in paginator.paginate(Bucket=self.bucket, Prefix=full, PaginationConfig={"PageSize": LIST_PAGE_SIZE}):
+            for page in paginator.paginate(
+                Bucket=self.bucket, Prefix=full, PaginationConfig={"PageSize": LIST_PAGE_SIZE}
+            ):
                 for obj in page.get("Contents", []):
                     s3_key = obj["Key"]
                     # The check() probe and console "folder" markers are not objects of ours.
