@@ -43,7 +43,7 @@ test_() {
         log "not root: Ceph RGW cannot be started; run with -m 'not ceph' (CI runs as root)"
     fi
     local status=0
-    "$VENV/bin/python" -m pytest "$@" || status=$?
+    "$VENV/bin/python" -m pytest --durations=15 "$@" || status=$?
     [ "$ceph" = 1 ] && { bash scripts/ceph-s3.sh stop; trap - EXIT; }
     return "$status"
 }
