@@ -10,6 +10,7 @@ import pytest
 
 from tests.contracts.registry import RegistryContract, live
 from tracker_saver.errors import ConfigError
+from tracker_saver.query import parse_order, parse_where
 from tracker_saver.registry import DEFAULT_REGISTRY, Query, open_registry
 from tracker_saver.registry.migrations import MIGRATIONS
 from tracker_saver.registry.sqlite import SQLiteRegistry
@@ -78,3 +79,32 @@ def test_two_processes_can_write_at_once(tmp_path) -> None:
     records = SQLiteRegistry(db).query(Query(project="p"))
     assert len(records) == 80
     assert {r.stream for r in records} == {"alpha", "beta"}
+
+
+def test_slot_size_sha256_uri_and_created_at_are_stored_once_and_still_queried_as_metadata(tmp_path) -> None:
+    from tests.contracts.registry import SHA, pending
+
+    registry = SQLiteRegistry(tmp_path / "r.db")
+    first = live(registry, "a_1.pt", slot=0)
+    second = live(registry, "a_2.pt", slot=1)
+    staged = pending(registry, "a_3.pt", slot=2)
+    registry.stage(staged.id, sha256=SHA, size=99, replaces=None)
+    with sqlite3.connect(registry.path) as conn:
+        keys = {k for (k,) in conn.execute("SELECT DISTINCT key FROM metadata")}
+    assert not keys & {"slot", "size", "sha256", "uri", "created_at"}
+    got = registry.get(second.id).metadata
+    assert (got["slot"], got["size"], got["sha256"]) == (1, 10, SHA) and type(got["slot"]) is int
+    assert "sha256" not in registry.get(staged.id).metadata  # staged, not committed
+    assert [r.id for r in registry.query(Query(where=parse_where("slot==1")))] == [second.id]
+    assert [r.id for r in registry.query(Query(where=parse_where(["size>5", "slot in 0,2"])))] == [first.id]
+    assert [r.id for r in registry.query(Query(where=parse_where(f"sha256=={SHA}")))] == [first.id, second.id]
+    assert [r.id for r in registry.query(Query(order_by=parse_order("-slot")))] == [staged.id, second.id, first.id]
+
+
+def test_a_registry_from_a_newer_version_is_refused_with_the_fix(tmp_path) -> None:
+    path = tmp_path / "r.db"
+    SQLiteRegistry(path).close()
+    with sqlite3.connect(path) as conn:
+        conn.execute("INSERT INTO schema_migrations VALUES (999, 0)")
+    with pytest.raises(ConfigError, match="schema version 999 is newer .* upgrade tracker-saver"):
+        SQLiteRegistry(path)

@@ -80,6 +80,12 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         UPDATE metadata SET key = 'ignite_name' WHERE key = 'name';
         """,
     ),
+    (
+        4,
+        """
+        DELETE FROM metadata WHERE key IN ('slot', 'created_at', 'sha256', 'size', 'uri');
+        """,
+    ),
 )
 
 

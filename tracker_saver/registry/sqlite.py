@@ -47,32 +47,50 @@ def _decode(kind: str, text: str | None) -> MetaValue:
     return text
 
 
-def _value_sql(alias: str, op: str, value: Any) -> tuple[str, list[Any]]:
-    """SQL that is true when metadata row ``alias`` compares to ``value`` as ``Condition.test`` does."""
+#: Where a metadata value lives: (type, num, text) SQL expressions.
+_Value = tuple[str, str, str]
+_ROW: _Value = ("m.type", "m.num", "m.text")
+_COMMITTED = "r.state IN ('live', 'revived', 'evicted')"
+#: Metadata keys whose value is a column of ``records``: stored once, shown in
+#: ``Record.metadata`` (sha256, size and uri once the record was committed), queried alike.
+_COLUMNS: dict[str, _Value] = {
+    "slot": ("CASE WHEN r.slot IS NULL THEN 'none' ELSE 'int' END", "r.slot", "CAST(r.slot AS TEXT)"),
+    "created_at": ("'float'", "r.created_at", "CAST(r.created_at AS TEXT)"),
+    "size": (f"CASE WHEN r.size IS NULL OR NOT {_COMMITTED} THEN 'none' ELSE 'int' END", "r.size", "NULL"),
+    "sha256": (f"CASE WHEN r.sha256 IS NULL OR NOT {_COMMITTED} THEN 'none' ELSE 'str' END", "NULL", "r.sha256"),
+    "uri": (f"CASE WHEN r.uri IS NULL OR NOT {_COMMITTED} THEN 'none' ELSE 'str' END", "NULL", "r.uri"),
+}
+
+
+def _value_sql(value_of: _Value, op: str, value: Any) -> tuple[str, list[Any]]:
+    """SQL that is true when the metadata value ``value_of`` compares to ``value`` as ``Condition.test`` does."""
+    kind_sql, num_sql, text_sql = value_of
     arg: float | str
     if isinstance(value, bool):
-        kind, col, arg = "m.type = 'bool'", "num", float(value)
+        kind, col, arg = f"{kind_sql} = 'bool'", num_sql, float(value)
     elif is_number(value):
-        kind, col, arg = "m.type IN ('int', 'float')", "num", float(value)
+        kind, col, arg = f"{kind_sql} IN ('int', 'float')", num_sql, float(value)
     else:
-        kind, col, arg = "m.type = 'str'", "text", str(value)
-    kind = kind.replace("m.", f"{alias}.")
+        kind, col, arg = f"{kind_sql} = 'str'", text_sql, str(value)
     sql_op = "=" if op == "==" else _OPS_SQL[op]
-    return f"({kind} AND {alias}.{col} {sql_op} ?)", [arg]
+    return f"({kind} AND {col} {sql_op} ?)", [arg]
 
 
 def _condition_sql(cond: Condition) -> tuple[str, list[Any]]:
     if cond.key in RECORD_FIELDS:
         raise ConfigError(f"where key {cond.key!r} is a record field: filter it with the query's own argument")
+    value_of = _COLUMNS.get(cond.key, _ROW)
     if cond.op == "in":
-        parts = [_value_sql("m", "==", v) for v in cond.value] or [("0", [])]
+        parts = [_value_sql(value_of, "==", v) for v in cond.value] or [("0", [])]
         test = "(" + " OR ".join(p for p, _ in parts) + ")"
         args = [a for _, arg in parts for a in arg]
     elif cond.op == "!=":
-        eq, args = _value_sql("m", "==", cond.value)
-        test = f"(m.type != 'none' AND NOT {eq})"
+        eq, args = _value_sql(value_of, "==", cond.value)
+        test = f"({value_of[0]} != 'none' AND NOT {eq})"
     else:
-        test, args = _value_sql("m", cond.op, cond.value)
+        test, args = _value_sql(value_of, cond.op, cond.value)
+    if cond.key in _COLUMNS:
+        return test, args
     sql = f"EXISTS (SELECT 1 FROM metadata m WHERE m.record_id = r.id AND m.key = ? AND {test})"
     return sql, [cond.key, *args]
 
@@ -181,6 +199,11 @@ class SQLiteRegistry(Registry):
             marks = ",".join("?" * len(chunk))
             for m in self._read(f"SELECT record_id, key, type, text FROM metadata WHERE record_id IN ({marks})", chunk):
                 meta[m["record_id"]][m["key"]] = _decode(m["type"], m["text"])
+        for row in rows:
+            columns = {"slot": row["slot"], "created_at": row["created_at"]}
+            if row["state"] in ("live", "revived", "evicted"):
+                columns.update(sha256=row["sha256"], size=row["size"], uri=row["uri"])
+            meta[row["id"]].update({k: v for k, v in columns.items() if v is not None})
             for t in self._read(f"SELECT record_id, tag FROM tags WHERE record_id IN ({marks}) ORDER BY tag", chunk):
                 tags[t["record_id"]].append(t["tag"])
         return [
@@ -218,9 +241,10 @@ class SQLiteRegistry(Registry):
             ) from None
 
     def _set_metadata(self, conn: sqlite3.Connection, rid: int, metadata: dict[str, MetaValue]) -> None:
+        # slot, created_at, sha256, size and uri are columns of the record: never stored twice.
         conn.executemany(
             "INSERT OR REPLACE INTO metadata (record_id, key, type, num, text) VALUES (?, ?, ?, ?, ?)",
-            [(rid, k, *_encode(v)) for k, v in clean_metadata(metadata).items()],
+            [(rid, k, *_encode(v)) for k, v in clean_metadata(metadata).items() if k not in _COLUMNS],
         )
 
     def create_pending(self, info: UploadInfo, *, uri: str) -> Record:
@@ -244,7 +268,7 @@ class SQLiteRegistry(Registry):
                 ),
             )
             rid = int(cur.lastrowid or 0)
-            self._set_metadata(conn, rid, {**info.metadata, "slot": info.slot, "created_at": now})
+            self._set_metadata(conn, rid, info.metadata)
             conn.executemany("INSERT OR IGNORE INTO tags VALUES (?, ?)", [(rid, t) for t in info.tags])
         return self.get(str(rid))
 
@@ -262,7 +286,7 @@ class SQLiteRegistry(Registry):
                 "UPDATE records SET state = 'live', sha256 = ?, size = ?, updated_at = ? WHERE id = ?",
                 (sha256, size, time.time(), rid),
             )
-            self._set_metadata(conn, rid, {**(metadata or {}), "sha256": sha256, "size": size, "uri": row[1]})
+            self._set_metadata(conn, rid, metadata or {})
         return self.get(record_id)
 
     def stage(self, record_id: str, *, sha256: str, size: int, replaces: str | None) -> None:
@@ -397,14 +421,15 @@ class SQLiteRegistry(Registry):
                 column = "CAST(r.id AS INTEGER)" if order.key == "id" else f"r.{order.key}"
                 order_sql += [f"({column} IS NULL)", f"{column} {direction}"]
                 continue
-            alias = f"o{i}"
-            sql.append(f"LEFT JOIN metadata {alias} ON {alias}.record_id = r.id AND {alias}.key = ?")
-            join_args.append(order.key)
+            kind, num, text = _COLUMNS.get(order.key, (f"o{i}.type", f"o{i}.num", f"o{i}.text"))
+            if order.key not in _COLUMNS:
+                sql.append(f"LEFT JOIN metadata o{i} ON o{i}.record_id = r.id AND o{i}.key = ?")
+                join_args.append(order.key)
             order_sql += [
-                f"({alias}.type IS NULL OR {alias}.type = 'none')",
-                f"(CASE WHEN {alias}.type IN ('int', 'float') THEN 0 ELSE 1 END) {direction}",
-                f"{alias}.num {direction}",
-                f"{alias}.text {direction}",
+                f"({kind} IS NULL OR {kind} = 'none')",
+                f"(CASE WHEN {kind} IN ('int', 'float') THEN 0 ELSE 1 END) {direction}",
+                f"{num} {direction}",
+                f"{text} {direction}",
             ]
         if where:
             sql.append("WHERE " + " AND ".join(where))
