@@ -9,7 +9,17 @@ from typing import Any
 
 from tracker_saver.errors import ConfigError
 
-__all__ = ["LOADABLE", "MetaValue", "Record", "RecordState", "StreamId", "UploadInfo", "clean_metadata"]
+__all__ = [
+    "LOADABLE",
+    "MetaValue",
+    "Record",
+    "RecordState",
+    "StreamId",
+    "UploadInfo",
+    "clean_metadata",
+    "decode_value",
+    "encode_value",
+]
 
 #: A metadata value is typed: int (step, slot, size), float (score) or str; ``None`` is absent.
 MetaValue = int | float | str | bool | None
@@ -87,6 +97,47 @@ def clean_metadata(metadata: dict[str, Any]) -> dict[str, MetaValue]:
             )
         out[key] = value
     return out
+
+
+def encode_value(value: MetaValue) -> tuple[str, str | None]:
+    """``(type, text)`` of a metadata value, as every registry stores it: the one typed encoding.
+
+    Examples:
+        >>> encode_value(3), encode_value(0.5), encode_value(True), encode_value(None)
+        (('int', '3'), ('float', '0.5'), ('bool', 'True'), ('none', None))
+    """
+    if value is None:
+        return ("none", None)
+    if isinstance(value, bool):
+        return ("bool", str(value))
+    if isinstance(value, int):
+        return ("int", str(value))
+    if isinstance(value, float):
+        return ("float", repr(value))
+    return ("str", str(value))
+
+
+def decode_value(kind: str, text: str | None) -> MetaValue:
+    """The value :func:`encode_value` stored; an unreadable number stays text, NaN is absent.
+
+    Examples:
+        >>> decode_value("float", "inf"), decode_value("float", "nan"), decode_value("int", "x")
+        (inf, None, 'x')
+    """
+    kind = kind.lower()
+    if text is None or kind in ("none", "nonetype") or (kind == "" and text == ""):
+        return None
+    try:
+        if kind == "int":
+            return int(text)
+        if kind == "float":
+            number = float(text)
+            return None if math.isnan(number) else number  # ±inf is a priority Ignite compares
+        if kind == "bool":
+            return text.strip().lower() in ("true", "1", "yes")
+    except ValueError:
+        pass
+    return text
 
 
 @dataclass

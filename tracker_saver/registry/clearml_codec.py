@@ -54,7 +54,6 @@ from __future__ import annotations
 
 import hashlib
 import json
-import math
 import re
 from collections.abc import Iterable
 from typing import Any, TypeGuard
@@ -62,6 +61,8 @@ from typing import Any, TypeGuard
 from tracker_saver.claims import Holder
 from tracker_saver.errors import ConfigError, RecordNotFoundError
 from tracker_saver.records import MetaValue, Record, RecordState, StreamId, UploadInfo, clean_metadata
+from tracker_saver.records import decode_value as decode_typed
+from tracker_saver.records import encode_value as encode_typed
 from tracker_saver.registry.base import Query
 
 __all__ = [
@@ -123,35 +124,16 @@ def task_run(task: Any) -> str:
 # -- typed metadata values ---------------------------------------------------------------------
 def encode_value(key: str, value: MetaValue) -> dict[str, str]:
     """One typed metadata item as ClearML stores it (``Model.get_metadata_casted`` reads it back)."""
-    if value is None:
-        return {"key": key, "type": "", "value": ""}  # the SDK casts an empty type and value to None
-    if isinstance(value, bool):
-        return {"key": key, "type": "bool", "value": str(value)}
-    if isinstance(value, int):
-        return {"key": key, "type": "int", "value": str(value)}
-    if isinstance(value, float):
-        return {"key": key, "type": "float", "value": repr(value)}
-    return {"key": key, "type": "str", "value": str(value)}
+    kind, text = encode_typed(value)
+    # The SDK casts an empty type and value to None.
+    return {"key": key, "type": "" if kind == "none" else kind, "value": text or ""}
 
 
 def decode_value(item: Any) -> MetaValue:
     """The value of a stored metadata item; an unreadable number stays a string, NaN is absent."""
-    if not isinstance(item, dict):
+    if not isinstance(item, dict) or item.get("value") is None:
         return None
-    kind, value = str(item.get("type") or "").lower(), item.get("value")
-    if value is None or (value == "" and kind in ("", "none", "nonetype")):
-        return None
-    try:
-        if kind == "int":
-            return int(value)
-        if kind == "float":
-            number = float(value)
-            return None if math.isnan(number) else number  # ±inf is a priority Ignite compares
-        if kind == "bool":
-            return str(value).strip().lower() in ("true", "1", "yes")
-    except ValueError:
-        pass
-    return str(value)
+    return decode_typed(str(item.get("type") or ""), str(item["value"]))
 
 
 def with_metadata(model: dict[str, Any], items: dict[str, MetaValue]) -> dict[str, Any]:

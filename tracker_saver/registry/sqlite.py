@@ -14,7 +14,16 @@ from typing import Any
 from tracker_saver.claims import Holder, is_alive
 from tracker_saver.errors import ConfigError, RecordNotFoundError, RegistryError
 from tracker_saver.query import Condition, is_number
-from tracker_saver.records import MetaValue, Record, RecordState, StreamId, UploadInfo, clean_metadata
+from tracker_saver.records import (
+    MetaValue,
+    Record,
+    RecordState,
+    StreamId,
+    UploadInfo,
+    clean_metadata,
+    decode_value,
+    encode_value,
+)
 from tracker_saver.registry.base import RECORD_FIELDS, Query, Registry, busy
 from tracker_saver.registry.migrations import migrate
 
@@ -24,27 +33,9 @@ _OPS_SQL = {">": ">", ">=": ">=", "<": "<", "<=": "<="}
 
 
 def _encode(value: MetaValue) -> tuple[str, float | None, str | None]:
-    if value is None:
-        return ("none", None, None)
-    if isinstance(value, bool):
-        return ("bool", float(value), str(value))
-    if isinstance(value, int):
-        return ("int", float(value), str(value))
-    if isinstance(value, float):
-        return ("float", value, repr(value))
-    return ("str", None, str(value))
-
-
-def _decode(kind: str, text: str | None) -> MetaValue:
-    if kind == "none" or text is None:
-        return None
-    if kind == "int":
-        return int(text)
-    if kind == "float":
-        return float(text)
-    if kind == "bool":
-        return text == "True"
-    return text
+    """A metadata row's (type, num, text): the shared encoding plus a number column for ranges."""
+    kind, text = encode_value(value)
+    return kind, float(value) if kind in ("int", "float", "bool") else None, text  # type: ignore[arg-type]
 
 
 #: Where a metadata value lives: (type, num, text) SQL expressions.
@@ -198,7 +189,7 @@ class SQLiteRegistry(Registry):
             chunk = ids[start : start + 500]
             marks = ",".join("?" * len(chunk))
             for m in self._read(f"SELECT record_id, key, type, text FROM metadata WHERE record_id IN ({marks})", chunk):
-                meta[m["record_id"]][m["key"]] = _decode(m["type"], m["text"])
+                meta[m["record_id"]][m["key"]] = decode_value(m["type"], m["text"])
         for row in rows:
             columns = {"slot": row["slot"], "created_at": row["created_at"]}
             if row["state"] in ("live", "revived", "evicted"):
