@@ -3,8 +3,14 @@
 from __future__ import annotations
 
 import collections
+import json
+import os
+import subprocess
+import sys
+import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
+from pathlib import Path
 from typing import Any
 
 import torch
@@ -91,6 +97,32 @@ def attach(
     return handler
 
 
+ROOT = Path(__file__).resolve().parents[1]
+
+
+def process_spec(target: Target, *, run: str, **config: Any) -> dict[str, Any]:
+    """The JSON config a training subprocess (``tests.worker``, ``tests.resume_run``) reads."""
+    registry = target.registry if isinstance(target.registry, str) else None
+    return {
+        "output_uri": target.output_uri,
+        "registry": registry,
+        "storage_options": target.storage_options,
+        "run": run,
+        **config,
+    }
+
+
+def process_env() -> dict[str, str]:
+    """The environment of a training subprocess: this one's, as after a real restart.
+
+    ``Task.init`` in this process exports ``CLEARML_PROC_MASTER_ID``, which would make a child's
+    ``Task.init`` join the parent's task.
+    """
+    env = {k: v for k, v in os.environ.items() if not k.endswith("PROC_MASTER_ID")}
+    env["PYTHONPATH"] = str(ROOT)
+    return env
+
+
 def train(
     saver: TrackerSaver, to_save: dict[str, Any], *, n_saved: int = 1, prefix: str = "", epochs: int = 1
 ) -> Checkpoint:
@@ -110,29 +142,11 @@ class Worker:
     """
 
     def __init__(self, target: Target, *, run: str = "r", restore: str = "none", **config: Any) -> None:
-        import json
-        import os
-        import subprocess
-        import sys
-        from pathlib import Path
-
-        root = Path(__file__).resolve().parents[1]
-        spec = {
-            "output_uri": target.output_uri,
-            "registry": target.registry if isinstance(target.registry, str) else None,
-            "storage_options": target.storage_options,
-            "run": run,
-            "restore": restore,
-            **config,
-        }
-        env = {k: v for k, v in os.environ.items() if not k.endswith("PROC_MASTER_ID")}
-        env["PYTHONPATH"] = str(root)
-        import tempfile
-
+        spec = process_spec(target, run=run, restore=restore, **config)
         self._json = json
         self._err = tempfile.TemporaryFile(mode="w+")  # a pipe could fill up and block the worker
         self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.worker", json.dumps(spec)], cwd=root, env=env,
+            [sys.executable, "-m", "tests.worker", json.dumps(spec)], cwd=ROOT, env=process_env(),
             stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err, text=True,
         )  # fmt: skip
         ready = self._read()

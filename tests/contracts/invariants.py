@@ -13,14 +13,13 @@ import math
 import os
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 import torch
 from ignite.engine import Events
 from ignite.handlers import Checkpoint
 
-from tests.helpers import SCORES, Target, Worker, attach, model, train, trainer_engine
+from tests.helpers import ROOT, SCORES, Target, Worker, attach, model, process_env, process_spec, train, trainer_engine
 from tracker_saver import (
     IntegrityError,
     RecordState,
@@ -31,21 +30,12 @@ from tracker_saver import (
     rename_model,
 )
 
-ROOT = Path(__file__).resolve().parents[2]
-
 
 def _run_process(target: Target, *, run: str, epochs: int, mode: str) -> dict:
-    config = {
-        "output_uri": target.output_uri,
-        "registry": target.registry if isinstance(target.registry, str) else None,
-        "storage_options": target.storage_options,
-        "run": run,
-        "epochs": epochs,
-        "mode": mode,
-    }
+    config = process_spec(target, run=run, epochs=epochs, mode=mode)
     done = subprocess.run(
         [sys.executable, "-m", "tests.resume_run", json.dumps(config)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, env={**os.environ, "PYTHONPATH": str(ROOT)},
+        cwd=ROOT, capture_output=True, text=True, timeout=300, env=process_env(),
     )  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
