@@ -311,7 +311,7 @@ def test_a_large_object_goes_up_in_parts_and_leaves_no_multipart_upload(
     assert head["ContentLength"] == len(data)
     with store.get("p/r/s.slot0.pt") as f:
         assert hashlib.sha256(f.read()).digest() == hashlib.sha256(data).digest()
-    assert store.incomplete_uploads() == []
+    assert store.staged() == []
     assert client.list_multipart_uploads(Bucket=s3_bucket, Prefix=store.prefix + "/").get("Uploads", []) == []
 
 
@@ -329,7 +329,7 @@ def test_a_writer_failing_in_the_middle_of_a_multipart_upload_aborts_it(s3_outpu
             raise Interrupted()
     with store.get("p/r/s.slot0.pt") as f:
         assert f.read() == b"previous"
-    assert store.incomplete_uploads() == []
+    assert store.staged() == []
     assert ceph_s3.client().list_multipart_uploads(Bucket=s3_bucket, Prefix=store.prefix + "/").get("Uploads", []) == []
 
 

@@ -6,9 +6,11 @@ import argparse
 import json
 import sys
 from collections.abc import Sequence
+from typing import Any
 
-from tracker_saver.console import fmt, make_console, print_records
+from tracker_saver.console import fmt, make_console, print_records, print_report
 from tracker_saver.errors import TrackerSaverError
+from tracker_saver.fsck import STALE_AFTER_S, check, repair
 from tracker_saver.models import find_models, get_model, rename_model
 from tracker_saver.registry.shared import shared_registry
 
@@ -58,6 +60,34 @@ def _cmd_tag(args: argparse.Namespace) -> int:
     record = shared_registry(args.registry).add_tags(args.id, args.tags)
     print(json.dumps(record.to_dict(), indent=2) if args.json else f"record {record.id} tags: {', '.join(record.tags)}")
     return 0
+
+
+def _fsck_scope(args: argparse.Namespace) -> dict[str, Any]:
+    return {"project": args.project, "run": args.run, "stream": args.stream, "deep": args.deep}
+
+
+def _cmd_fsck(args: argparse.Namespace) -> int:
+    report = check(shared_registry(args.registry), **_fsck_scope(args))
+    print(json.dumps(report.to_dict(), indent=2)) if args.json else print_report(report)
+    return 1 if report.problems else 0
+
+
+def _cmd_repair(args: argparse.Namespace) -> int:
+    echo = (lambda _: None) if args.json else print
+    report = repair(
+        shared_registry(args.registry),
+        **_fsck_scope(args),
+        delete_orphans=args.delete_orphans,
+        stale_after_s=args.stale_after,
+        dry_run=args.dry_run,
+        echo=echo,
+    )
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        print("nothing to repair" if not report.actions else "after repair:")
+        print_report(report)
+    return 1 if report.problems and not args.dry_run else 0
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:
@@ -116,6 +146,26 @@ def build_parser() -> argparse.ArgumentParser:
     tag.add_argument("tags", nargs="+", help="tags to add")
     tag.add_argument("--json", action="store_true", help="print the record as JSON")
     tag.set_defaults(func=_cmd_tag)
+
+    fsck = commands.add_parser("fsck", help="check records against output_uri: lies, orphans, unfinished saves")
+    repair = commands.add_parser("repair", help="fix what fsck finds without losing a valid checkpoint")
+    for sub in (fsck, repair):
+        sub.add_argument("--project", help="only this project")
+        sub.add_argument("--run", help="only this run")
+        sub.add_argument("--stream", help="only this stream (e.g. best_model, checkpoint)")
+        sub.add_argument("--deep", action="store_true", help="hash every live object, not only where sizes agree")
+        sub.add_argument("--json", action="store_true", help="print JSON instead of a table")
+    fsck.set_defaults(func=_cmd_fsck)
+    repair.add_argument("--dry-run", action="store_true", help="print what would be done; change nothing")
+    repair.add_argument("--delete-orphans", action="store_true", help="also delete slot objects no record claims")
+    repair.add_argument(
+        "--stale-after",
+        type=float,
+        default=STALE_AFTER_S,
+        metavar="SECONDS",
+        help=f"remove temp files and multipart uploads older than this (default: {STALE_AFTER_S:.0f})",
+    )
+    repair.set_defaults(func=_cmd_repair)
 
     demo = commands.add_parser("demo", help="train a small CNN on synthetic data and show what was saved")
     demo.add_argument(

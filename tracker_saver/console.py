@@ -1,4 +1,4 @@
-"""Records as rich tables, for the command line and the demo."""
+"""Records and fsck reports as rich tables, for the command line and the demo."""
 
 from __future__ import annotations
 
@@ -10,9 +10,10 @@ from rich import filesize
 from rich.console import Console
 from rich.table import Table
 
+from tracker_saver.fsck import Report
 from tracker_saver.records import Record
 
-__all__ = ["fmt", "make_console", "print_records"]
+__all__ = ["fmt", "make_console", "print_records", "print_report"]
 
 
 def fmt(value: object) -> str:
@@ -51,3 +52,18 @@ def print_records(records: Sequence[Record], console: Console | None = None, *, 
             style=styles.get(r.state.value),
         )
     (console or make_console()).print(table)
+
+
+def print_report(report: Report, console: Console | None = None) -> None:
+    """Print an fsck/repair report: one row per finding, then a one-line summary."""
+    console = console or make_console()
+    if report.findings:
+        table = Table(title="tracker-saver fsck", show_lines=False)
+        for column in ("kind", "stream", "key", "record", "detail", "repair"):
+            table.add_column(column)
+        styles = {"lie": "red", "orphan": "yellow", "pending": "yellow", "busy": "dim"}
+        for f in report.findings:
+            table.add_row(f.kind, f.stream, fmt(f.key), fmt(f.record_id), f.detail, f.fix, style=styles.get(f.kind))
+        console.print(table)
+    problems = len(report.problems)
+    console.print(f"{len(report.streams)} streams checked: {problems or 'no'} problem{'' if problems == 1 else 's'}")

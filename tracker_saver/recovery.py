@@ -22,7 +22,7 @@ from tracker_saver.records import LOADABLE, Record, RecordState, StreamId
 from tracker_saver.registry.base import Registry, stream_query
 from tracker_saver.storage.base import Storage
 
-__all__ = ["Action", "recover_slot", "recover_stream"]
+__all__ = ["Action", "plan_slot", "recover_slot", "recover_stream"]
 
 
 @dataclass(frozen=True)
@@ -54,13 +54,33 @@ def recover_slot(
 ) -> list[Action]:
     """Settle one slot's pending and evicted records against the bytes the slot holds."""
     records = registry.query(stream_query(stream, slot=slot))
+    plan = plan_slot(storage, records)
+    for record, change in plan:
+        if change == "promoted":
+            assert record.sha256 is not None and record.size is not None
+            registry.commit(record.id, sha256=record.sha256, size=record.size)
+        elif change == "restored":
+            registry.restore(record.id, restored)
+        else:
+            registry.fail(record.id, "its bytes never reached the slot (settled by recovery)")
+    key = next((r.key for r in records if r.key), None)
+    if key is not None:
+        storage.discard_staged(key)  # we hold the claim: nothing else writes the slot
+    return [Action(record.id, record.filename, slot, change) for record, change in plan]
+
+
+def plan_slot(storage: Storage, records: list[Record]) -> list[tuple[Record, str]]:
+    """What recovery does to one slot's records (``promoted``, ``restored`` or ``failed``); changes nothing.
+
+    ``fsck`` reports this plan and ``repair`` runs it through :func:`recover_slot`.
+    """
     newest_first = sorted(records, key=lambda r: r.created_at, reverse=True)
     pending = [r for r in newest_first if r.state is RecordState.PENDING]
     live = [r for r in newest_first if r.state in LOADABLE]
     evicted = [r for r in newest_first if r.state is RecordState.EVICTED]
-    if not pending and (live or not evicted):
+    key = next((r.key for r in newest_first if r.key), None)
+    if key is None or (not pending and (live or not evicted)):
         return []
-    key = next(r.key for r in newest_first if r.key)
     found = storage.stat(key)
     digest: list[str] = []
 
@@ -71,22 +91,16 @@ def recover_slot(
             digest.append(storage.digest(key)[1])
         return digest[0] == record.sha256
 
-    actions: list[Action] = []
+    plan: list[tuple[Record, str]] = []
     winner: Record | None = None
     for record in pending:
         if not live and winner is None and holds(record):
-            assert record.sha256 is not None and record.size is not None
-            registry.commit(record.id, sha256=record.sha256, size=record.size)
             winner = record
-            actions.append(Action(record.id, record.filename, slot, "promoted"))
+            plan.append((record, "promoted"))
         else:
-            registry.fail(record.id, "its bytes never reached the slot (settled by recovery)")
-            actions.append(Action(record.id, record.filename, slot, "failed"))
+            plan.append((record, "failed"))
     if not live and winner is None:
-        for record in evicted:
-            if holds(record):
-                registry.restore(record.id, restored)
-                actions.append(Action(record.id, record.filename, slot, "restored"))
-                break
-    storage.discard_staged(key)
-    return actions
+        restorable = next((r for r in evicted if holds(r)), None)
+        if restorable is not None:
+            plan.append((restorable, "restored"))
+    return plan

@@ -198,3 +198,20 @@ class RegistryContract:
         registry.claim(stream, a)
         registry.release(stream, a)
         registry.release(StreamId("file:///out", "p", "r", "checkpoint"), b)
+
+    def test_holder_names_the_live_claim_holder_and_changes_nothing(self, registry: Registry) -> None:
+        from tracker_saver.claims import new_holder, release_local
+        from tracker_saver.records import StreamId
+
+        class Owner: ...
+
+        owner = Owner()
+        a = new_holder(owner)
+        stream = StreamId("file:///out", "p", "r2", "best_model")
+        assert registry.holder(stream) is None
+        registry.claim(stream, a)
+        assert registry.holder(stream) == a
+        assert registry.holder(stream) == a  # asking twice takes nothing
+        release_local(a)  # its saver is gone: a dead holder holds nothing
+        assert registry.holder(stream) is None
+        registry.release(stream, a)

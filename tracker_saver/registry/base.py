@@ -154,6 +154,10 @@ class Registry(ABC):
         """
 
     @abstractmethod
+    def holder(self, stream: StreamId) -> Holder | None:
+        """The live holder of ``stream``'s claim, or ``None``; changes nothing (for ``fsck``)."""
+
+    @abstractmethod
     def release(self, stream: StreamId, holder: Holder) -> None:
         """Give up ``holder``'s claim on ``stream`` (nothing if it holds none)."""
 

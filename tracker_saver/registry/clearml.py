@@ -630,6 +630,13 @@ class ClearMLRegistry(Registry):
                 self._drop_claim(model_id)
             raise busy(stream, winner[1])
 
+    def holder(self, stream: StreamId) -> Holder | None:
+        project_id = self._project_id(stream.project, create=False)
+        if project_id is None:
+            return None
+        alive = (other for _, other, heartbeat in self._claims(stream, project_id) if is_alive(other, heartbeat=heartbeat))
+        return next(alive, None)
+
     def release(self, stream: StreamId, holder: Holder) -> None:
         project_id = self._project_id(stream.project, create=False)
         if project_id is None:

@@ -303,18 +303,28 @@ class SQLiteRegistry(Registry):
                         record_id=str(replaces),
                     )
 
+    @staticmethod
+    def _claim_row(conn: sqlite3.Connection, stream: StreamId) -> tuple[Holder, float] | None:
+        row = conn.execute(
+            "SELECT token, host, pid, started, since, command, heartbeat FROM claims"
+            " WHERE output_uri = ? AND project = ? AND run = ? AND stream = ?",
+            (stream.output_uri, stream.project, stream.run, stream.stream),
+        ).fetchone()
+        if row is None:
+            return None
+        return Holder(token=row[0], host=row[1], pid=row[2], started=row[3], since=row[4], command=row[5]), row[6]
+
+    def holder(self, stream: StreamId) -> Holder | None:
+        with self.atomic() as conn:
+            found = self._claim_row(conn, stream)
+        return found[0] if found is not None and is_alive(found[0], heartbeat=found[1]) else None
+
     def claim(self, stream: StreamId, holder: Holder) -> None:
         key = (stream.output_uri, stream.project, stream.run, stream.stream)
         with self.atomic() as conn:
-            row = conn.execute(
-                "SELECT token, host, pid, started, since, command, heartbeat FROM claims"
-                " WHERE output_uri = ? AND project = ? AND run = ? AND stream = ?",
-                key,
-            ).fetchone()
-            if row is not None and row[0] != holder.token:
-                other = Holder(token=row[0], host=row[1], pid=row[2], started=row[3], since=row[4], command=row[5])
-                if is_alive(other, heartbeat=row[6]):
-                    raise busy(stream, other)
+            found = self._claim_row(conn, stream)
+            if found is not None and found[0].token != holder.token and is_alive(found[0], heartbeat=found[1]):
+                raise busy(stream, found[0])
             conn.execute(
                 "INSERT OR REPLACE INTO claims VALUES (?, ?, ?, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (

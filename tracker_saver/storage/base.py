@@ -13,7 +13,7 @@ from typing import BinaryIO
 
 from tracker_saver.naming import check_key
 
-__all__ = ["ObjectStat", "Storage", "sha256_of"]
+__all__ = ["ObjectStat", "Staged", "Storage", "sha256_of"]
 
 #: Checkpoints up to this size are buffered in memory before upload; larger ones spill to a
 #: temp file. Backends that write in place (local) ignore it.
@@ -42,6 +42,19 @@ class ObjectStat:
 
     key: str
     size: int
+
+
+@dataclass(frozen=True)
+class Staged:
+    """An unfinished write to ``key``: a temp file or a multipart upload, never an object.
+
+    ``ref`` tells the backend which one (the temp file's path, the upload id); ``started`` is
+    when it began (seconds since the epoch), so a repair can leave young ones alone.
+    """
+
+    key: str
+    ref: str
+    started: float
 
 
 class Storage(ABC):
@@ -90,6 +103,13 @@ class Storage(ABC):
                 before_commit()
             self.put_stream(key, spool)  # type: ignore[arg-type]
 
+    def staged(self, prefix: str = "") -> list[Staged]:
+        """Unfinished writes to keys starting with ``prefix`` (default: the backend stages nothing)."""
+        return []
+
+    def abort_staged(self, item: Staged) -> None:  # noqa: B027 (an optional hook: nothing staged by default)
+        """Remove one unfinished write (a missing one is not an error)."""
+
     @abstractmethod
     def put_file(self, key: str, path: str | os.PathLike[str]) -> None:
         """Write the file at ``path`` to ``key`` atomically, without reading it all into memory."""
@@ -119,11 +139,14 @@ class Storage(ABC):
         with self.get(key) as src:
             return sha256_of(src)
 
-    def discard_staged(self, key: str) -> None:  # noqa: B027 (an optional hook: nothing staged by default)
+    def discard_staged(self, key: str) -> None:
         """Remove what unfinished writes to ``key`` left behind (temp files, multipart uploads).
 
         Only call it while no write to ``key`` is under way (the stream's claim is held).
         """
+        for item in self.staged(key):
+            if item.key == key:
+                self.abort_staged(item)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.uri!r})"

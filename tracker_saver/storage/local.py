@@ -13,7 +13,7 @@ from typing import BinaryIO
 
 from tracker_saver.errors import ConfigError, StorageError
 from tracker_saver.naming import check_key
-from tracker_saver.storage.base import ObjectStat, Storage
+from tracker_saver.storage.base import ObjectStat, Staged, Storage
 
 __all__ = ["LocalStorage"]
 
@@ -87,6 +87,27 @@ class LocalStorage(Storage):
             if isinstance(exc, OSError):
                 raise StorageError(f"cannot write {str(path)!r}: {exc.strerror}", key=key) from exc
             raise
+
+    def staged(self, prefix: str = "") -> list[Staged]:
+        """Temp files (``.tmp-<name>.<random>`` next to their key) of keys starting with ``prefix``."""
+        out = []
+        for dirpath, _dirs, files in os.walk(self.root):
+            for name in files:
+                if not name.startswith(TEMP_PREFIX) or "." not in name[len(TEMP_PREFIX) :]:
+                    continue  # check()'s probe has no key
+                full = Path(dirpath) / name
+                key = (full.parent / name[len(TEMP_PREFIX) :].rsplit(".", 1)[0]).relative_to(self.root).as_posix()
+                if key.startswith(prefix):
+                    with contextlib.suppress(FileNotFoundError):
+                        out.append(Staged(key, str(full), full.stat().st_mtime))
+        return sorted(out, key=lambda s: (s.key, s.ref))
+
+    def abort_staged(self, item: Staged) -> None:
+        tmp = Path(item.ref)
+        if tmp.parent != self._path(item.key).parent or not tmp.name.startswith(TEMP_PREFIX):
+            raise ConfigError(f"{item.ref!r} is not a temp file of {item.key!r} under {str(self.root)!r}")
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
 
     def discard_staged(self, key: str) -> None:
         path = self._path(key)

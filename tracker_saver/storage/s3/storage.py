@@ -13,7 +13,7 @@ import botocore.exceptions
 
 from tracker_saver.errors import ConfigError, StorageError
 from tracker_saver.naming import check_key
-from tracker_saver.storage.base import DEFAULT_SPOOL_BYTES, ObjectStat, Storage
+from tracker_saver.storage.base import DEFAULT_SPOOL_BYTES, ObjectStat, Staged, Storage
 from tracker_saver.storage.s3.errors import ErrorBoundary, redact_url
 from tracker_saver.storage.s3.options import (
     DEFAULT_MAX_CONCURRENCY,
@@ -165,29 +165,29 @@ class S3Storage(Storage):
         return s3_key[len(self.prefix) + 1 :] if self.prefix else s3_key
 
     # ---------------------------------------------------------------- multipart uploads
-    def incomplete_uploads(self) -> list[tuple[str, str]]:
-        """``(key, upload_id)`` of every multipart upload in progress under this root.
+    def staged(self, prefix: str = "") -> list[Staged]:
+        """Multipart uploads in progress to keys starting with ``prefix`` (one paginated listing).
 
         Uploads of a process that crashed stay here until aborted (or a bucket lifecycle rule
         with ``AbortIncompleteMultipartUpload`` removes them); they are never objects.
         """
+        full = f"{self.prefix}/{prefix}" if self.prefix else prefix
         out = []
-        with self._boundary("listing multipart uploads under", None):
+        with self._boundary("listing multipart uploads under", prefix or None):
             paginator = self._client.get_paginator("list_multipart_uploads")
-            for page in paginator.paginate(Bucket=self.bucket, Prefix=f"{self.prefix}/" if self.prefix else ""):
+            for page in paginator.paginate(Bucket=self.bucket, Prefix=full):
                 for upload in page.get("Uploads", []):
-                    out.append((self._relative(upload["Key"]), upload["UploadId"]))
-        return out
+                    started = upload["Initiated"].timestamp()
+                    out.append(Staged(self._relative(upload["Key"]), upload["UploadId"], started))
+        return sorted(out, key=lambda s: (s.key, s.started))
 
-    def discard_staged(self, key: str) -> None:
-        """Abort the multipart uploads to ``key`` that a killed writer left unfinished."""
-        s3_key = self._s3_key(key)
-        with self._boundary("aborting unfinished uploads to", key):
-            paginator = self._client.get_paginator("list_multipart_uploads")
-            for page in paginator.paginate(Bucket=self.bucket, Prefix=s3_key):
-                for upload in page.get("Uploads", []):
-                    if upload["Key"] == s3_key:
-                        self._client.abort_multipart_upload(Bucket=self.bucket, Key=s3_key, UploadId=upload["UploadId"])
+    def abort_staged(self, item: Staged) -> None:
+        with self._boundary("aborting an unfinished upload to", item.key):
+            try:
+                self._client.abort_multipart_upload(Bucket=self.bucket, Key=self._s3_key(item.key), UploadId=item.ref)
+            except botocore.exceptions.ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") != "NoSuchUpload":
+                    raise
 
     @contextlib.contextmanager
     def _transfer(self, action: str, key: str) -> Iterator[str]:

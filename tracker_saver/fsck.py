@@ -1,0 +1,341 @@
+"""fsck and repair: compare what the registry says with what output_uri holds, and settle it.
+
+``check`` reads only. Per stream it finds lies (a loadable record whose object is missing or
+differs), pending records of a dead writer, revivable records (not live, bytes still in their
+slot), orphans (slot objects no record claims), leftover temp files and multipart uploads, and
+streams holding more objects than live records. Sizes are compared first; an object is hashed
+only when a decision needs it, or for every loadable record with ``deep=True``.
+
+``repair`` fixes what it can without losing a valid checkpoint, through the start-up recovery
+code (:func:`tracker_saver.recovery.recover_slot`), holding each stream's claim. A stream
+that a live process writes is reported and left alone.
+
+Examples:
+    >>> import tempfile
+    >>> from tracker_saver.registry import open_registry
+    >>> check(open_registry(":memory:")).problems
+    []
+"""
+
+from __future__ import annotations
+
+import re
+import time
+from collections import defaultdict
+from collections.abc import Callable, Mapping
+from dataclasses import asdict, dataclass, field
+from typing import Any
+
+from tracker_saver.claims import new_holder, release_local
+from tracker_saver.errors import StreamBusyError
+from tracker_saver.naming import slot_key
+from tracker_saver.records import LOADABLE, Record, RecordState, StreamId
+from tracker_saver.recovery import plan_slot, recover_slot
+from tracker_saver.registry.base import Query, Registry
+from tracker_saver.storage import Storage, open_storage
+from tracker_saver.storage.base import ObjectStat, Staged
+
+__all__ = ["STALE_AFTER_S", "Finding", "Report", "check", "repair"]
+
+#: ``repair`` leaves a temp file or multipart upload younger than this alone (unless its slot is
+#: settled under the stream's claim, as at start-up): an hour is six claim leases, so no live
+#: writer on any host still owns it.
+STALE_AFTER_S = 3600.0
+
+#: What an object key of a slot looks like (``<stream>.slot<k><ext>``): only these can be orphans.
+_SLOT_OBJECT = re.compile(r"\.slot\d+\.(pt|pth|ckpt|bin|tar)$")
+
+#: Finding kinds that are problems (``busy`` only says a stream was skipped).
+PROBLEMS = ("lie", "pending", "revivable", "orphan", "staged", "over-slots")
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One thing fsck found: its kind, where (a stream's label), and what repair does about it.
+
+    ``slot`` names the slot of a record finding; ``ref`` and ``started`` the staged write of a
+    ``staged`` finding (a temp file's path or an upload id, and when it began).
+    """
+
+    kind: str
+    stream: str
+    detail: str
+    fix: str
+    key: str | None = None
+    record_id: str | None = None
+    slot: int | None = None
+    ref: str | None = None
+    started: float | None = None
+
+
+@dataclass
+class Report:
+    """What a check (or a repair) found and did."""
+
+    streams: list[str] = field(default_factory=list)
+    findings: list[Finding] = field(default_factory=list)
+    actions: list[str] = field(default_factory=list)
+
+    @property
+    def problems(self) -> list[Finding]:
+        """Findings that make ``tracker-saver fsck`` exit non-zero."""
+        return [f for f in self.findings if f.kind in PROBLEMS]
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready, for ``--json``."""
+        return {
+            "streams": self.streams,
+            "problems": len(self.problems),
+            "findings": [asdict(f) for f in self.findings],
+            "actions": self.actions,
+        }
+
+
+@dataclass
+class _Place:
+    """Where findings were made: a storage, and the stream (``None``: no known stream)."""
+
+    storage: Storage
+    stream: StreamId | None
+
+
+def _in_folder(key: str, prefix: str) -> bool:
+    return "/" not in key[len(prefix) :]
+
+
+def _stream_prefix(stream: StreamId) -> str:
+    """``<project>/<run>/<stream>.slot``: what every key of the stream starts with."""
+    return slot_key(stream.project, stream.run, stream.stream, 0, ".pt").rsplit(".slot", 1)[0] + ".slot"
+
+
+def _record_finding(kind: str, label: str, record: Record, why: str, fix: str) -> Finding:
+    what = f"{record.state.value} record {record.id} ({record.name!r}): {why}"
+    return Finding(kind, label, what, fix, record.key, record.id, record.slot)
+
+
+def _staged_finding(label: str, item: Staged, now: float, stale_after_s: float) -> Finding:
+    age = now - item.started
+    fix = "remove it" if age >= stale_after_s else f"remove it once older than {stale_after_s:.0f} s (--stale-after)"
+    detail = f"unfinished write {item.ref!r} started {age:.0f} s ago"
+    return Finding("staged", label, detail, fix, item.key, ref=item.ref, started=item.started)
+
+
+#: How each change of a recovery plan reads as a finding: (kind, why, what repair does).
+_PLANNED = {
+    "promoted": ("pending", "its bytes are complete in its slot (the writer died before registering)", "promote it"),
+    "failed": ("pending", "its bytes never reached its slot (the writer died)", "mark it failed"),
+    "restored": ("revivable", "no loadable record holds its slot and its bytes still match", "revive it"),
+}
+
+
+def _check_stream(
+    storage: Storage,
+    stream: StreamId,
+    records: list[Record],
+    objects: dict[str, ObjectStat],
+    *,
+    busy: bool,
+    deep: bool,
+) -> list[Finding]:
+    """One stream's lie, pending, revivable, orphan and over-slots findings (only lies while it is written)."""
+    label, out, digests = stream.label, [], {}
+
+    def sha(key: str) -> str:
+        if key not in digests:
+            digests[key] = storage.digest(key)[1]
+        return digests[key]
+
+    by_key: dict[str, list[Record]] = defaultdict(list)
+    for record in records:
+        if record.key:
+            by_key[record.key].append(record)
+    mine = [k for k in objects if k.startswith(_stream_prefix(stream))]
+    loadable = 0
+    for key in sorted(set(by_key) | set(mine)):
+        found = objects.get(key)
+        live = [r for r in by_key[key] if r.state in LOADABLE]
+        loadable += len(live)
+        for record in live:
+            if found is None:
+                why = "its object is missing"
+            elif found.size != record.size:
+                why = f"its object has {found.size} bytes, the record says {record.size}"
+            elif (deep or len(live) > 1) and sha(key) != record.sha256:
+                why = "its object's sha256 differs from the record's"
+            else:
+                continue
+            out.append(_record_finding("lie", label, record, why, "demote it to evicted, then settle its slot"))
+        if busy:
+            continue
+        plan = plan_slot(storage, by_key[key])
+        loadable += sum(change != "failed" for _, change in plan)
+        for record, change in plan:
+            kind, why, fix = _PLANNED[change]
+            out.append(_record_finding(kind, label, record, why, fix))
+        if found is not None and not live and all(change == "failed" for _, change in plan):
+            out.append(Finding("orphan", label, f"{found.size} bytes that no record claims",
+                               "delete it with --delete-orphans", key))  # fmt: skip
+    if len(mine) > loadable and not busy:
+        out.append(Finding("over-slots", label, f"{len(mine)} objects for {loadable} loadable records (after repair)",
+                           "settled by the fixes of its other findings"))  # fmt: skip
+    return out
+
+
+def _check(
+    registry: Registry, query: Query, deep: bool, options: Mapping[str, Any], stale_after_s: float = STALE_AFTER_S
+) -> tuple[Report, dict[str, _Place]]:
+    grouped: dict[tuple[str, str, str], dict[StreamId, list[Record]]] = defaultdict(lambda: defaultdict(list))
+    for record in registry.query(query):
+        if record.output_uri is not None:
+            sid = StreamId(record.output_uri, record.project, record.run, record.stream)
+            grouped[(record.output_uri, record.project, record.run)][sid].append(record)
+    report, places, storages, now = Report(), {}, {}, time.time()
+    for (uri, project, run), streams in sorted(grouped.items()):
+        if uri not in storages:
+            for_uri = getattr(registry, "storage_options_for", None)  # a tracker that knows its S3 credentials
+            storages[uri] = open_storage(uri, **(for_uri(uri, options) if for_uri else options))
+        storage = storages[uri]
+        prefix = slot_key(project, run, "x", 0, ".pt").rsplit("/", 1)[0] + "/"
+        # Only the run's own folder: a project "a/b" lives under project "a"'s folder.
+        objects = {o.key: o for o in storage.list(prefix) if _SLOT_OBJECT.search(o.key) and _in_folder(o.key, prefix)}
+        staged = [s for s in storage.staged(prefix) if _in_folder(s.key, prefix)]
+        known: set[str] = set()
+        for sid, records in sorted(streams.items(), key=lambda kv: kv[0].label):
+            holder = registry.holder(sid)
+            report.streams.append(sid.label)
+            places[sid.label] = _Place(storage, sid)
+            if holder is not None:
+                detail = f"written by {holder.describe()} now: its unfinished saves are not checked"
+                report.findings.append(Finding("busy", sid.label, detail, "none: run repair when it has stopped"))
+            report.findings += _check_stream(storage, sid, records, objects, busy=holder is not None, deep=deep)
+            stream_prefix = _stream_prefix(sid)
+            known |= {k for k in objects if k.startswith(stream_prefix)}
+            for item in staged:
+                if item.key.startswith(stream_prefix) and (holder is None or now - item.started >= stale_after_s):
+                    report.findings.append(_staged_finding(sid.label, item, now, stale_after_s))
+        if query.stream is None:  # slot objects and staged writes of no stream the registry knows
+            where = f"{storage.uri}/{prefix}"
+            places[where] = _Place(storage, None)
+            for key in sorted(set(objects) - known):
+                report.findings.append(Finding("orphan", where, f"{objects[key].size} bytes of no known stream",
+                                               "delete it with --delete-orphans", key))  # fmt: skip
+            for item in staged:
+                if not any(item.key.startswith(_stream_prefix(s)) for s in streams):
+                    report.findings.append(_staged_finding(where, item, now, stale_after_s))
+    return report, places
+
+
+def check(
+    registry: Registry,
+    *,
+    project: str | None = None,
+    run: str | None = None,
+    stream: str | None = None,
+    deep: bool = False,
+    storage_options: Mapping[str, Any] | None = None,
+) -> Report:
+    """Check every stream the registry knows (narrowed by project, run, stream); change nothing.
+
+    Args:
+        registry: the registry to check.
+        project, run, stream: only these (``None``: all).
+        deep: hash every loadable record's object, not only where sizes leave a doubt.
+        storage_options: options for opening each output_uri (S3: ``endpoint_url``, ``profile``…).
+    """
+    return _check(registry, Query(project=project, run=run, stream=stream), deep, storage_options or {})[0]
+
+
+def repair(
+    registry: Registry,
+    *,
+    project: str | None = None,
+    run: str | None = None,
+    stream: str | None = None,
+    deep: bool = False,
+    delete_orphans: bool = False,
+    stale_after_s: float = STALE_AFTER_S,
+    dry_run: bool = False,
+    storage_options: Mapping[str, Any] | None = None,
+    echo: Callable[[str], None] = print,
+) -> Report:
+    """Fix what :func:`check` finds without losing a valid checkpoint, and ``echo`` each action.
+
+    Lies are demoted to evicted; then each slot with a lie, a pending or a revivable record
+    goes through start-up recovery (promote, revive, fail). Temp files and multipart uploads
+    older than ``stale_after_s`` are removed; orphans are deleted only with ``delete_orphans``.
+    Each stream is repaired holding its claim; one that a live process writes is skipped.
+
+    Returns:
+        The check made afterwards (with ``dry_run``: the check before), with the actions
+        taken (``would …`` with ``dry_run``).
+    """
+    query = Query(project=project, run=run, stream=stream)
+    before, places = _check(registry, query, deep, storage_options or {}, stale_after_s)
+    actions: list[str] = []
+
+    def act(text: str, do: Callable[[], object] | None = None) -> None:
+        actions.append(("would " if dry_run else "") + text)
+        echo(actions[-1])
+        if do is not None and not dry_run:
+            do()
+
+    todo: dict[str, list[Finding]] = defaultdict(list)
+    for finding in before.problems:
+        todo[finding.stream].append(finding)
+    for label, findings in todo.items():
+        place = places[label]
+        holder = new_holder(place)  # alive while this repair runs
+        try:
+            if place.stream is not None and not dry_run:
+                registry.claim(place.stream, holder)
+        except StreamBusyError as exc:
+            act(f"skip {label}: {exc}")
+            continue
+        try:
+            _repair_place(registry, place, findings, delete_orphans, stale_after_s, act, dry_run)
+        finally:
+            if place.stream is not None and not dry_run:
+                registry.release(place.stream, holder)
+            release_local(holder)
+    if dry_run:
+        before.actions = actions
+        return before
+    after = _check(registry, query, deep, storage_options or {}, stale_after_s)[0]
+    after.actions = actions
+    return after
+
+
+def _repair_place(
+    registry: Registry,
+    place: _Place,
+    findings: list[Finding],
+    delete_orphans: bool,
+    stale_after_s: float,
+    act: Callable[..., None],
+    dry_run: bool,
+) -> None:
+    storage, sid = place.storage, place.stream
+    if sid is not None:
+        for f in findings:
+            if f.kind == "lie" and f.record_id is not None:
+                act(f"demote record {f.record_id} to evicted in {sid.label} ({f.detail})",
+                    lambda rid=f.record_id: registry.evict(rid))  # fmt: skip
+        slots = sorted({f.slot for f in findings if f.kind in ("lie", "pending", "revivable") and f.slot is not None})
+        if dry_run:
+            for f in findings:
+                if f.kind in ("pending", "revivable"):
+                    act(f"{f.fix}: {f.detail} in {sid.label}")
+        else:
+            for slot in slots:
+                for action in recover_slot(storage, registry, sid, slot, restored=RecordState.REVIVED):
+                    act(f"{action} in {sid.label}")
+    now = time.time()
+    for f in findings:
+        if f.kind == "orphan" and f.key is not None:
+            if delete_orphans:
+                act(f"delete orphan {storage.url(f.key)} ({f.detail})", lambda key=f.key: storage.delete(key))
+            else:
+                act(f"keep orphan {storage.url(f.key)}: pass --delete-orphans to delete it")
+        elif f.kind == "staged" and f.key and f.ref and f.started is not None and now - f.started >= stale_after_s:
+            item = Staged(f.key, f.ref, f.started)
+            act(f"remove {f.detail} to {storage.url(f.key)}", lambda item=item: storage.abort_staged(item))
