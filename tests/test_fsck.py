@@ -46,6 +46,14 @@ class TestClearMLFsck(TestLocalFsck):
         return Target(output_uri=str(tmp_path / "output"), registry=f"clearml:{clearml_project}")
 
 
+@pytest.mark.ceph
+@pytest.mark.clearml
+class TestClearMLCephFsck(TestCephFsck):
+    @pytest.fixture
+    def target(self, s3_output_uri, clearml_server, clearml_project):
+        return Target(output_uri=s3_output_uri, registry=f"clearml:{clearml_project}")
+
+
 def _cli(*args: str, registry: str) -> tuple[int, str]:
     done = subprocess.run(
         [sys.executable, "-m", "tracker_saver", *args],
