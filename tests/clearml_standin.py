@@ -27,6 +27,11 @@ What it mirrors from clearml-server (apiserver/database/model/base.py, services/
   ``status``; an unknown id is ``400/101 invalid task id``.
 * ``events.*`` batches are accepted and dropped (only counted).
 
+* permissions: ``auth.login`` refuses any other key pair (``401/22 Unauthorized (invalid
+  credentials)``); a project marked with :meth:`ClearMLStandIn.read_only` may be read, but
+  creating, changing or deleting a model, task or subproject in it answers ``403/21 Forbidden
+  (modification not allowed)``, the server's ``NoWritePermission``.
+
 Anything else is answered with an empty success and remembered in :attr:`ClearMLStandIn.unknown_calls`
 so a test can assert that nothing important was ignored. Faults can be injected with
 :meth:`ClearMLStandIn.fail` to test error mapping.
@@ -113,6 +118,12 @@ def _invalid(what: str, code: int, subcode: int) -> Callable[[str], StandInError
 _bad_model = _invalid("model", 400, 201)
 _bad_task = _invalid("task", 400, 101)
 _bad_project = _invalid("project", 400, 401)
+
+
+def _forbidden() -> StandInError:
+    """clearml-server's ``errors.forbidden.NoWritePermission``."""
+    return StandInError(403, 21, "Forbidden (modification not allowed)")
+
 
 #: List fields per entity kind, as clearml-server declares them in ``get_all_query_options``.
 _LIST_FIELDS = {
@@ -229,7 +240,14 @@ class _Store:
         self.tasks: dict[str, dict[str, Any]] = {}
         self.models: dict[str, dict[str, Any]] = {}
         self.events: dict[str, int] = {}
+        self.read_only: set[str] = set()  # names of projects this user may read but not change
         self._scrolls: dict[str, int] = {}
+
+    def _check_writable(self, project_id: Any) -> None:
+        """Refuse a change in a read-only project (or under one) as the server does."""
+        name = (self.projects.get(project_id) or {}).get("name") if isinstance(project_id, str) else None
+        if name is not None and any(name == ro or name.startswith(ro + "/") for ro in self.read_only):
+            raise _forbidden()
 
     # -- generic query machinery -------------------------------------------------------------
     def _collection(self, kind: str) -> dict[str, dict[str, Any]]:
@@ -350,6 +368,8 @@ class _Store:
     # -- projects ----------------------------------------------------------------------------
     def projects_create(self, data: dict[str, Any]) -> dict[str, Any]:
         name = self._check_name("project", data.get("name"))
+        if any(name.startswith(ro + "/") for ro in self.read_only):
+            raise _forbidden()
         if any(p["name"] == name for p in self.projects.values()):
             raise StandInError(409, 0, f"Value combination already exists (unique field): name={name}")
         pid = _new_id()
@@ -399,6 +419,7 @@ class _Store:
         name = self._check_name("task", data.get("name"))
         if data.get("project"):
             self._get("projects", data["project"], _bad_project)
+            self._check_writable(data["project"])
         now = _now()
         tid = _new_id()
         task: dict[str, Any] = {
@@ -663,6 +684,7 @@ class _Store:
             fields["metadata"] = self._metadata(fields["metadata"])
         if fields.get("project"):
             self._get("projects", fields["project"], _bad_project)
+            self._check_writable(fields["project"])
         if fields.get("task"):
             self._get("tasks", fields["task"], _bad_task)
         return fields
@@ -700,6 +722,7 @@ class _Store:
 
     def models_edit(self, data: dict[str, Any]) -> dict[str, Any]:
         model = self._get("models", data.get("model"), _bad_model)
+        self._check_writable(model.get("project"))
         fields = self._model_fields(data)
         model.update(copy.deepcopy(fields))
         if data.get("iteration") is not None:
@@ -757,6 +780,7 @@ class _Store:
 
     def models_add_or_update_metadata(self, data: dict[str, Any]) -> dict[str, Any]:
         model = self._get("models", data.get("model"), _bad_model)
+        self._check_writable(model.get("project"))
         if not isinstance(data.get("metadata"), list) or not data["metadata"]:
             raise StandInError(400, 12, "Validation error: metadata must be a non-empty list of items")
         items = self._metadata(data.get("metadata"))
@@ -788,6 +812,7 @@ class _Store:
 
     def models_delete(self, data: dict[str, Any]) -> dict[str, Any]:
         model = self._get("models", data.get("model"), _bad_model)
+        self._check_writable(model.get("project"))
         del self.models[model["id"]]
         return {"deleted": True, "url": model.get("uri")}
 
@@ -971,8 +996,22 @@ class ClearMLStandIn:
             self._faults.append(_Fault(re.compile(endpoint), code, subcode, msg, times))
 
     def clear_faults(self) -> None:
+        """Remove the injected faults and every read-only mark."""
         with self._lock:
             self._faults.clear()
+            self._store.read_only.clear()
+
+    def read_only(self, project: str) -> str:
+        """Make ``project`` (created if missing, as its owner would) readable but not writable; its id.
+
+        Until :meth:`clear_faults`, creating, changing or deleting anything in it answers
+        ``403/21 Forbidden (modification not allowed)``, like a real server for a user without
+        write permission.
+        """
+        with self._lock:
+            pid = self.project_id(project) or self._store.projects_create({"name": project})["id"]
+            self._store.read_only.add(project)
+            return str(pid)
 
     @contextlib.contextmanager
     def count(self, endpoint: str = "") -> Iterator[list[Call]]:
@@ -1100,7 +1139,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             except ValueError:
                 key, secret = "", ""
             if (key, secret) != (ACCESS_KEY, SECRET_KEY):
-                self._reply(endpoint, version, 401, 75, "Unauthorized (invalid credentials)", {})
+                self._reply(endpoint, version, 401, 22, "Unauthorized (invalid credentials)", {})
                 return
         elif not header.startswith("Bearer "):
             self._reply(endpoint, version, 401, 20, "Unauthorized (missing credentials)", {})

@@ -9,8 +9,9 @@ from typing import Any, BinaryIO
 
 import torch
 from ignite.handlers import Checkpoint
+from torch.nn.parallel import DistributedDataParallel
 
-from tracker_saver.errors import IntegrityError, RegistryError, SerializationError
+from tracker_saver.errors import ConfigError, IntegrityError, RegistryError, SerializationError
 from tracker_saver.query import parse_order, parse_where
 from tracker_saver.records import LOADABLE, Record, RecordState
 from tracker_saver.registry import Query, Registry
@@ -146,6 +147,15 @@ def load_checkpoint(
     Returns:
         The record that was loaded.
 
+    Raises:
+        RecordNotFoundError: no record has that id.
+        RegistryError: the record is not loadable (evicted, failed, pending).
+        IntegrityError: the slot's bytes differ from the record (truncated, overwritten, bit-flipped).
+        SerializationError: ``torch.load`` failed (with ``map_location=None``, CUDA tensors on a
+            machine without CUDA; the message says to pass ``map_location="cpu"``).
+        ConfigError: ``to_load`` does not fit the checkpoint (a key is missing, a module has other
+            shapes or parameters); raised before anything is loaded into a module.
+
     Examples:
         >>> load_checkpoint("17", {"model": torch.nn.Linear(2, 1)}, registry=":memory:")  # doctest: +IGNORE_EXCEPTION_DETAIL
         Traceback (most recent call last):
@@ -157,6 +167,57 @@ def load_checkpoint(
         try:
             checkpoint = torch.load(f, map_location=map_location, weights_only=weights_only)
         except Exception as exc:
-            raise SerializationError(f"torch.load could not read record {record.id} ({record.name!r}): {exc}") from exc
-    Checkpoint.load_objects(to_load=to_load, checkpoint=checkpoint)
+            message = f"torch.load could not read record {record.id} ({record.name!r}): {exc}"
+            if "cuda" in str(exc).lower() and not torch.cuda.is_available():
+                message += (
+                    "; the checkpoint holds CUDA tensors and this machine has no CUDA: load it with "
+                    "map_location='cpu' (load_checkpoint's default)"
+                )
+            raise SerializationError(message) from exc
+    label = f"record {record.id} ({record.name!r})"
+    _check_fit(label, to_load, checkpoint)
+    try:
+        Checkpoint.load_objects(to_load=to_load, checkpoint=checkpoint)
+    except (KeyError, RuntimeError, TypeError, ValueError) as exc:
+        raise ConfigError(f"{label} could not be loaded into to_load {sorted(to_load)}: {exc}") from exc
     return record
+
+
+def _check_fit(label: str, to_load: Mapping[str, Any], checkpoint: Any) -> None:
+    """Raise ``ConfigError`` before anything is loaded when a module in ``to_load`` does not fit.
+
+    ``load_state_dict`` copies the tensors that fit before it raises for those that do not, so a
+    model of the wrong shape would be left half loaded: compare keys and shapes first. Which
+    entry of the checkpoint each object gets follows ``Checkpoint.load_objects``.
+    """
+    if not isinstance(checkpoint, Mapping):
+        return
+    single = len(to_load) == 1 and next(iter(to_load)) not in checkpoint
+    problems: list[str] = []
+    for key, obj in to_load.items():
+        if not single and key not in checkpoint:
+            problems.append(f"to_load[{key!r}] is not in the checkpoint, which holds {sorted(checkpoint)}")
+            continue
+        state = checkpoint if single else checkpoint[key]
+        module = obj.module if isinstance(obj, (torch.nn.DataParallel, DistributedDataParallel)) else obj
+        if not isinstance(module, torch.nn.Module) or not isinstance(state, Mapping):
+            continue
+        expected = module.state_dict()
+        wrong = [
+            f"{name} is {tuple(state[name].shape)} in the checkpoint, {tuple(tensor.shape)} in the model"
+            for name, tensor in expected.items()
+            if name in state and hasattr(state[name], "shape") and tuple(state[name].shape) != tuple(tensor.shape)
+        ]
+        missing = sorted(set(expected) - set(state))
+        unexpected = sorted(set(state) - set(expected))
+        if missing:
+            wrong.append(f"missing {', '.join(missing)}")
+        if unexpected:
+            wrong.append(f"unexpected {', '.join(unexpected)}")
+        if wrong:
+            problems.append(f"to_load[{key!r}] ({type(module).__name__}): {'; '.join(wrong)}")
+    if problems:
+        raise ConfigError(
+            f"{label} does not fit to_load, so nothing was loaded: {' | '.join(problems)}: build the objects "
+            "as they were when the checkpoint was saved, or load another record"
+        )

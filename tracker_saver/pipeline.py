@@ -11,6 +11,7 @@ leaves the previous record live; one after it is settled by what the slot holds
 from __future__ import annotations
 
 import contextlib
+import errno
 import hashlib
 import logging
 import threading
@@ -40,6 +41,9 @@ from tracker_saver.storage.base import Storage
 __all__ = ["HashingWriter", "Pipeline", "is_writing", "kept_filenames", "writing"]
 
 log = logging.getLogger(__name__)
+
+#: errno values that mean "the device is full" (no space left, disk quota exceeded).
+_FULL = (errno.ENOSPC, errno.EDQUOT)
 
 _local = threading.local()
 
@@ -258,10 +262,10 @@ class Pipeline:
         except TrackerSaverError:
             raise
         except Exception as exc:
-            if writer.error is not None:
-                raise StorageError(f"writing {self.storage.url(key)} failed: {writer.error}", key=key) from writer.error
-            if isinstance(exc, OSError):
-                raise StorageError(f"writing {self.storage.url(key)} failed: {exc}", key=key) from exc
+            cause = writer.error if writer.error is not None else exc if isinstance(exc, OSError) else None
+            if cause is not None:
+                fix = ": free space there, or pass an output_uri with room" if cause.errno in _FULL else ""
+                raise StorageError(f"writing {self.storage.url(key)} failed: {cause}{fix}", key=key) from cause
             # TypeError (e.g. "cannot pickle '_thread.lock'") must not escape as such:
             # Ignite would retry the handler without metadata and hide this failure.
             raise SerializationError(

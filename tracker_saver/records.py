@@ -93,7 +93,8 @@ def clean_metadata(metadata: dict[str, Any]) -> dict[str, MetaValue]:
             value = None
         if value is not None and not isinstance(value, (int, float, str, bool)):
             raise ConfigError(
-                f"metadata[{key!r}] = {value!r} has type {type(value).__name__}: use an int, float, str or bool"
+                f"metadata[{key!r}] = {value!r} has type {type(value).__name__}, which a record cannot hold: "
+                "use an int, float, str or bool (json.dumps(value) for a structure)"
             )
         out[key] = value
     return out

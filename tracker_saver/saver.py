@@ -19,6 +19,7 @@ from tracker_saver.naming import check_name, parse_filename
 from tracker_saver.pipeline import Pipeline, is_writing
 from tracker_saver.records import LOADABLE, Record, RecordState, StreamId, UploadInfo, clean_metadata
 from tracker_saver.registry import Query, Registry, open_registry, sqlite_path
+from tracker_saver.registry.sqlite import check_registry_path
 from tracker_saver.storage import Storage, open_storage
 
 __all__ = ["RunContext", "TrackerSaver"]
@@ -106,8 +107,9 @@ class TrackerSaver(BaseSaveHandler):
         elif (db_path := sqlite_path(registry)) is None:
             opened = open_registry(registry)  # ClearML: it knows the task's project, run (<name>.<id>), output_uri
         defaults: Mapping[str, str] = opened.run_defaults() if isinstance(opened, RunContext) else {}
-        self.project = check_name("project", project or defaults.get("project") or "default")
-        self.run = check_name("run", run or defaults.get("run") or "default")
+        # None means "not given"; an explicit "" is a bad name like "  ", not a request for the default.
+        self.project = check_name("project", project if project is not None else defaults.get("project") or "default")
+        self.run = check_name("run", run if run is not None else defaults.get("run") or "default")
         output_uri = output_uri or defaults.get("output_uri")
         if not output_uri:
             raise ConfigError(
@@ -119,7 +121,10 @@ class TrackerSaver(BaseSaveHandler):
             options = opened.storage_options_for(os.fspath(output_uri), options)
         self.storage: Storage = open_storage(output_uri, **options)
         # Validate everything before creating anything: a bad argument leaves no folder or file.
+        # The registry file is checked (not opened) first, as check() creates output_uri's folder.
         self._check_registry_outside(self.storage, db_path)
+        if db_path is not None:
+            check_registry_path(db_path)
         self.storage.check()
         self.registry: Registry = opened or open_registry(registry)
         if isinstance(self.registry, RunContext):

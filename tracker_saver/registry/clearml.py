@@ -96,6 +96,14 @@ _PAGE = 500  # clearml-server's largest page
 _FIELDS = ["id", "name", "project", "task", "uri", "tags", "system_tags", "metadata", "created"]
 _NOT_FOUND = (400, 201)  # bad_request / invalid_model_id
 _MIN_API = "2.13"  # models.add_or_update_metadata, tasks.add_or_update_model / delete_models
+#: What to do about an API error, by HTTP code (clearml-server's apierrors/errors.conf).
+_FIXES = {
+    401: ": the server no longer accepts these credentials; check CLEARML_API_ACCESS_KEY/CLEARML_API_SECRET_KEY",
+    403: (
+        ": the ClearML user of these credentials may not change this project; ask its owner for write "
+        "access, or save to a project you own (TrackerSaver(project=...) or ClearMLRegistry(project_root=...))"
+    ),
+}
 
 
 def _import_clearml() -> Any:
@@ -180,8 +188,14 @@ class ClearMLRegistry(Registry):
                 else:
                     session = _sdk_default_session()
             except Exception as exc:  # MissingConfigError, LoginError, requests errors ...
+                detail = f"{type(exc).__name__}: {self._scrub(str(exc))}"
+                if "error 401" in str(exc) or "invalid credentials" in str(exc).lower():
+                    raise ConfigError(
+                        f"the ClearML server refused the credentials ({detail}): check CLEARML_API_ACCESS_KEY and "
+                        "CLEARML_API_SECRET_KEY, or the api.credentials of clearml.conf (`clearml-init` writes them)"
+                    ) from exc
                 raise ConfigError(
-                    f"ClearML registry cannot connect ({type(exc).__name__}: {self._scrub(str(exc))}): check that "
+                    f"ClearML registry cannot connect ({detail}): check that "
                     "the ClearML server is up, and run `clearml-init` or set CLEARML_API_HOST, "
                     "CLEARML_API_ACCESS_KEY and CLEARML_API_SECRET_KEY"
                 ) from exc
@@ -206,6 +220,7 @@ class ClearMLRegistry(Registry):
 
     def _scrub(self, text: str) -> str:
         session = self._session
+        text = re.sub(r"(?i)\b([a-z][a-z0-9+.-]*://)[^\s/?#@\"'<>]*@", r"\1", text)  # user:password@ in a URL
         for secret in (getattr(session, "secret_key", None), getattr(session, "access_key", None)):
             if secret:
                 text = text.replace(str(secret), "***")
@@ -237,7 +252,8 @@ class ClearMLRegistry(Registry):
                     record_id=record_id,
                 )
             raise RegistryError(
-                f"ClearML registry {self.uri}: {what} failed with {codes[0]}/{codes[1]} ({message})",
+                f"ClearML registry {self.uri}: {what} failed with {codes[0]}/{codes[1]} ({message})"
+                + _FIXES.get(codes[0], ""),
                 record_id=record_id,
             )
         data = result.response_data
@@ -634,7 +650,9 @@ class ClearMLRegistry(Registry):
         project_id = self._project_id(stream.project, create=False)
         if project_id is None:
             return None
-        alive = (other for _, other, heartbeat in self._claims(stream, project_id) if is_alive(other, heartbeat=heartbeat))
+        alive = (
+            other for _, other, heartbeat in self._claims(stream, project_id) if is_alive(other, heartbeat=heartbeat)
+        )
         return next(alive, None)
 
     def release(self, stream: StreamId, holder: Holder) -> None:

@@ -7,7 +7,7 @@ import time
 
 from tracker_saver.errors import ConfigError
 
-__all__ = ["MIGRATIONS", "migrate", "statements"]
+__all__ = ["MIGRATIONS", "migrate", "statements", "stored_version"]
 
 #: (version, SQL). Append only: never edit a migration that has shipped.
 MIGRATIONS: tuple[tuple[int, str], ...] = (
@@ -107,16 +107,30 @@ def statements(script: str) -> list[str]:
     return out
 
 
-def migrate(conn: sqlite3.Connection) -> int:
-    """Apply every migration newer than the database's version; return the version reached."""
-    conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)")
+def stored_version(conn: sqlite3.Connection, where: str = "") -> int:
+    """The schema version the database records (0 for a new one); reads only, creates nothing.
+
+    Raises:
+        ConfigError: the version is newer than this tracker_saver knows (``where`` names the file).
+    """
+    table = conn.execute("SELECT 1 FROM sqlite_master WHERE type = 'table' AND name = 'schema_migrations'")
+    if table.fetchone() is None:
+        return 0
     current = int(conn.execute("SELECT COALESCE(MAX(version), 0) FROM schema_migrations").fetchone()[0])
     newest = MIGRATIONS[-1][0]
     if current > newest:
         raise ConfigError(
-            f"registry schema version {current} is newer than this tracker_saver knows ({newest}): "
-            "upgrade tracker-saver (pip install -U tracker-saver), or use another registry file"
+            f"registry {where or 'file'}: schema version {current} is newer than this tracker_saver knows "
+            f"({newest}): upgrade tracker-saver (pip install -U tracker-saver), or use another registry file"
         )
+    return current
+
+
+def migrate(conn: sqlite3.Connection, where: str = "") -> int:
+    """Apply every migration newer than the database's version; return the version reached."""
+    stored_version(conn, where)  # a newer schema is refused before anything is written
+    conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)")
+    current = stored_version(conn, where)
     for version, sql in MIGRATIONS:
         if version <= current:
             continue

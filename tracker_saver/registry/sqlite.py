@@ -25,9 +25,9 @@ from tracker_saver.records import (
     encode_value,
 )
 from tracker_saver.registry.base import RECORD_FIELDS, Query, Registry, busy
-from tracker_saver.registry.migrations import migrate
+from tracker_saver.registry.migrations import migrate, stored_version
 
-__all__ = ["SQLiteRegistry"]
+__all__ = ["SQLiteRegistry", "check_registry_path"]
 
 _OPS_SQL = {">": ">", ">=": ">=", "<": "<", "<=": "<="}
 
@@ -86,6 +86,77 @@ def _condition_sql(cond: Condition) -> tuple[str, list[Any]]:
     return sql, [cond.key, *args]
 
 
+def _refusal(path: Path) -> str:
+    """Why ``path`` cannot be written, in the words of ``strerror``."""
+    with contextlib.suppress(OSError):
+        if os.statvfs(path).f_flag & os.ST_RDONLY:
+            return "Read-only file system"
+    return "Permission denied"
+
+
+def check_registry_path(path: str | os.PathLike[str]) -> None:
+    """Raise ``ConfigError`` now if ``path`` cannot hold a registry; creates and changes nothing.
+
+    A new registry needs a folder it can create or write; an existing file must be a writable
+    SQLite database whose schema this version knows. ``TrackerSaver`` calls this before it
+    creates output_uri, so a bad registry argument leaves no folder behind.
+
+    Examples:
+        >>> check_registry_path("/dev/null/registry.db")
+        Traceback (most recent call last):
+        ...
+        tracker_saver.errors.ConfigError: registry folder '/dev/null' cannot be created ('/dev/null' is not a folder): pass a registry path in a writable folder
+    """
+    text = os.fspath(path)
+    if text == ":memory:":
+        return
+    if "\x00" in text:
+        raise ConfigError(
+            f"registry path {text!r} contains NUL: pass a file path such as '~/.tracker_saver/registry.db'"
+        )
+    target = Path(text).expanduser()
+    if target.is_dir():
+        raise ConfigError(
+            f"registry path {str(target)!r} is a folder: pass a file path such as {str(target / 'registry.db')!r}"
+        )
+    if not target.exists():
+        folder = target.parent
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent
+        if not folder.is_dir():
+            raise ConfigError(
+                f"registry folder {str(target.parent)!r} cannot be created ({str(folder)!r} is not a folder): "
+                "pass a registry path in a writable folder"
+            )
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise ConfigError(
+                f"registry folder {str(folder)!r} is not writable ({_refusal(folder)}): "
+                "pass a registry path in a writable folder"
+            )
+        return
+    for what, item in (("registry", target), ("the folder of registry", target.parent)):
+        if not os.access(item, os.R_OK | os.W_OK):
+            raise ConfigError(
+                f"{what} {str(item)!r} is read-only ({_refusal(item)}): SQLite writes the registry and its "
+                "-wal and -shm files there; pass a registry path you can write to"
+            )
+    # A read-only peek. Without a -wal file the main file holds everything, and immutable=1
+    # reads it without creating the -wal and -shm files that mode=ro would leave behind.
+    peek = "mode=ro" if target.with_name(target.name + "-wal").exists() else "immutable=1"
+    try:
+        conn = sqlite3.connect(f"{target.resolve().as_uri()}?{peek}", uri=True)
+        try:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            stored_version(conn, repr(str(target)))
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        raise ConfigError(
+            f"registry {str(target)!r} is not a SQLite database ({exc}): pass the path of a registry file, "
+            "or move this file away to start a new registry there"
+        ) from exc
+
+
 def _wal(conn: sqlite3.Connection, timeout: float) -> None:
     """Switch to WAL. Two processes opening a new file at once (DDP ranks) can get "database
     is locked" from this pragma without SQLite's busy handler waiting: retry until ``timeout``."""
@@ -115,13 +186,9 @@ class SQLiteRegistry(Registry):
 
     def __init__(self, path: str | os.PathLike[str], *, timeout: float = 30.0) -> None:
         text = os.fspath(path)
+        check_registry_path(text)
         if text != ":memory:":
             target = Path(text).expanduser()
-            if target.is_dir():
-                raise ConfigError(
-                    f"registry path {str(target)!r} is a folder: pass a file path such as "
-                    f"{str(target / 'registry.db')!r}"
-                )
             try:
                 target.parent.mkdir(parents=True, exist_ok=True)
             except OSError as exc:
@@ -132,6 +199,7 @@ class SQLiteRegistry(Registry):
             text = str(target.resolve())
         self.path = text
         self.uri = f"sqlite:///{text}" if text != ":memory:" else "sqlite://:memory:"
+        self.timeout = timeout
         self._lock = threading.RLock()
         try:
             # isolation_level=None: we issue BEGIN IMMEDIATE ourselves, so a transaction takes
@@ -141,7 +209,7 @@ class SQLiteRegistry(Registry):
             if text != ":memory:":
                 _wal(self._conn, timeout)
                 self._conn.execute("PRAGMA synchronous = FULL")
-            migrate(self._conn)
+            migrate(self._conn, repr(text))
         except sqlite3.Error as exc:
             raise ConfigError(f"registry {self.uri!r} cannot be opened ({exc}): pass a path to a SQLite file") from exc
 
@@ -168,7 +236,23 @@ class SQLiteRegistry(Registry):
                     raise
                 self._conn.execute(commit)
             except sqlite3.Error as exc:
-                raise RegistryError(f"registry {self.uri!r}: {exc}") from exc
+                raise self._error(exc) from exc
+
+    def _error(self, exc: sqlite3.Error) -> RegistryError:
+        """The ``RegistryError`` for a failed statement, with the fix when SQLite says what is wrong."""
+        text = str(exc)
+        if "locked" in text or "busy" in text:
+            return RegistryError(
+                f"registry {self.uri!r} is locked by another process for longer than the busy timeout "
+                f"({self.timeout:g} s): let that process finish (`fuser {self.path}` names it), or wait longer "
+                "with registry=SQLiteRegistry(path, timeout=SECONDS)"
+            )
+        if "readonly" in text:
+            return RegistryError(
+                f"registry {self.uri!r} can no longer be written ({text}): make the file and its folder "
+                "writable again, or pass another registry"
+            )
+        return RegistryError(f"registry {self.uri!r}: {text}")
 
     def _read(self, sql: str, args: Sequence[Any]) -> list[sqlite3.Row]:
         with self._lock:
@@ -177,7 +261,7 @@ class SQLiteRegistry(Registry):
                 cur.row_factory = sqlite3.Row
                 return cur.fetchall()
             except sqlite3.Error as exc:
-                raise RegistryError(f"registry {self.uri!r}: {exc}") from exc
+                raise self._error(exc) from exc
 
     def _load(self, rows: list[sqlite3.Row]) -> list[Record]:
         if not rows:

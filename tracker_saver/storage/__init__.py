@@ -29,6 +29,8 @@ def open_storage(uri: str | os.PathLike[str], **storage_options: Any) -> Storage
     text = os.fspath(uri)
     if not text:
         raise ConfigError("output_uri is empty: pass a folder or s3://BUCKET/PREFIX")
+    if "\x00" in text:
+        raise ConfigError(f"output_uri {text!r} contains NUL: pass a folder or s3://BUCKET/PREFIX")
     scheme = urlsplit(text).scheme.lower() if "://" in text else ""
     if scheme in ("", "file"):
         from tracker_saver.storage.local import LocalStorage
@@ -37,6 +39,11 @@ def open_storage(uri: str | os.PathLike[str], **storage_options: Any) -> Storage
             raise ConfigError(
                 f"storage_options {sorted(storage_options)} do not apply to a local output_uri: "
                 "remove them, or use an s3:// output_uri"
+            )
+        if scheme and urlsplit(text).netloc not in ("", "localhost"):  # file://../ckpt would mean /ckpt
+            raise ConfigError(
+                f"output_uri {text!r} names the host {urlsplit(text).netloc!r}: a file URI is "
+                "file:///ABSOLUTE/PATH (three slashes); pass a relative folder as a plain path"
             )
         return LocalStorage(url2pathname(urlsplit(text).path) if scheme else text)
     if scheme == "s3":
