@@ -88,9 +88,9 @@ def main() -> None:
         storage, reg = open_storage(output_uri), open_registry(registry)
         assert check(reg, deep=True).problems == []
         variants = {
-            "list": lambda: storage.list("bench/fsck/"),
-            "fsck": lambda: check(reg),
-            "fsck --deep": lambda: check(reg, deep=True),
+            "list": lambda storage=storage: storage.list("bench/fsck/"),
+            "fsck": lambda reg=reg: check(reg),
+            "fsck --deep": lambda reg=reg: check(reg, deep=True),
         }
         for name, fn in variants.items():
             seconds = timed(fn, args.repeats)
