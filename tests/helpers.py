@@ -26,11 +26,13 @@ SCORES = [0.5, 0.7, 0.6, 0.9, 0.4, 0.95, 0.8, 0.8, 0.97, 0.3]
 
 @dataclass
 class Target:
-    """One backend under test: an output_uri (with options) and a registry."""
+    """One backend under test: an output_uri (with options), a registry, and saver options
+    (``{"async_upload": True}`` runs every test through the background worker)."""
 
     output_uri: str
     registry: Any
     storage_options: dict[str, Any] = field(default_factory=dict)
+    saver_options: dict[str, Any] = field(default_factory=dict)
 
     def saver(self, run: str = "r", **kwargs: Any) -> TrackerSaver:
         return TrackerSaver(
@@ -39,7 +41,7 @@ class Target:
             run=run,
             registry=self.registry,
             storage_options=self.storage_options,
-            **kwargs,
+            **{**self.saver_options, **kwargs},
         )
 
     def storage(self) -> Storage:
@@ -80,7 +82,10 @@ def attach(
     scores: Sequence[float] | None = None,
     step_transform: bool = True,
 ) -> Checkpoint:
-    """A real Checkpoint on EPOCH_COMPLETED; with ``scores``, a score-based stream."""
+    """A real Checkpoint on EPOCH_COMPLETED; with ``scores``, a score-based stream.
+
+    The saver is attached too, as users of async saving do: a run ends with its saves durable.
+    """
     score_function: Callable[[Engine], float] | None = None
     if scores is not None:
         score_function = lambda engine: scores[engine.state.epoch - 1]  # noqa: E731
@@ -94,6 +99,8 @@ def attach(
         global_step_transform=(lambda e, _: e.state.epoch) if step_transform else None,
     )
     trainer.add_event_handler(Events.EPOCH_COMPLETED, handler)
+    if not trainer.has_event_handler(saver._flush_then_reraise, Events.EXCEPTION_RAISED):
+        saver.attach(trainer)
     return handler
 
 
@@ -107,6 +114,7 @@ def process_spec(target: Target, *, run: str, **config: Any) -> dict[str, Any]:
         "output_uri": target.output_uri,
         "registry": registry,
         "storage_options": target.storage_options,
+        "saver_options": target.saver_options,
         "run": run,
         **config,
     }

@@ -30,7 +30,8 @@ class RecordingSaver(TrackerSaver):
 
 
 def main(config: dict[str, Any]) -> dict[str, Any]:
-    target = Target(config["output_uri"], config["registry"], config.get("storage_options") or {})
+    target = Target(config["output_uri"], config["registry"], config.get("storage_options") or {},
+                    config.get("saver_options") or {})  # fmt: skip
     max_seen: dict[str, int] = {}
 
     def count_objects(info: Any) -> None:
@@ -39,7 +40,7 @@ def main(config: dict[str, Any]) -> dict[str, Any]:
 
     saver = RecordingSaver(
         target.output_uri, project="p", run=config["run"], registry=target.registry,
-        storage_options=target.storage_options, post_upload=[count_objects],
+        storage_options=target.storage_options, post_upload=[count_objects], **target.saver_options,
     )  # fmt: skip
     saver.events = []
     net = model()

@@ -13,3 +13,14 @@ class TestLocalInvariants(InvariantContract):
     @pytest.fixture
     def target(self, local_target):
         return local_target
+
+
+class TestLocalAsyncInvariants(InvariantContract):
+    """The same invariants with ``async_upload=True``: the background worker runs DESIGN's path unchanged."""
+
+    FAULTS = (*InvariantContract.FAULTS, "storage")
+
+    @pytest.fixture
+    def target(self, local_target):
+        local_target.saver_options = {"async_upload": True}
+        return local_target

@@ -4,7 +4,9 @@ Usage: ``python -m tests.worker CONFIG_JSON``. CONFIG has ``output_uri``, ``regi
 ``storage_options``, ``run``, ``restore`` (``"none"``: a fresh ``Checkpoint``; ``"resume"``:
 tracker_saver's resume helper; ``"ignite"``: Ignite's own ``Checkpoint.load_objects`` from the
 newest checkpoint, whose ``checkpointer`` entry ``include_self=True`` wrote), and optionally
-``n_best`` / ``n_last`` / ``pattern`` (a custom ``filename_pattern`` for the best stream).
+``n_best`` / ``n_last`` / ``pattern`` (a custom ``filename_pattern`` for the best stream) and
+``saver_options`` (``{"async_upload": true}``: saves run on the background worker; the saver is
+attached to the trainer, so each epoch's run ends with its saves durable or their error raised).
 
 Two streams, both ``include_self=True``: ``best_checkpoint`` (model + trainer, scored,
 ``n_saved=n_best``) and ``checkpoint`` (model + trainer, ``n_saved=n_last``). Each stdin line is
@@ -61,24 +63,31 @@ def _armed(stream: str, kind: str) -> bool:
     return _fault["stream"] == stream and _fault["kind"] == kind
 
 
-class _KillInPickle:
+class _Fault:
+    """Kept as it is by the async snapshot, so it strikes where serialization really runs."""
+
+    def __deepcopy__(self, memo: Any) -> Any:
+        return self
+
+
+class _KillInPickle(_Fault):
     def __reduce__(self) -> Any:
         _die()
         return (int, (0,))
 
 
-class _LockRegistry:
+class _LockRegistry(_Fault):
     def __init__(self, path: str) -> None:
         self.path = path
 
     def __reduce__(self) -> Any:
-        conn = sqlite3.connect(self.path, isolation_level=None)
+        conn = sqlite3.connect(self.path, isolation_level=None, check_same_thread=False)
         conn.execute("BEGIN IMMEDIATE")
         _locks.append(conn)
         return (int, (0,))
 
 
-class _LoseStagedFile:
+class _LoseStagedFile(_Fault):
     def __init__(self, root: str) -> None:
         self.root = root
 
@@ -108,10 +117,15 @@ class FaultySaver(TrackerSaver):
             ok = True
         finally:
             print(json.dumps({"call": stream, "filename": filename, "ok": ok}), flush=True)
-            for conn in _locks:
-                conn.rollback() if conn.in_transaction else None
-                conn.close()
-            _locks.clear()
+            if self._background is None:
+                _unlock()
+
+
+def _unlock() -> None:
+    for conn in _locks:
+        conn.rollback() if conn.in_transaction else None
+        conn.close()
+    _locks.clear()
 
 
 def _killing(base: type) -> type:
@@ -148,6 +162,7 @@ def main(config: dict[str, Any]) -> None:
     saver = FaultySaver(
         config["output_uri"], project="p", run=config["run"], registry=registry,
         storage_options=config.get("storage_options") or {}, pre_upload=[_pre], post_upload=[_post],
+        **(config.get("saver_options") or {}),
     )  # fmt: skip
     torch.manual_seed(0)
     net = torch.nn.Linear(4, 2)
@@ -182,6 +197,7 @@ def main(config: dict[str, Any]) -> None:
                     Checkpoint.load_objects({"checkpointer": best}, torch.load(f, weights_only=True))
     trainer.add_event_handler(Events.EPOCH_COMPLETED, best)
     trainer.add_event_handler(Events.EPOCH_COMPLETED, last)
+    saver.attach(trainer)  # async saving: each epoch's run ends with its saves durable
     print(json.dumps({"ready": True, "epoch": trainer.state.epoch}), flush=True)
     for line in sys.stdin:
         command = json.loads(line)
@@ -194,6 +210,7 @@ def main(config: dict[str, Any]) -> None:
             error = f"{type(exc).__name__}: {exc}"
             trainer.state.epoch += 1  # the next line is the next epoch, as after Ignite's raise
         _fault.update(stream=None, kind=None)
+        _unlock()  # async saving: the locked save has run by now (attach flushed at the end of the run)
         saved = {"best_checkpoint": [list(i) for i in best._saved], "checkpoint": [list(i) for i in last._saved]}
         print(json.dumps({"saved": saved, "error": error, "epoch": trainer.state.epoch}), flush=True)
     saver.close()

@@ -8,6 +8,7 @@ from tracker_saver.callbacks import CallbackChain, PostUploadCallback, PreUpload
 from tracker_saver.errors import (
     CallbackError,
     ConfigError,
+    FlushTimeoutError,
     IntegrityError,
     RecordNotFoundError,
     RegistryError,
@@ -29,6 +30,7 @@ __all__ = [
     "CallbackChain",
     "CallbackError",
     "ConfigError",
+    "FlushTimeoutError",
     "IntegrityError",
     "PostUploadCallback",
     "PreUploadCallback",

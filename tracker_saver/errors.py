@@ -10,7 +10,8 @@
      │    ├── RecordNotFoundError (KeyError)
      │    └── StreamBusyError         another live saver writes this stream
      ├── SerializationError           torch could not serialize or deserialize a checkpoint
-     └── CallbackError                a pre- or post-upload callback raised
+     ├── CallbackError                a pre- or post-upload callback raised
+     └── FlushTimeoutError            background saves were not done in time (async saving)
 
 Third-party errors (``OSError``, ``botocore``, ``sqlite3``, ClearML) are mapped to this
 tree at exactly one place per backend, always ``raise ... from exc`` so the cause is chained.
@@ -23,6 +24,7 @@ from __future__ import annotations
 __all__ = [
     "CallbackError",
     "ConfigError",
+    "FlushTimeoutError",
     "IntegrityError",
     "RecordNotFoundError",
     "RegistryError",
@@ -102,3 +104,11 @@ class SerializationError(TrackerSaverError):
 
 class CallbackError(TrackerSaverError):
     """A pre- or post-upload callback raised; the original exception is chained."""
+
+
+class FlushTimeoutError(TrackerSaverError):
+    """``flush()`` or ``close()`` gave up waiting; ``pending`` names the saves not yet durable."""
+
+    def __init__(self, message: str, *, pending: list[str]) -> None:
+        super().__init__(message)
+        self.pending = pending

@@ -10,6 +10,7 @@ leaves the previous record live; one after it is settled by what the slot holds
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import errno
 import hashlib
@@ -67,8 +68,18 @@ def writing() -> Iterator[None]:
         _local.writing = False
 
 
+#: Writes at least this big are hashed on a second thread while the target writes them:
+#: hashlib and file/socket writes release the GIL, so the hash costs no extra wall time.
+PARALLEL_HASH_BYTES = 1 << 20
+
+_hasher = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="tracker-saver-sha256")
+
+
 class HashingWriter:
     """A write-only file that hashes and counts what passes through to ``target``.
+
+    A large write is hashed on a second thread while ``target`` writes it; both finish before
+    ``write`` returns, so the caller may reuse its buffer at once.
 
     It has no ``name`` attribute on purpose: ClearML's ``torch.save`` binding registers only
     files it can name, so our writes never become a second, untracked upload.
@@ -83,12 +94,17 @@ class HashingWriter:
     def write(self, data: bytes) -> int:
         view = memoryview(data)
         assert self.target is not None
+        hashing = _hasher.submit(self._sha.update, view) if view.nbytes >= PARALLEL_HASH_BYTES else None
         try:
             self.target.write(view)
         except OSError as exc:
             self.error = exc  # torch may rewrap it; keep the original for the error message
             raise
-        self._sha.update(view)
+        finally:
+            if hashing is not None:
+                hashing.result()
+        if hashing is None:
+            self._sha.update(view)
         self.size += view.nbytes
         return view.nbytes
 

@@ -10,8 +10,10 @@ from typing import Any, Protocol, runtime_checkable
 import ignite
 import ignite.distributed as idist
 import torch
+from ignite.engine import Engine, Events
 from ignite.handlers.checkpoint import BaseSaveHandler
 
+from tracker_saver.background import Background
 from tracker_saver.callbacks import CallbackChain, PostUploadCallback, PreUploadCallback
 from tracker_saver.claims import new_holder, release_local
 from tracker_saver.errors import ConfigError, SerializationError
@@ -20,6 +22,7 @@ from tracker_saver.pipeline import Pipeline, is_writing
 from tracker_saver.records import LOADABLE, Record, RecordState, StreamId, UploadInfo, clean_metadata
 from tracker_saver.registry import Query, Registry, open_registry, sqlite_path
 from tracker_saver.registry.sqlite import check_registry_path
+from tracker_saver.snapshot import BufferPool, take_snapshot
 from tracker_saver.storage import Storage, open_storage
 
 __all__ = ["RunContext", "TrackerSaver"]
@@ -69,6 +72,13 @@ class TrackerSaver(BaseSaveHandler):
         pre_upload: callbacks run after the slot allocator; see :class:`CallbackChain`.
         post_upload: callbacks run once the bytes are complete, before the record is live.
         save_on_rank: only this distributed rank writes (like Ignite's ``DiskSaver``).
+        async_upload: the training thread only copies the checkpoint's tensors into reused
+            CPU buffers and returns; serialization, upload and registration run on a
+            background thread, in Ignite's order. Errors are raised by the next save or by
+            :meth:`flush`; call :meth:`attach` (or :meth:`flush`/:meth:`close`) so a run ends
+            with its checkpoints durable. Off by default: see docs/async.md.
+        max_pending: with ``async_upload``, how many snapshots may wait or upload at once
+            (each is a copy of the checkpoint in memory); a save beyond that waits.
 
     Raises:
         ConfigError: at construction, for an unwritable or unknown output_uri, a bad
@@ -99,7 +109,14 @@ class TrackerSaver(BaseSaveHandler):
         pre_upload: Iterable[PreUploadCallback] = (),
         post_upload: Iterable[PostUploadCallback] = (),
         save_on_rank: int = 0,
+        async_upload: bool = False,
+        max_pending: int = 1,
     ) -> None:
+        if not isinstance(max_pending, int) or isinstance(max_pending, bool) or max_pending < 1:
+            raise ConfigError(
+                f"max_pending={max_pending!r}: pass how many snapshots may wait for the background "
+                "upload, an int >= 1 (each holds a copy of the checkpoint in memory)"
+            )
         opened: Registry | None = None
         db_path: str | None = None
         if isinstance(registry, Registry):
@@ -131,6 +148,8 @@ class TrackerSaver(BaseSaveHandler):
             # A tracker may have patched torch.save (ClearML's Task.init does): skip our slot writes.
             self.registry.guard_writes(is_writing)
         self.save_on_rank = save_on_rank
+        self._background = Background(max_pending=max_pending) if async_upload else None
+        self._buffers = BufferPool()
         self.callbacks = CallbackChain()
         for pre in pre_upload:
             self.callbacks.add_pre(pre)
@@ -175,11 +194,25 @@ class TrackerSaver(BaseSaveHandler):
             metadata=clean_metadata({**parsed, **self._versions}),
             output_uri=self.storage.uri,
         )
+        if self._background is None:
+            self._save(checkpoint, info)
+            return
+        with self._background.reserve() as enqueue:  # waits while max_pending snapshots are pending
+            try:
+                snapshot = take_snapshot(checkpoint, self._buffers)
+            except Exception as exc:
+                raise SerializationError(
+                    f"could not copy {filename!r} for a background save: {exc!r}; "
+                    "put only state_dict()-able objects in Checkpoint's to_save"
+                ) from exc
+            enqueue(lambda: self._save(snapshot.checkpoint, info), what=filename, done=snapshot.release)
+
+    def _save(self, checkpoint: Mapping[str, Any], info: UploadInfo) -> None:
         try:
             self._pipeline.save(checkpoint, info)
         except TypeError as exc:
             # Ignite retries save_handler(checkpoint, filename) on TypeError: never let one out.
-            raise SerializationError(f"saving {filename!r} failed: {exc!r}") from exc
+            raise SerializationError(f"saving {info.filename!r} failed: {exc!r}") from exc
 
     def remove(self, filename: str) -> None:
         """Ignite dropped ``filename``: the next save of its stream replaces its slot.
@@ -189,7 +222,13 @@ class TrackerSaver(BaseSaveHandler):
         """
         if not self._is_saving_rank():
             return
-        self._pipeline.remove(filename, project=self.project, run=self.run)
+        if self._background is None:
+            self._pipeline.remove(filename, project=self.project, run=self.run)
+        else:  # in order with the saves before and after it
+            remove = self._pipeline.remove
+            self._background.submit(
+                lambda: remove(filename, project=self.project, run=self.run), what=f"remove {filename}"
+            )
 
     def stream_id(self, stream: str) -> StreamId:
         """The identity of this saver's stream ``stream`` (Ignite's basename, e.g. ``best_model``)."""
@@ -230,17 +269,50 @@ class TrackerSaver(BaseSaveHandler):
         query = Query(output_uri=self.storage.uri, project=self.project, run=self.run, states=states)
         return self.registry.query(query)
 
-    def flush(self) -> None:
-        """Wait until every scheduled save is complete (sync mode: nothing is ever pending)."""
+    def flush(self, timeout: float | None = None) -> None:
+        """Block until every save is durable and registered, then raise the first error any met.
 
-    def close(self) -> None:
-        """Flush, give up the claims on this saver's streams, and release the registry connection."""
-        self.flush()
+        Synchronous saves are done when they return, so this only waits with ``async_upload``.
+
+        Raises:
+            FlushTimeoutError: ``timeout`` seconds passed first; it names the saves not yet durable.
+        """
+        if self._background is not None:
+            self._background.flush(timeout)
+
+    def attach(self, engine: Engine) -> None:
+        """Flush when ``engine`` completes or raises, so a run ends with its checkpoints durable.
+
+        On ``EXCEPTION_RAISED`` the training error is raised again after the flush (Ignite
+        would otherwise treat the handler as having dealt with it); a background save error
+        met during that flush becomes its ``__context__``.
+        """
+        engine.add_event_handler(Events.COMPLETED, lambda _: self.flush())
+        engine.add_event_handler(Events.EXCEPTION_RAISED, self._flush_then_reraise)
+
+    def _flush_then_reraise(self, engine: Engine, error: BaseException) -> None:
         try:
-            self._pipeline.close()
+            self.flush()
+        except Exception:
+            raise error  # noqa: B904 (the training error comes first; the flush error is its __context__)
+        raise error
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush, stop the background worker, give up this saver's stream claims and the registry.
+
+        Raises:
+            FlushTimeoutError: ``timeout`` seconds passed before the background saves were done.
+        """
+        try:
+            if self._background is not None:
+                self._background.close(timeout)
+                self._buffers = BufferPool()  # the snapshot buffers kept between saves go
         finally:
-            release_local(self._holder)
-            self.registry.close()
+            try:
+                self._pipeline.close()
+            finally:
+                release_local(self._holder)
+                self.registry.close()
 
     def __repr__(self) -> str:
         return f"TrackerSaver(output_uri={self.storage.uri!r}, project={self.project!r}, run={self.run!r}, registry={self.registry.uri!r})"

@@ -1,0 +1,108 @@
+"""The background worker: order, bounded pending operations, errors raised in the caller, flush limits."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import pytest
+
+from tracker_saver.background import Background
+from tracker_saver.errors import FlushTimeoutError, StorageError
+
+
+def test_operations_run_in_the_order_they_were_submitted() -> None:
+    seen: list[int] = []
+    bg = Background(max_pending=2)
+    for i in range(50):
+        if i % 3:
+            bg.submit(lambda i=i: seen.append(i), what=f"remove {i}")
+        else:
+            with bg.reserve() as enqueue:
+                enqueue(lambda i=i: seen.append(i), what=f"save {i}")
+    bg.flush()
+    assert seen == list(range(50))
+    bg.close()
+
+
+def test_submit_waits_while_max_pending_heavy_operations_are_pending() -> None:
+    gate = threading.Event()
+    bg = Background(max_pending=1)
+    with bg.reserve() as enqueue:
+        enqueue(gate.wait, what="first save")
+    submitted = threading.Event()
+    snapshots: list[str] = []
+
+    def second() -> None:
+        with bg.reserve() as enqueue:
+            snapshots.append("taken")  # the snapshot is taken only once there is room
+            enqueue(lambda: None, what="second save")
+        submitted.set()
+
+    waiter = threading.Thread(target=second)
+    waiter.start()
+    assert not submitted.wait(0.3) and snapshots == [], "a second snapshot was taken past max_pending"
+    bg.submit(lambda: None, what="a remove")  # light operations never wait
+    gate.set()
+    assert submitted.wait(10)
+    waiter.join()
+    bg.close()
+
+
+def test_an_error_is_raised_in_the_caller_by_the_next_submit_with_its_cause() -> None:
+    bg = Background()
+
+    def fail() -> None:
+        try:
+            raise OSError(28, "No space left on device")
+        except OSError as exc:
+            raise StorageError("writing file:///out/p/r/model.slot0.pt failed") from exc
+
+    bg.submit(fail, what="model_1.pt")
+    while bg.pending():
+        time.sleep(0.01)
+    with pytest.raises(StorageError, match="model.slot0.pt") as raised:
+        bg.submit(lambda: None, what="model_2.pt")
+    assert isinstance(raised.value.__cause__, OSError)
+    bg.flush()  # raised once, then gone
+    bg.close()
+
+
+def test_flush_raises_the_error_and_done_runs_whatever_the_outcome() -> None:
+    released: list[str] = []
+    bg = Background()
+    for what, run in (("bad", lambda: 1 / 0), ("good", lambda: None)):
+        with bg.reserve() as enqueue:
+            enqueue(run, what=what, done=lambda what=what: released.append(what))
+    with pytest.raises(ZeroDivisionError):
+        bg.flush()
+    assert released == ["bad", "good"]
+    bg.close()
+
+
+def test_flush_with_a_timeout_names_what_is_not_durable() -> None:
+    gate = threading.Event()
+    bg = Background()
+    with bg.reserve() as enqueue:
+        enqueue(gate.wait, what="best_model_3_acc=0.9.pt")
+    with pytest.raises(FlushTimeoutError, match=r"1 background saves not done after 0 s.*best_model_3_acc=0.9.pt") as e:
+        bg.flush(timeout=0.2)
+    assert e.value.pending == ["best_model_3_acc=0.9.pt"]
+    gate.set()
+    bg.close()
+    with pytest.raises(RuntimeError, match="closed"):
+        bg.submit(lambda: None, what="late")
+
+
+def test_a_snapshot_that_fails_frees_its_room() -> None:
+    bg = Background(max_pending=1)
+    with pytest.raises(TypeError), bg.reserve():
+        raise TypeError("cannot pickle '_thread.lock' object")
+    with bg.reserve() as enqueue:  # would wait forever if the room were lost
+        enqueue(lambda: None, what="next save")
+    bg.close()
+
+
+def test_max_pending_must_be_a_positive_int() -> None:
+    with pytest.raises(ValueError, match="max_pending must be an int >= 1, got 0"):
+        Background(max_pending=0)

@@ -1,0 +1,190 @@
+"""One worker thread that runs a saver's operations in the order they were issued, bounded.
+
+``reserve`` waits until fewer than ``max_pending`` heavy operations (saves holding a
+snapshot) are queued or running, then lets the caller take its snapshot and queue it;
+``submit`` queues a light one (a remove). Both return at once after that. An
+operation's error is kept and raised in the caller's thread by the next ``submit`` or by
+``flush``, so nothing fails silently (DESIGN invariant 5). The thread is a daemon, and an
+``atexit`` hook flushes with a time limit, so interpreter shutdown never hangs forever.
+"""
+
+from __future__ import annotations
+
+import atexit
+import contextlib
+import logging
+import queue
+import threading
+import time
+import weakref
+from collections.abc import Callable, Iterator
+from dataclasses import dataclass
+
+from tracker_saver.errors import FlushTimeoutError
+
+__all__ = ["ATEXIT_TIMEOUT_S", "Background"]
+
+log = logging.getLogger(__name__)
+
+#: How long the ``atexit`` flush waits for background saves before giving up and logging what
+#: was not made durable.
+ATEXIT_TIMEOUT_S = 300.0
+
+
+@dataclass
+class _Op:
+    run: Callable[[], object]
+    what: str
+    heavy: bool
+    done: Callable[[], None] | None
+
+
+class Background:
+    """Run operations on one thread, in order; at most ``max_pending`` heavy ones at once.
+
+    Args:
+        max_pending: heavy operations (those holding a snapshot) queued or running before
+            ``submit`` waits.
+        name: the thread's name.
+
+    Examples:
+        >>> seen = []
+        >>> bg = Background(max_pending=1)
+        >>> with bg.reserve() as enqueue:
+        ...     enqueue(lambda: seen.append("save"), what="model_1.pt")
+        >>> bg.submit(lambda: seen.append("remove"), what="remove model_1.pt")
+        >>> bg.flush(); seen
+        ['save', 'remove']
+        >>> bg.close()
+    """
+
+    def __init__(self, *, max_pending: int = 1, name: str = "tracker-saver") -> None:
+        if not isinstance(max_pending, int) or isinstance(max_pending, bool) or max_pending < 1:
+            raise ValueError(f"max_pending must be an int >= 1, got {max_pending!r}")
+        self._slots = threading.BoundedSemaphore(max_pending)
+        self._queue: queue.SimpleQueue[_Op | None] = queue.SimpleQueue()
+        self._pending: list[str] = []  # what is queued or running, oldest first
+        self._errors: list[BaseException] = []
+        self._idle = threading.Condition()
+        self._closed = False
+        self._thread = threading.Thread(target=self._work, name=name, daemon=True)
+        self._thread.start()
+        self._atexit = _flush_at_exit(self)
+        atexit.register(self._atexit)
+
+    def submit(self, run: Callable[[], object], *, what: str) -> None:
+        """Queue a light operation (one that holds no snapshot); raise an earlier error first."""
+        self._check_open()
+        self.raise_error()
+        self._enqueue(_Op(run, what, False, None))
+
+    @contextlib.contextmanager
+    def reserve(self) -> Iterator[Callable[..., None]]:
+        """Wait for room for one heavy operation, then yield the function that queues it.
+
+        The caller prepares the operation (takes its snapshot) inside the block, so at most
+        ``max_pending`` snapshots ever exist; if the block raises first, the room is freed.
+        The queue function takes ``run``, ``what`` and ``done`` (runs on the worker after
+        ``run``, whatever its outcome, e.g. to release the snapshot's buffers).
+        """
+        self._check_open()
+        self.raise_error()
+        self._slots.acquire()
+        queued = False
+
+        def enqueue(run: Callable[[], object], *, what: str, done: Callable[[], None] | None = None) -> None:
+            nonlocal queued
+            self._enqueue(_Op(run, what, True, done))
+            queued = True
+
+        try:
+            yield enqueue
+        finally:
+            if not queued:
+                self._slots.release()
+
+    def _check_open(self) -> None:
+        if self._closed:
+            raise RuntimeError("this saver is closed: create a new TrackerSaver to save again")
+
+    def _enqueue(self, op: _Op) -> None:
+        with self._idle:
+            self._pending.append(op.what)
+        self._queue.put(op)
+
+    def raise_error(self) -> None:
+        """Raise the oldest error a background operation met and has not raised yet."""
+        with self._idle:
+            error = self._errors.pop(0) if self._errors else None
+        if error is not None:
+            raise error
+
+    def pending(self) -> list[str]:
+        """What is queued or running, oldest first."""
+        with self._idle:
+            return list(self._pending)
+
+    def flush(self, timeout: float | None = None) -> None:
+        """Wait until every operation is done, then raise the first error any of them met.
+
+        Raises:
+            FlushTimeoutError: ``timeout`` seconds passed first; it lists what is not durable.
+        """
+        deadline = None if timeout is None else time.monotonic() + timeout
+        with self._idle:
+            while self._pending:
+                left = None if deadline is None else deadline - time.monotonic()
+                if left is not None and left <= 0:
+                    raise FlushTimeoutError(
+                        f"{len(self._pending)} background saves not done after {timeout:.0f} s, so not "
+                        f"durable: {', '.join(self._pending)}",
+                        pending=list(self._pending),
+                    )
+                self._idle.wait(left)
+        self.raise_error()
+
+    def close(self, timeout: float | None = None) -> None:
+        """Flush, then stop the thread (idempotent)."""
+        if self._closed:
+            return
+        try:
+            self.flush(timeout)
+        finally:
+            self._closed = True
+            self._queue.put(None)
+            atexit.unregister(self._atexit)
+
+    def _work(self) -> None:
+        while (op := self._queue.get()) is not None:
+            try:
+                op.run()
+            except BaseException as exc:  # kept for the training thread: never only logged
+                log.debug("background %s failed", op.what, exc_info=True)
+                with self._idle:
+                    self._errors.append(exc)
+            finally:
+                if op.done is not None:
+                    op.done()
+                if op.heavy:
+                    self._slots.release()
+                with self._idle:
+                    self._pending.remove(op.what)
+                    self._idle.notify_all()
+
+
+def _flush_at_exit(background: Background) -> Callable[[], None]:
+    """An ``atexit`` hook that flushes ``background`` (if still alive) with a time limit."""
+    ref = weakref.ref(background)
+
+    def hook() -> None:
+        found = ref()
+        if found is None or found._closed:
+            return
+        try:
+            found.close(ATEXIT_TIMEOUT_S)
+        except FlushTimeoutError as exc:
+            log.error("tracker_saver at exit: %s", exc)
+        except Exception as exc:
+            log.error("tracker_saver at exit: a background save failed: %s", exc)
+
+    return hook
