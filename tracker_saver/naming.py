@@ -112,12 +112,26 @@ def key_path(name: str) -> str:
 
 
 def check_key(key: str) -> str:
-    """Return ``key`` if it stays inside output_uri (relative, no ``..``), else raise.
+    """Return ``key`` if it stays inside output_uri, else raise.
+
+    A key is relative, ``/``-separated, of ASCII letters, digits, spaces and ``. _ = + -`` only,
+    with no empty, ``.`` or ``..`` segment. So no spelling of a parent folder (``%2e%2e``,
+    ``\\``, fullwidth dots, a NUL) can reach a filesystem or an S3 key: it is refused, and
+    :func:`key_segment` never produces one.
 
     Examples:
         >>> check_key("mnist/r1/best_model.slot0.pt")
         'mnist/r1/best_model.slot0.pt'
+        >>> check_key("../x.pt")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        tracker_saver.errors.ConfigError: storage key '../x.pt' would escape output_uri or is not portable: ...
     """
+    if isinstance(key, str) and len(key) > 1000:
+        raise ConfigError(
+            f"storage key {key[:60] + '...'!r} is {len(key)} characters long: at most 1000 fit in every store; "
+            "use a shorter (less nested) project, run or stream name"
+        )
     if (
         not isinstance(key, str)
         or not _KEY.fullmatch(key)
@@ -125,7 +139,11 @@ def check_key(key: str) -> str:
         or posixpath.normpath(key) != key
         or any(part in ("", ".", "..") for part in key.split("/"))
     ):
-        raise ConfigError(f"storage key {key!r} would escape output_uri: keys are relative, without '..'")
+        raise ConfigError(
+            f"storage key {key!r} would escape output_uri or is not portable: keys are relative, "
+            "'/'-separated segments of ASCII letters, digits, spaces and . _ = + -, without '', '.' or '..' "
+            "(naming.slot_key builds them)"
+        )
     return key
 
 

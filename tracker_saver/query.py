@@ -5,6 +5,10 @@ A condition is ``(key, op, value)`` with ``op`` one of ``== != > >= < <= in``. I
 (a bare value means equality). On the command line each ``--where`` is one expression:
 ``score>0.9``, ``prefix=best``, ``global_step in 10,20``. A record whose metadata lacks the
 key (or holds ``None``, e.g. a NaN score) never matches a condition on it, and sorts last.
+
+Keys and values are data, never SQL: a backend binds both as parameters. So a where-dict may
+name any metadata key a callback can set (``"lr (warm-up)"``, ``"it's"``); expressions and
+``order_by`` take identifier-like keys (``score``, ``ignite_name``, ``a.b-c``).
 """
 
 from __future__ import annotations
@@ -38,8 +42,12 @@ class Condition:
     value: Any
 
     def __post_init__(self) -> None:
-        if not _KEY.fullmatch(self.key):
-            raise ConfigError(f"where key {self.key!r} is not a metadata key name like 'score'")
+        # Any key a record can hold (records.clean_metadata): backends bind it as a parameter.
+        if not isinstance(self.key, str) or not self.key or len(self.key) > 1000 or "\x00" in self.key:
+            raise ConfigError(
+                f"where key {self.key!r} is not a metadata key: use the key's name as a non-empty string "
+                "(without NUL, at most 1000 characters), e.g. 'score'"
+            )
         if self.op not in OPS:
             raise ConfigError(f"where operator {self.op!r} for {self.key!r} is unknown: use one of {', '.join(OPS)}")
         if self.op == "in" and (isinstance(self.value, (str, bytes)) or not isinstance(self.value, Iterable)):

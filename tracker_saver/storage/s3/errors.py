@@ -2,15 +2,17 @@
 
 # Operations map through ErrorBoundary (StorageError, or ConfigError for check()); building the
 # session and the client maps through profile_errors and client_errors (ConfigError). Every
-# message names the bucket, the key, the endpoint and the fix, never a credential, and chains
-# the third-party exception as __cause__.
+# message names the bucket, the key, the endpoint and the fix, never a credential. The
+# third-party exception stays chained as __cause__, but as a masked copy (see `masked`):
+# botocore's own messages carry request URLs, and a traceback prints every chained message.
 
 from __future__ import annotations
 
 import contextlib
 import os
-from collections.abc import Iterator
-from typing import Any
+import re
+from collections.abc import Callable, Iterator
+from typing import Any, NoReturn
 from urllib.parse import urlsplit, urlunsplit
 
 import boto3.exceptions
@@ -19,7 +21,17 @@ import s3transfer.exceptions
 
 from tracker_saver.errors import ConfigError, StorageError, TrackerSaverError
 
-__all__ = ["ErrorBoundary", "client_errors", "profile_errors", "redact", "redact_url"]
+__all__ = [
+    "ErrorBoundary",
+    "MaskedError",
+    "client_errors",
+    "has_userinfo",
+    "masked",
+    "profile_errors",
+    "raise_masked",
+    "redact",
+    "redact_url",
+]
 
 #: Error codes that mean "these credentials are not accepted", whatever the permissions.
 _CREDENTIAL_CODES = frozenset(
@@ -67,6 +79,23 @@ _PERMISSION: dict[str, str] = {
 }
 
 
+#: ``scheme://user:password@`` in any text: the userinfo part, up to the host.
+_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^\s/?#@\"'<>]*@")
+#: Environment variables boto3 takes an endpoint from (a user may have put credentials in them).
+ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
+
+
+def has_userinfo(url: str) -> bool:
+    """Whether ``url`` has a ``user:password@`` part.
+
+    Examples:
+        >>> has_userinfo("http://key:secret@127.0.0.1:7480"), has_userinfo("http://127.0.0.1:7480")
+        (True, False)
+    """
+    parts = urlsplit(url)
+    return parts.username is not None or parts.password is not None
+
+
 def redact_url(url: str) -> str:
     """``url`` without a ``user:password@`` part (endpoints must never leak credentials).
 
@@ -74,18 +103,23 @@ def redact_url(url: str) -> str:
         >>> redact_url("http://key:secret@127.0.0.1:7480/")
         'http://127.0.0.1:7480/'
     """
-    parts = urlsplit(url)
-    if parts.username is None and parts.password is None:
+    if not has_userinfo(url):
         return url
+    parts = urlsplit(url)
     host = parts.hostname or ""
     netloc = f"{host}:{parts.port}" if parts.port else host
     return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
 def redact(text: str, session: Any) -> str:
-    """``text`` with every secret that ``session`` or the environment knows replaced by ``***``.
+    """``text`` without any ``user:password@`` in a URL, and every secret that ``session`` or the
+    environment knows replaced by ``***``.
 
     Defence in depth: no message is built from a secret, but a botocore message might hold one.
+
+    Examples:
+        >>> redact('Could not connect to "http://u:pw@127.0.0.1:7480/b/k"', None)
+        'Could not connect to "http://127.0.0.1:7480/b/k"'
     """
     secrets: set[str] = set()
     with contextlib.suppress(Exception):
@@ -96,10 +130,100 @@ def redact(text: str, session: Any) -> str:
     for name in ("AWS_SECRET_ACCESS_KEY", "AWS_SESSION_TOKEN", "AWS_SECURITY_TOKEN"):
         if os.environ.get(name):
             secrets.add(os.environ[name])
+    for name in ENDPOINT_VARIABLES:
+        # A userinfo that URL parsing does not see (a '/' in the password) is masked whole.
+        value = os.environ.get(name, "")
+        if "@" in value:
+            text = text.replace(value, redact_url(value) if has_userinfo(value) else f"<${name}>")
+    text = _USERINFO.sub(r"\1", text)
     for secret in sorted(secrets, key=len, reverse=True):
         if len(secret) >= 4:
             text = text.replace(secret, "***")
     return text
+
+
+class MaskedError(Exception):
+    """Stands in, as a chained cause, for a third-party exception that could not be copied masked.
+
+    Its message is the original's type and masked message: ``botocore.exceptions.X: ...``.
+    """
+
+    def __init__(self, original: type[BaseException], message: str) -> None:
+        super().__init__(f"{original.__module__}.{original.__qualname__}: {message}")
+        self.original = f"{original.__module__}.{original.__qualname__}"
+
+
+def _masked_value(value: Any, clean: Callable[[str], str], memo: dict[int, BaseException]) -> Any:
+    """``value`` with every string cleaned, through dicts, lists, tuples and exceptions."""
+    if isinstance(value, str):
+        return clean(value)
+    if isinstance(value, BaseException):
+        return masked(value, clean, memo)
+    if isinstance(value, dict):
+        return {k: _masked_value(v, clean, memo) for k, v in value.items()}
+    if type(value) in (list, tuple):
+        return type(value)(_masked_value(v, clean, memo) for v in value)
+    return value
+
+
+def masked(
+    exc: BaseException, clean: Callable[[str], str], memo: dict[int, BaseException] | None = None
+) -> BaseException:
+    """A copy of ``exc``, and of its whole chain, whose every text went through ``clean``.
+
+    The copy is rebuilt from ``exc``'s own pickling recipe (so it keeps its type:
+    ``except botocore.exceptions.ClientError`` still works on a cause) with every string in its
+    arguments and attributes cleaned. If that fails, or the copy still shows something
+    ``clean`` would change, a :class:`MaskedError` with the original type's name stands in.
+    The copy keeps ``exc``'s traceback: code locations, which show no values.
+
+    Examples:
+        >>> copy = masked(ValueError("http://u:pw@host/x"), lambda t: redact(t, None))
+        >>> type(copy).__name__, str(copy)
+        ('ValueError', 'http://host/x')
+    """
+    memo = {} if memo is None else memo
+    if id(exc) in memo:
+        return memo[id(exc)]
+    copy: BaseException
+    try:
+        recipe: Any = exc.__reduce_ex__(4)
+        rebuild, args = recipe[0], recipe[1]
+        state = recipe[2] if len(recipe) > 2 else None
+        copy = rebuild(*_masked_value(args, clean, memo))
+        if isinstance(state, dict) and state:
+            copy.__dict__.update(_masked_value(state, clean, memo))
+        shown = [str(copy), repr(copy), repr(vars(copy))]
+        if not isinstance(copy, BaseException) or any(clean(text) != text for text in shown):
+            raise TypeError("the copy still shows a secret")
+    except Exception:
+        try:
+            text = str(exc)
+        except Exception:
+            text = "(its message could not be read)"
+        copy = MaskedError(type(exc), clean(text))
+    memo[id(exc)] = copy
+    copy.__traceback__ = exc.__traceback__
+    copy.__cause__ = masked(exc.__cause__, clean, memo) if exc.__cause__ is not None else None
+    copy.__context__ = masked(exc.__context__, clean, memo) if exc.__context__ is not None else None
+    copy.__suppress_context__ = exc.__suppress_context__
+    return copy
+
+
+def raise_masked(error: TrackerSaverError, cause: BaseException, clean: Callable[[str], str]) -> NoReturn:
+    """``raise error from masked(cause)``, with not even ``__context__`` holding the raw ``cause``.
+
+    Call it while ``cause`` is being handled. Python makes the exception being handled the
+    ``__context__`` of whatever is raised: raising the masked copy first, and ``error`` while
+    handling it, leaves the raw exception in neither ``__cause__`` nor ``__context__``.
+    """
+    copy = masked(cause, clean)
+    context, traceback = copy.__context__, copy.__traceback__
+    try:
+        raise copy
+    except BaseException:
+        copy.__context__, copy.__traceback__ = context, traceback  # what raising it just replaced
+        raise error from copy
 
 
 @contextlib.contextmanager
@@ -108,27 +232,32 @@ def profile_errors(uri: str, profile: str | None) -> Iterator[None]:
     try:
         yield
     except botocore.exceptions.ProfileNotFound as exc:
-        raise ConfigError(
+        error = ConfigError(
             f"AWS profile {profile or os.environ.get('AWS_PROFILE')!r} for {uri} is not in "
             "~/.aws/config or ~/.aws/credentials: fix storage option profile / AWS_PROFILE"
-        ) from exc
+        )
+        raise_masked(error, exc, lambda text: redact(text, None))
 
 
 @contextlib.contextmanager
 def client_errors(uri: str, endpoint_url: str | None, session: Any) -> Iterator[None]:
     """Around ``session.client("s3", ...)``: a bad configuration becomes a ``ConfigError``."""
+
+    def clean(text: str) -> str:
+        if endpoint_url:
+            text = text.replace(endpoint_url, redact_url(endpoint_url))
+        return redact(text, session)
+
     try:
         yield
     except botocore.exceptions.PartialCredentialsError as exc:
-        raise ConfigError(
+        error = ConfigError(
             f"incomplete AWS credentials for {uri} ({exc.kwargs.get('cred_var')} is missing in "
             f"{exc.kwargs.get('provider')}): set both AWS_ACCESS_KEY_ID and AWS_SECRET_ACCESS_KEY, or neither"
-        ) from exc
+        )
+        raise_masked(error, exc, clean)
     except (ValueError, botocore.exceptions.BotoCoreError) as exc:
-        text = str(exc)
-        if endpoint_url:
-            text = text.replace(endpoint_url, redact_url(endpoint_url))
-        raise ConfigError(f"cannot configure an S3 client for {uri}: {redact(text, session)}") from exc
+        raise_masked(ConfigError(f"cannot configure an S3 client for {uri}: {clean(str(exc))}"), exc, clean)
 
 
 class ErrorBoundary:
@@ -166,10 +295,12 @@ class ErrorBoundary:
             raise
         except _THIRD_PARTY as exc:
             where = f"{self.uri}/{key}" if key else self.uri
-            message = redact(f"{action} {where} failed: {self.explain(exc)}", self._session)
-            if config:
-                raise ConfigError(message) from exc
-            raise StorageError(message, key=key) from exc
+            message = self.clean(f"{action} {where} failed: {self.explain(exc)}")
+            raise_masked(ConfigError(message) if config else StorageError(message, key=key), exc, self.clean)
+
+    def clean(self, text: str) -> str:
+        """``text`` with every credential masked (see :func:`redact`)."""
+        return redact(text, self._session)
 
     def explain(self, exc: BaseException) -> str:
         """Why ``exc`` happened and what to do, in one clause."""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import inspect
+import logging
 import os
 import re
 import threading
@@ -19,7 +20,7 @@ from botocore.config import Config
 
 from tracker_saver.errors import ConfigError
 from tracker_saver.naming import check_key
-from tracker_saver.storage.s3.errors import client_errors, profile_errors, redact_url
+from tracker_saver.storage.s3.errors import ENDPOINT_VARIABLES, client_errors, has_userinfo, profile_errors, redact_url
 
 __all__ = [
     "DEFAULT_MAX_CONCURRENCY",
@@ -35,6 +36,8 @@ __all__ = [
     "shared_loader",
     "transfer_config",
 ]
+
+log = logging.getLogger(__name__)
 
 MiB = 1024 * 1024
 
@@ -205,6 +208,12 @@ def check_options(
         tracker_saver.errors.ConfigError: storage option retry_mode must be one of 'standard', 'adaptive', got 'legacy'
     """
     endpoint = _check_str("endpoint_url", endpoint_url)
+    if endpoint is not None and "@" in endpoint and not has_userinfo(endpoint):
+        # An '@' that URL parsing does not take for userinfo: a password with '/' in it, say.
+        raise ConfigError(
+            "storage option endpoint_url has an '@' outside a user:password@host part, so it may hold a "
+            "credential and is not shown: use http(s)://HOST:PORT, and aws_access_key_id/aws_secret_access_key"
+        )
     if endpoint is not None and urlsplit(endpoint).scheme not in ("http", "https"):
         raise ConfigError(
             f"storage option endpoint_url {redact_url(endpoint)!r} is not an http(s) URL: "
@@ -292,15 +301,48 @@ def connect(uri: str, options: S3Options) -> tuple[Any, Any]:
         config_kwargs["request_checksum_calculation"] = checksums
         config_kwargs["response_checksum_validation"] = checksums
 
-    endpoint_url, style = options.endpoint_url, options.addressing_style
+    endpoint_url, style = (
+        _without_userinfo(uri, options.endpoint_url or _environment_endpoint()),
+        options.addressing_style,
+    )
     if style is None and endpoint_url is not None and not _is_aws(endpoint_url):
         style = "path"
     client = _client(uri, session, endpoint_url, config_kwargs, style)
+    if has_userinfo(client.meta.endpoint_url):  # from a profile's endpoint_url
+        endpoint_url = _without_userinfo(uri, client.meta.endpoint_url)
+        client = _client(uri, session, endpoint_url, config_kwargs, style)
     if style is None and not _is_aws(client.meta.endpoint_url):
         # Ceph and MinIO serve buckets under the path unless configured with a DNS name.
         # Recent botocore already does this for custom endpoints; older ones did not.
         client = _client(uri, session, endpoint_url, config_kwargs, "path")
     return session, client
+
+
+def _environment_endpoint() -> str | None:
+    """The endpoint boto3 would take from the environment, only when it has ``user:password@``."""
+    if os.environ.get("AWS_IGNORE_CONFIGURED_ENDPOINT_URLS", "").lower() == "true":
+        return None
+    for name in ENDPOINT_VARIABLES:  # boto3's order: the S3-specific one first
+        if os.environ.get(name):
+            return os.environ[name] if has_userinfo(os.environ[name]) else None
+    return None
+
+
+def _without_userinfo(uri: str, endpoint_url: str | None) -> str | None:
+    """``endpoint_url`` without ``user:password@``, which S3 never uses (requests are signed with keys).
+
+    Dropped before botocore sees it: botocore puts the endpoint in its error messages and in its
+    DEBUG log of every request.
+    """
+    if endpoint_url is None or not has_userinfo(endpoint_url):
+        return endpoint_url
+    log.warning(
+        "the S3 endpoint %s for %s has a user:password@ part, which S3 does not use: it is dropped; "
+        "remove it, and give keys as AWS_ACCESS_KEY_ID/AWS_SECRET_ACCESS_KEY or storage options",
+        redact_url(endpoint_url),
+        uri,
+    )
+    return redact_url(endpoint_url)
 
 
 def transfer_config(options: S3Options) -> TransferConfig:
