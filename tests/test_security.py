@@ -651,6 +651,23 @@ def test_a_clearml_secret_never_shows_in_the_cli(clearml_standin, seen) -> None:
     seen.assert_clean()
 
 
+@pytest.mark.clearml
+def test_a_clearml_secret_never_shows_in_an_in_process_traceback(clearml_standin, seen) -> None:
+    # The SDK's LoginError names the API host as configured: the registry chains a masked copy.
+    env = {**process_env(), "CLEARML_API_SECRET_KEY": SENTINEL}
+    env["CLEARML_API_HOST"] = _with_userinfo(env["CLEARML_API_HOST"])
+    script = (
+        "import traceback\n"
+        "from tracker_saver.registry.clearml import ClearMLRegistry\n"
+        "try:\n    ClearMLRegistry()\n"
+        "except Exception as exc:\n    print(''.join(traceback.format_exception(exc)))\n"
+    )
+    done = subprocess.run([sys.executable, "-c", script], env=env, capture_output=True, text=True, timeout=120)
+    assert "refused the credentials" in done.stdout and "LoginError" in done.stdout, done.stdout + done.stderr
+    seen.add("traceback of ClearMLRegistry() with user:secret@ in CLEARML_API_HOST", done.stdout + done.stderr)
+    seen.assert_clean()
+
+
 def test_the_error_boundary_chains_a_masked_copy_of_the_cause_of_the_same_type(monkeypatch, seen) -> None:
     botocore = pytest.importorskip("botocore.exceptions")
     from tracker_saver.storage.s3.errors import ErrorBoundary

@@ -64,6 +64,7 @@ from tracker_saver.claims import Holder, is_alive
 from tracker_saver.errors import ConfigError, RecordNotFoundError, RegistryError
 from tracker_saver.integrations.clearml_binding import skip_saves_while
 from tracker_saver.integrations.clearml_conf import clearml_s3_options
+from tracker_saver.masking import raise_masked, strip_userinfo
 from tracker_saver.records import LOADABLE, MetaValue, Record, RecordState, StreamId, UploadInfo
 from tracker_saver.registry.base import RECORD_FIELDS, Query, Registry, busy, select
 from tracker_saver.registry.clearml_codec import (
@@ -190,15 +191,17 @@ class ClearMLRegistry(Registry):
             except Exception as exc:  # MissingConfigError, LoginError, requests errors ...
                 detail = f"{type(exc).__name__}: {self._scrub(str(exc))}"
                 if "error 401" in str(exc) or "invalid credentials" in str(exc).lower():
-                    raise ConfigError(
+                    refused = ConfigError(
                         f"the ClearML server refused the credentials ({detail}): check CLEARML_API_ACCESS_KEY and "
                         "CLEARML_API_SECRET_KEY, or the api.credentials of clearml.conf (`clearml-init` writes them)"
-                    ) from exc
-                raise ConfigError(
+                    )
+                    raise_masked(refused, exc, self._scrub)
+                unreachable = ConfigError(
                     f"ClearML registry cannot connect ({detail}): check that "
                     "the ClearML server is up, and run `clearml-init` or set CLEARML_API_HOST, "
                     "CLEARML_API_ACCESS_KEY and CLEARML_API_SECRET_KEY"
-                ) from exc
+                )
+                raise_masked(unreachable, exc, self._scrub)
             if getattr(session, "_offline_mode", False):
                 raise ConfigError(
                     "ClearML is in offline mode, which cannot hold a registry: unset CLEARML_OFFLINE_MODE "
@@ -220,7 +223,7 @@ class ClearMLRegistry(Registry):
 
     def _scrub(self, text: str) -> str:
         session = self._session
-        text = re.sub(r"(?i)\b([a-z][a-z0-9+.-]*://)[^\s/?#@\"'<>]*@", r"\1", text)  # user:password@ in a URL
+        text = strip_userinfo(text)
         for secret in (getattr(session, "secret_key", None), getattr(session, "access_key", None)):
             if secret:
                 text = text.replace(str(secret), "***")
@@ -232,11 +235,12 @@ class ClearMLRegistry(Registry):
         try:
             result = session.send(request)
         except Exception as exc:  # requests, urllib3, clearml LoginError/ValidationError ...
-            raise RegistryError(
+            failed = RegistryError(
                 f"ClearML registry {self.uri}: {what} failed ({type(exc).__name__}: {self._scrub(str(exc))}); "
                 "check that the ClearML server is reachable and the credentials are valid",
                 record_id=record_id,
-            ) from exc
+            )
+            raise_masked(failed, exc, self._scrub)
         if result is None:
             raise RegistryError(
                 f"ClearML registry {self.uri}: {what} got no answer (offline mode?)", record_id=record_id

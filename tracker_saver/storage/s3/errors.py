@@ -10,28 +10,17 @@ from __future__ import annotations
 
 import contextlib
 import os
-import re
-from collections.abc import Callable, Iterator
-from typing import Any, NoReturn
-from urllib.parse import urlsplit, urlunsplit
+from collections.abc import Iterator
+from typing import Any
 
 import boto3.exceptions
 import botocore.exceptions
 import s3transfer.exceptions
 
 from tracker_saver.errors import ConfigError, StorageError, TrackerSaverError
+from tracker_saver.masking import has_userinfo, raise_masked, redact_url, strip_userinfo
 
-__all__ = [
-    "ErrorBoundary",
-    "MaskedError",
-    "client_errors",
-    "has_userinfo",
-    "masked",
-    "profile_errors",
-    "raise_masked",
-    "redact",
-    "redact_url",
-]
+__all__ = ["ENDPOINT_VARIABLES", "ErrorBoundary", "client_errors", "profile_errors", "redact"]
 
 #: Error codes that mean "these credentials are not accepted", whatever the permissions.
 _CREDENTIAL_CODES = frozenset(
@@ -79,36 +68,8 @@ _PERMISSION: dict[str, str] = {
 }
 
 
-#: ``scheme://user:password@`` in any text: the userinfo part, up to the host.
-_USERINFO = re.compile(r"(?i)\b([a-z][a-z0-9+.-]*://)[^\s/?#@\"'<>]*@")
 #: Environment variables boto3 takes an endpoint from (a user may have put credentials in them).
 ENDPOINT_VARIABLES = ("AWS_ENDPOINT_URL_S3", "AWS_ENDPOINT_URL")
-
-
-def has_userinfo(url: str) -> bool:
-    """Whether ``url`` has a ``user:password@`` part.
-
-    Examples:
-        >>> has_userinfo("http://key:secret@127.0.0.1:7480"), has_userinfo("http://127.0.0.1:7480")
-        (True, False)
-    """
-    parts = urlsplit(url)
-    return parts.username is not None or parts.password is not None
-
-
-def redact_url(url: str) -> str:
-    """``url`` without a ``user:password@`` part (endpoints must never leak credentials).
-
-    Examples:
-        >>> redact_url("http://key:secret@127.0.0.1:7480/")
-        'http://127.0.0.1:7480/'
-    """
-    if not has_userinfo(url):
-        return url
-    parts = urlsplit(url)
-    host = parts.hostname or ""
-    netloc = f"{host}:{parts.port}" if parts.port else host
-    return urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
 
 
 def redact(text: str, session: Any) -> str:
@@ -135,95 +96,11 @@ def redact(text: str, session: Any) -> str:
         value = os.environ.get(name, "")
         if "@" in value:
             text = text.replace(value, redact_url(value) if has_userinfo(value) else f"<${name}>")
-    text = _USERINFO.sub(r"\1", text)
+    text = strip_userinfo(text)
     for secret in sorted(secrets, key=len, reverse=True):
         if len(secret) >= 4:
             text = text.replace(secret, "***")
     return text
-
-
-class MaskedError(Exception):
-    """Stands in, as a chained cause, for a third-party exception that could not be copied masked.
-
-    Its message is the original's type and masked message: ``botocore.exceptions.X: ...``.
-    """
-
-    def __init__(self, original: type[BaseException], message: str) -> None:
-        super().__init__(f"{original.__module__}.{original.__qualname__}: {message}")
-        self.original = f"{original.__module__}.{original.__qualname__}"
-
-
-def _masked_value(value: Any, clean: Callable[[str], str], memo: dict[int, BaseException]) -> Any:
-    """``value`` with every string cleaned, through dicts, lists, tuples and exceptions."""
-    if isinstance(value, str):
-        return clean(value)
-    if isinstance(value, BaseException):
-        return masked(value, clean, memo)
-    if isinstance(value, dict):
-        return {k: _masked_value(v, clean, memo) for k, v in value.items()}
-    if type(value) in (list, tuple):
-        return type(value)(_masked_value(v, clean, memo) for v in value)
-    return value
-
-
-def masked(
-    exc: BaseException, clean: Callable[[str], str], memo: dict[int, BaseException] | None = None
-) -> BaseException:
-    """A copy of ``exc``, and of its whole chain, whose every text went through ``clean``.
-
-    The copy is rebuilt from ``exc``'s own pickling recipe (so it keeps its type:
-    ``except botocore.exceptions.ClientError`` still works on a cause) with every string in its
-    arguments and attributes cleaned. If that fails, or the copy still shows something
-    ``clean`` would change, a :class:`MaskedError` with the original type's name stands in.
-    The copy keeps ``exc``'s traceback: code locations, which show no values.
-
-    Examples:
-        >>> copy = masked(ValueError("http://u:pw@host/x"), lambda t: redact(t, None))
-        >>> type(copy).__name__, str(copy)
-        ('ValueError', 'http://host/x')
-    """
-    memo = {} if memo is None else memo
-    if id(exc) in memo:
-        return memo[id(exc)]
-    copy: BaseException
-    try:
-        recipe: Any = exc.__reduce_ex__(4)
-        rebuild, args = recipe[0], recipe[1]
-        state = recipe[2] if len(recipe) > 2 else None
-        copy = rebuild(*_masked_value(args, clean, memo))
-        if isinstance(state, dict) and state:
-            copy.__dict__.update(_masked_value(state, clean, memo))
-        shown = [str(copy), repr(copy), repr(vars(copy))]
-        if not isinstance(copy, BaseException) or any(clean(text) != text for text in shown):
-            raise TypeError("the copy still shows a secret")
-    except Exception:
-        try:
-            text = str(exc)
-        except Exception:
-            text = "(its message could not be read)"
-        copy = MaskedError(type(exc), clean(text))
-    memo[id(exc)] = copy
-    copy.__traceback__ = exc.__traceback__
-    copy.__cause__ = masked(exc.__cause__, clean, memo) if exc.__cause__ is not None else None
-    copy.__context__ = masked(exc.__context__, clean, memo) if exc.__context__ is not None else None
-    copy.__suppress_context__ = exc.__suppress_context__
-    return copy
-
-
-def raise_masked(error: TrackerSaverError, cause: BaseException, clean: Callable[[str], str]) -> NoReturn:
-    """``raise error from masked(cause)``, with not even ``__context__`` holding the raw ``cause``.
-
-    Call it while ``cause`` is being handled. Python makes the exception being handled the
-    ``__context__`` of whatever is raised: raising the masked copy first, and ``error`` while
-    handling it, leaves the raw exception in neither ``__cause__`` nor ``__context__``.
-    """
-    copy = masked(cause, clean)
-    context, traceback = copy.__context__, copy.__traceback__
-    try:
-        raise copy
-    except BaseException:
-        copy.__context__, copy.__traceback__ = context, traceback  # what raising it just replaced
-        raise error from copy
 
 
 @contextlib.contextmanager

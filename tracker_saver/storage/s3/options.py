@@ -19,8 +19,9 @@ from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 
 from tracker_saver.errors import ConfigError
+from tracker_saver.masking import has_userinfo, redact_url
 from tracker_saver.naming import check_key
-from tracker_saver.storage.s3.errors import ENDPOINT_VARIABLES, client_errors, has_userinfo, profile_errors, redact_url
+from tracker_saver.storage.s3.errors import ENDPOINT_VARIABLES, client_errors, profile_errors
 
 __all__ = [
     "DEFAULT_MAX_CONCURRENCY",

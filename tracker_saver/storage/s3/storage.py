@@ -12,9 +12,10 @@ from typing import Any, BinaryIO
 import botocore.exceptions
 
 from tracker_saver.errors import ConfigError, StorageError
+from tracker_saver.masking import redact_url
 from tracker_saver.naming import check_key
 from tracker_saver.storage.base import DEFAULT_SPOOL_BYTES, ObjectStat, Staged, Storage
-from tracker_saver.storage.s3.errors import ErrorBoundary, redact_url
+from tracker_saver.storage.s3.errors import ErrorBoundary
 from tracker_saver.storage.s3.options import (
     DEFAULT_MAX_CONCURRENCY,
     DEFAULT_MULTIPART_CHUNKSIZE,
