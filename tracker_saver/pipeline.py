@@ -39,7 +39,7 @@ from tracker_saver.registry.base import Query, Registry, stream_query
 from tracker_saver.slots import Choice, SlotAllocator
 from tracker_saver.storage.base import Storage
 
-__all__ = ["HashingWriter", "Pipeline", "is_writing", "kept_filenames", "writing"]
+__all__ = ["HashingWriter", "Pipeline", "cpu_only", "is_writing", "kept_filenames", "writing"]
 
 log = logging.getLogger(__name__)
 
@@ -68,45 +68,67 @@ def writing() -> Iterator[None]:
         _local.writing = False
 
 
-#: Writes at least this big are hashed on a second thread while the target writes them:
-#: hashlib and file/socket writes release the GIL, so the hash costs no extra wall time.
+#: Writes at least this big are hashed on a second thread; hashlib and file or socket writes
+#: release the GIL, so the sha256 runs while the bytes are written.
 PARALLEL_HASH_BYTES = 1 << 20
 
+#: One thread for every writer's hashing: a writer's updates run in the order it wrote.
 _hasher = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="tracker-saver-sha256")
 
 
 class HashingWriter:
     """A write-only file that hashes and counts what passes through to ``target``.
 
-    A large write is hashed on a second thread while ``target`` writes it; both finish before
-    ``write`` returns, so the caller may reuse its buffer at once.
+    Large writes are hashed on a second thread while ``target`` writes them. By default each
+    ``write`` waits for its hash before returning, as the caller may free its buffer then.
+    With ``defer=True`` it does not (``sha256`` waits instead), so the hash also overlaps
+    whatever the caller does next; only for a caller whose large buffers outlive the writer:
+    ``torch.save`` of CPU tensors passes their storages, which the checkpoint keeps alive.
+    Small writes are copied before they are queued.
 
     It has no ``name`` attribute on purpose: ClearML's ``torch.save`` binding registers only
     files it can name, so our writes never become a second, untracked upload.
+
+    Examples:
+        >>> import io
+        >>> writer = HashingWriter(io.BytesIO(), defer=True)
+        >>> writer.write(b"abc"), writer.sha256[:12]
+        (3, 'ba7816bf8f01')
     """
 
-    def __init__(self, target: BinaryIO | None = None) -> None:
+    def __init__(self, target: BinaryIO | None = None, *, defer: bool = False) -> None:
         self.target = target
+        self.defer = defer
         self._sha = hashlib.sha256()
+        self._hashing: list[concurrent.futures.Future[None]] = []
         self.size = 0
         self.error: OSError | None = None
 
     def write(self, data: bytes) -> int:
         view = memoryview(data)
         assert self.target is not None
-        hashing = _hasher.submit(self._sha.update, view) if view.nbytes >= PARALLEL_HASH_BYTES else None
+        large = view.nbytes >= PARALLEL_HASH_BYTES
+        if self.defer or large:
+            self._hashing = [f for f in self._hashing if not f.done()]
+            self._hashing.append(_hasher.submit(self._sha.update, view if large else bytes(view)))
+        else:
+            self._wait()  # an earlier large write's hash comes first
+            self._sha.update(view)
         try:
             self.target.write(view)
         except OSError as exc:
             self.error = exc  # torch may rewrap it; keep the original for the error message
             raise
         finally:
-            if hashing is not None:
-                hashing.result()
-        if hashing is None:
-            self._sha.update(view)
+            if large and not self.defer:
+                self._wait()
         self.size += view.nbytes
         return view.nbytes
+
+    def _wait(self) -> None:
+        for future in self._hashing:
+            future.result()
+        self._hashing.clear()
 
     def flush(self) -> None:
         if self.target is not None:
@@ -114,7 +136,25 @@ class HashingWriter:
 
     @property
     def sha256(self) -> str:
+        """The hex digest of everything written so far (waits for pending hashes)."""
+        self._wait()
         return self._sha.hexdigest()
+
+
+def cpu_only(checkpoint: object) -> bool:
+    """Whether every tensor in ``checkpoint`` (dicts, lists, tuples) is on the CPU.
+
+    Examples:
+        >>> cpu_only({"model": {"w": torch.zeros(2)}, "epoch": 3})
+        True
+    """
+    if isinstance(checkpoint, torch.Tensor):
+        return checkpoint.device.type == "cpu"
+    if isinstance(checkpoint, Mapping):
+        return all(cpu_only(v) for v in checkpoint.values())
+    if isinstance(checkpoint, (list, tuple)):
+        return all(cpu_only(v) for v in checkpoint)
+    return True
 
 
 def kept_filenames(checkpoint: Mapping[str, Any]) -> list[str]:
@@ -219,7 +259,8 @@ class Pipeline:
             self.slots.abandon(stream, choice)
             raise
         staged = False
-        writer = HashingWriter()
+        # CPU tensors' storages outlive torch.save's writes: their hash may trail them.
+        writer = HashingWriter(defer=cpu_only(checkpoint))
 
         def before_commit() -> None:  # DESIGN step 6, right before the storage commit point
             nonlocal staged

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import concurrent.futures
 import contextlib
 import os
 import shutil
@@ -20,6 +21,19 @@ __all__ = ["LocalStorage"]
 #: Temp files start with this and are invisible to ``list``: a stream's footprint counts
 #: only complete objects. A crash leaves at most one such file per slot, easy to find by name.
 TEMP_PREFIX = ".tmp-"
+
+
+#: Closes replaced slot files off the caller's thread: freeing a large file's blocks takes
+#: a while (about 0.1 s per 256 MiB on ext4), and the rename needs none of it.
+_closer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="tracker-saver-close")
+
+
+def _hold(path: Path) -> int | None:
+    """An open descriptor of the slot's current file, so the rename does not free its blocks."""
+    try:
+        return os.open(path, os.O_RDONLY)
+    except OSError:
+        return None
 
 
 def _fsync_dir(path: Path) -> None:
@@ -79,8 +93,11 @@ class LocalStorage(Storage):
                 before_commit()
             # The temp file is in the slot's own folder, so os.replace is an atomic rename:
             # a crash leaves either the old slot bytes or the new ones (invariant 6).
+            old = _hold(path)
             os.replace(tmp, path)
             _fsync_dir(path.parent)
+            if old is not None:
+                _closer.submit(os.close, old)
         except BaseException as exc:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
