@@ -108,11 +108,9 @@ class HashingWriter:
         view = memoryview(data)
         assert self.target is not None
         large = view.nbytes >= PARALLEL_HASH_BYTES
-        if self.defer or large:
-            self._hashing = [f for f in self._hashing if not f.done()]
-            self._hashing.append(_hasher.submit(self._sha.update, view if large else bytes(view)))
-        else:
-            self._wait()  # an earlier large write's hash comes first
+        queued = (self.defer or large) and self._queue_hash(view if large else bytes(view))
+        if not queued:
+            self._wait()  # an earlier write's hash comes first
             self._sha.update(view)
         try:
             self.target.write(view)
@@ -120,10 +118,19 @@ class HashingWriter:
             self.error = exc  # torch may rewrap it; keep the original for the error message
             raise
         finally:
-            if large and not self.defer:
+            if queued and not self.defer:
                 self._wait()
         self.size += view.nbytes
         return view.nbytes
+
+    def _queue_hash(self, data: memoryview | bytes) -> bool:
+        """Hash ``data`` on the hashing thread; ``False`` once the interpreter shuts down (an atexit flush)."""
+        try:
+            future = _hasher.submit(self._sha.update, data)
+        except RuntimeError:  # concurrent.futures takes no new work at interpreter shutdown
+            return False
+        self._hashing = [f for f in self._hashing if not f.done()] + [future]
+        return True
 
     def _wait(self) -> None:
         for future in self._hashing:

@@ -97,7 +97,10 @@ class LocalStorage(Storage):
             os.replace(tmp, path)
             _fsync_dir(path.parent)
             if old is not None:
-                _closer.submit(os.close, old)
+                try:
+                    _closer.submit(os.close, old)
+                except RuntimeError:  # the interpreter is shutting down (an atexit flush)
+                    os.close(old)
         except BaseException as exc:
             with contextlib.suppress(FileNotFoundError):
                 os.unlink(tmp)
