@@ -335,3 +335,8 @@ def test_gateway_dying_mid_upload_during_training_leaves_no_live_record_on_forei
     assert [r.id for r in find_models(project="p", live=True, registry=saver.registry)] == [first.id]
     with saver.storage.get(first.key) as f:
         assert hashlib.sha256(f.read()).hexdigest() == first.sha256
+    # The multipart upload the outage left (nothing could abort it) goes at the next start-up.
+    saver.close()
+    again = TrackerSaver(s3_output_uri, project="p", run="r", registry=tmp_path / "r.db")
+    assert again.storage.staged() == []
+    again.close()

@@ -28,7 +28,7 @@ from typing import Any
 
 from tracker_saver.claims import new_holder, release_local
 from tracker_saver.errors import StreamBusyError
-from tracker_saver.naming import slot_key
+from tracker_saver.naming import run_prefix, slot_key
 from tracker_saver.records import LOADABLE, Record, RecordState, StreamId
 from tracker_saver.recovery import plan_slot, recover_slot
 from tracker_saver.registry.base import Query, Registry
@@ -195,7 +195,7 @@ def _check(
             for_uri = getattr(registry, "storage_options_for", None)  # a tracker that knows its S3 credentials
             storages[uri] = open_storage(uri, **(for_uri(uri, options) if for_uri else options))
         storage = storages[uri]
-        prefix = slot_key(project, run, "x", 0, ".pt").rsplit("/", 1)[0] + "/"
+        prefix = run_prefix(project, run)
         # Only the run's own folder: a project "a/b" lives under project "a"'s folder.
         objects = {o.key: o for o in storage.list(prefix) if _SLOT_OBJECT.search(o.key) and _in_folder(o.key, prefix)}
         staged = [s for s in storage.staged(prefix) if _in_folder(s.key, prefix)]

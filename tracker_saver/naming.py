@@ -43,6 +43,7 @@ __all__ = [
     "key_path",
     "key_segment",
     "parse_filename",
+    "run_prefix",
     "slot_key",
     "split_basename",
 ]
@@ -177,6 +178,16 @@ def slot_key(project: str, run: str, stream: str, slot: int, ext: str) -> str:
     if ext not in KEY_EXTENSIONS:
         raise ConfigError(f"extension {ext!r} is not one of {', '.join(KEY_EXTENSIONS)}")
     return check_key(f"{key_path(project)}/{key_segment(run)}/{key_segment(stream)}.slot{slot}{ext}")
+
+
+def run_prefix(project: str, run: str) -> str:
+    """The folder of a run's slot keys, with a trailing ``/``.
+
+    Examples:
+        >>> run_prefix("mnist", "resnet-lr0.1")
+        'mnist/resnet-lr0.1/'
+    """
+    return slot_key(project, run, "x", 0, ".pt").rsplit("/", 1)[0] + "/"
 
 
 def split_basename(basename: str) -> tuple[str, str]:

@@ -32,7 +32,7 @@ from tracker_saver.errors import (
     StreamBusyError,
     TrackerSaverError,
 )
-from tracker_saver.naming import key_ext, slot_key
+from tracker_saver.naming import key_ext, run_prefix, slot_key
 from tracker_saver.records import LOADABLE, Record, RecordState, StreamId, UploadInfo
 from tracker_saver.recovery import Action, recover_slot, recover_stream
 from tracker_saver.registry.base import Query, Registry, stream_query
@@ -217,17 +217,30 @@ class Pipeline:
     def recover(self, project: str, run: str) -> list[Action]:
         """Start-up recovery: settle what killed writers left in this run at this output_uri.
 
-        Streams that another live saver holds are its own business and left alone.
+        Pending records are settled, and unfinished writes (temp files, multipart uploads a
+        dead writer or an outage left) removed. Streams that another live saver holds are its
+        own business and left alone.
         """
         query = Query(output_uri=self.storage.uri, project=project, run=run, states=(RecordState.PENDING,))
+        streams = {r.stream_id for r in self.registry.query(query)}
+        leftovers = self.storage.staged(run_prefix(project, run))
+        owner: dict[str, StreamId] = {}
+        if leftovers:  # every staged write has a record with its slot key (step 4 comes first)
+            everything = self.registry.query(Query(output_uri=self.storage.uri, project=project, run=run))
+            owner = {r.key: r.stream_id for r in everything if r.key}
+            streams |= {owner[item.key] for item in leftovers if item.key in owner}
         actions: list[Action] = []
-        for stream in sorted({r.stream_id for r in self.registry.query(query)}, key=lambda s: s.stream):
+        for stream in sorted(streams, key=lambda s: s.stream):
             try:
                 self.registry.claim(stream, self.holder)
             except StreamBusyError:
                 continue
             try:
                 actions += recover_stream(self.storage, self.registry, stream)
+                for item in leftovers:
+                    if owner.get(item.key) == stream:  # we hold the claim: no one else writes it
+                        self.storage.abort_staged(item)
+                        log.warning("start-up recovery in %s: removed unfinished write %s", stream.label, item.ref)
             finally:
                 self.registry.release(stream, self.holder)
                 self._claimed.pop(stream, None)
