@@ -302,7 +302,8 @@ def _gateway(lock: _SessionLock) -> Iterator[CephS3]:
             _started_marker().unlink(missing_ok=True)
 
 
-def _empty_and_remove(client: Any, bucket: str) -> None:
+def empty_and_remove(client: Any, bucket: str) -> None:
+    """Abort a bucket's uploads, delete its objects, then the bucket (best effort)."""
     with contextlib.suppress(Exception):
         for page in client.get_paginator("list_multipart_uploads").paginate(Bucket=bucket):
             for up in page.get("Uploads", []):
@@ -323,7 +324,7 @@ def s3_bucket(ceph_s3: CephS3) -> Iterator[str]:
     client.create_bucket(Bucket=bucket)
     yield bucket
     ceph_s3.ensure_up()
-    _empty_and_remove(client, bucket)
+    empty_and_remove(client, bucket)
 
 
 @pytest.fixture

@@ -1,0 +1,176 @@
+"""The crash points of DESIGN's path, the run's shape, and the kill plan a seed draws; pure.
+
+A crash point is armed in the training process by ``TRACKER_SAVER_SOAK_CRASH=<point>:<n>``: the
+process kills itself (SIGKILL) the ``n``-th time it passes ``<point>`` after training starts.
+``gateway:<n>`` holds the ``n``-th S3 part upload until the driver has stopped the gateway.
+``request:<endpoint>:<n>`` is carried out by the ClearML stand-in: it kills the process right
+after it applied the ``n``-th request to ``<endpoint>``, before answering it.
+"""
+
+from __future__ import annotations
+
+import random
+from dataclasses import dataclass
+
+__all__ = [
+    "BACKENDS",
+    "CLEARML_REQUESTS",
+    "GATEWAY",
+    "Kill",
+    "N_SAVED",
+    "POINTS",
+    "RESTORES",
+    "STREAMS",
+    "make_plan",
+    "parse_crash",
+    "score_of",
+    "targeted_points",
+]
+
+BACKENDS = ("local", "s3", "clearml")
+
+#: The two streams of the soak's training and their ``n_saved``.
+N_SAVED = {"best_checkpoint": 2, "checkpoint": 1}
+STREAMS = tuple(N_SAVED)
+
+#: Targeted crash points in the order a save passes them (DESIGN, "The path of one checkpoint").
+POINTS: dict[str, str] = {
+    "remove:after": "Ignite's remove returned; the save has not begun",
+    "create:before": "pre-upload callbacks ran; no pending record yet (before serialize)",
+    "create:after": "the pending record exists; not a byte written",
+    "pickle:mid": "inside torch.save's pickling, before its bytes reach the staged write",
+    "write:mid": "half of the checkpoint's bytes are in the staged write (temp file / upload pipe)",
+    "upload:mid": "S3 only: a part of the multipart upload is stored, the upload is not complete",
+    "stage:before": "every byte staged (temp file fsynced / parts uploaded); before the registry's stage",
+    "stage:after": "digest noted and the slot's previous record evicted; before the storage commit point",
+    "commit:after": "the storage commit point passed (rename / CompleteMultipartUpload); record pending",
+    "register:before": "post-upload callbacks ran; before the record becomes live",
+    "register:after": "the record is live; the save returns next",
+}
+
+#: ClearML requests the stand-in kills the process after (the registry's writes, in any step).
+CLEARML_REQUESTS = ("models.create", "models.add_or_update_metadata", "models.edit")
+
+#: S3 gateway faults: radosgw stopped while the ``n``-th part upload is held, then started again
+#: after 0-5 s (the save may retry and complete), or only once the save has raised (an outage).
+GATEWAY = ("gateway-restart", "gateway-outage")
+
+#: How the process after a kill restores: the resume helper; a fresh ``Checkpoint`` with the
+#: model and trainer loaded from the newest last checkpoint; a fresh one from scratch (epoch 0).
+RESTORES = ("resume", "fresh", "resume", "scratch")
+
+
+def score_of(seed: int, epoch: int) -> float:
+    """The validation score of ``epoch``: the same in every process (a rerun epoch scores the same).
+
+    A slow upward trend plus noise keeps the best stream saving; one epoch in 50 scores ``inf``
+    (DESIGN: an infinite priority must survive a resume as Ignite keeps it).
+
+    Examples:
+        >>> score_of(1, 3) == score_of(1, 3)
+        True
+    """
+    rng = random.Random(f"{seed}:{epoch}")
+    if rng.random() < 0.02:
+        return float("inf")
+    return round(0.002 * epoch + rng.uniform(0.0, 0.5), 4)
+
+
+def targeted_points(backend: str) -> list[str]:
+    """Every targeted point a backend can reach (``upload:mid`` is S3's; requests are ClearML's).
+
+    Examples:
+        >>> "upload:mid" in targeted_points("local"), "upload:mid" in targeted_points("s3")
+        (False, True)
+    """
+    points = [p for p in POINTS if p != "upload:mid" or backend == "s3"]
+    if backend == "clearml":
+        points += [f"request:{endpoint}" for endpoint in CLEARML_REQUESTS]
+    return points
+
+
+def parse_crash(spec: str | None) -> tuple[str, int] | None:
+    """``"stage:after:2"`` → ``("stage:after", 2)``; ``None`` or ``""`` → ``None``.
+
+    Examples:
+        >>> parse_crash("stage:after:2"), parse_crash("gateway:3"), parse_crash(None)
+        (('stage:after', 2), ('gateway', 3), None)
+    """
+    if not spec:
+        return None
+    point, _, count = spec.rpartition(":")
+    if not point or not count.isdigit() or int(count) < 1:
+        raise ValueError(f"crash point {spec!r} is not <point>:<n> with n >= 1, e.g. stage:after:2")
+    return point, int(count)
+
+
+@dataclass(frozen=True)
+class Kill:
+    """One kill of the plan and the restart after it.
+
+    Attributes:
+        index: 0-based kill number.
+        kind: ``random`` (SIGKILL after ``delay`` s of training), ``targeted`` (a crash point)
+            or ``gateway`` (S3: radosgw stopped in the middle of an upload, then started again).
+        point: the crash point (``targeted``), one of ``GATEWAY`` or ``""``.
+        count: kill the ``count``-th time the point is passed.
+        delay: seconds of training before a random kill; for ``gateway-restart``, how long the
+            gateway stays down before it is started again.
+        restore: how the process started after this kill restores (see ``RESTORES``).
+    """
+
+    index: int
+    kind: str
+    point: str
+    count: int
+    delay: float
+    restore: str
+
+    @property
+    def label(self) -> str:
+        """How a report names the kill: ``random@0.734s``, ``stage:after:2``, ``gateway:3``."""
+        return f"random@{self.delay:.3f}s" if self.kind == "random" else f"{self.point}:{self.count}"
+
+    @property
+    def env(self) -> str:
+        """The ``TRACKER_SAVER_SOAK_CRASH`` value the process of this kill gets (``""``: none)."""
+        if self.kind == "targeted" and not self.point.startswith("request:"):
+            return f"{self.point}:{self.count}"
+        if self.kind == "gateway":
+            return f"gateway:{self.count}"
+        return ""
+
+
+def make_plan(backend: str, kills: int, seed: int, *, max_delay: float) -> list[Kill]:
+    """The kills of one run: half random in time, half targeted, round-robin over the points.
+
+    Kill ``i`` is random when ``(i + i // 4)`` is even, so random and targeted kills meet every
+    restore mode equally often. Each round of targeted kills visits every point once, in an
+    order shuffled by the seed. On ``s3`` every 10th kill is a gateway stop instead, alternately
+    a short one and an outage.
+
+    Examples:
+        >>> plan = make_plan("local", 8, seed=1, max_delay=1.0)
+        >>> [k.kind for k in plan].count("random"), [k.restore for k in plan][:4]
+        (4, ['resume', 'fresh', 'resume', 'scratch'])
+    """
+    if backend not in BACKENDS:
+        raise ValueError(f"backend {backend!r} is not one of {', '.join(BACKENDS)}")
+    rng = random.Random(seed)
+    points: list[str] = []
+    plan: list[Kill] = []
+    for i in range(kills):
+        restore = RESTORES[i % len(RESTORES)]
+        if backend == "s3" and i % 10 == 9:
+            point = GATEWAY[(i // 10) % 2]
+            plan.append(Kill(i, "gateway", point, rng.randint(1, 3), rng.uniform(0.0, 5.0), restore))
+        elif (i + i // 4) % 2 == 0:
+            plan.append(Kill(i, "random", "", 0, rng.uniform(0.0, max_delay), restore))
+        else:
+            if not points:
+                points = targeted_points(backend)
+                rng.shuffle(points)
+            point = points.pop()
+            count = rng.randint(1, 6) if point.startswith("request:") else rng.randint(1, 3)
+            plan.append(Kill(i, "targeted", point, count, 0.0, restore))
+    return plan
