@@ -406,17 +406,6 @@ def _with_userinfo(endpoint: str) -> str:
     return f"{scheme}://u:{SENTINEL}@{rest}"
 
 
-@pytest.fixture
-def offline_env(monkeypatch: pytest.MonkeyPatch, tmp_path: Path) -> None:
-    """No AWS configuration from the machine: no profile, no files, no instance metadata."""
-    for name in list(os.environ):
-        if name.startswith("AWS_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-
-
 class Seen:
     """Everything a user could see: exceptions (chains, tracebacks, attributes), reprs, logs, output."""
 

@@ -30,17 +30,6 @@ SECRET = "s3cr3t-never-shown-Zq81xVb"
 TOKEN = "t0ken-never-shown-Hk29aPl"
 
 
-@pytest.fixture
-def offline_env(monkeypatch: pytest.MonkeyPatch, tmp_path) -> None:
-    """No gateway needed: boto3 must find nothing (no keys, no profile, no instance metadata)."""
-    for name in list(os.environ):
-        if name.startswith("AWS_"):
-            monkeypatch.delenv(name)
-    monkeypatch.setenv("AWS_CONFIG_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_SHARED_CREDENTIALS_FILE", str(tmp_path / "none"))
-    monkeypatch.setenv("AWS_EC2_METADATA_DISABLED", "true")
-
-
 def _chain(exc: BaseException | None) -> list[BaseException]:
     out = []
     while exc is not None and exc not in out:
