@@ -11,6 +11,7 @@ import dataclasses
 import json
 import os
 import uuid
+import time
 from pathlib import Path
 from typing import Any
 
@@ -607,14 +608,25 @@ class _RefusingSession:
 def test_a_connection_error_is_chained_and_never_shows_credentials(clearml_server: ClearMLServer) -> None:
     import requests
 
-    registry = ClearMLRegistry(project_root=_root())
+    registry = ClearMLRegistry(project_root=_root(), timeout=0.5)
     registry._session = _RefusingSession()  # the server went away after the registry connected
-    with pytest.raises(RegistryError, match="reading model 0123abcd failed .*check that the ClearML server") as err:
+    # A read is retried until the timeout; the last network error is chained under the outage.
+    with pytest.raises(RegistryError, match="reading model 0123abcd failed: the server stopped answering") as err:
         registry.get("0123abcd")
+    assert isinstance(err.value.__cause__.__cause__, requests.ConnectionError)
+    assert "s3cr3t-value" not in str(err.value) and "STANDIN_ACCESS_KEY" not in str(err.value)
+    # A create is never repeated after an unclear failure (it could make the model twice): it
+    # fails at once, even with a long timeout.
+    registry = ClearMLRegistry(project_root=_root(), timeout=60)
+    info = _info(_run(registry), "checkpoint_1.pt")
+    registry.fail(registry.create_pending(info, uri="file:///x.pt").id, "only to look the project up")
+    registry._session = _RefusingSession()
+    started = time.monotonic()
+    with pytest.raises(RegistryError, match="creating .* failed .*cannot reach") as err:
+        registry.create_pending(info, uri="file:///x.pt")
+    assert time.monotonic() - started < 5
     assert isinstance(err.value.__cause__, requests.ConnectionError)
     assert "s3cr3t-value" not in str(err.value) and "STANDIN_ACCESS_KEY" not in str(err.value)
-    with pytest.raises(RegistryError, match="cannot reach"):
-        registry.create_pending(_info(_run(registry), "checkpoint_1.pt"), uri="file:///x.pt")
 
 
 def test_an_unreachable_server_fails_fast_with_the_fix(clearml_server: ClearMLServer, monkeypatch) -> None:
@@ -633,19 +645,22 @@ def test_an_unreachable_server_fails_fast_with_the_fix(clearml_server: ClearMLSe
     assert os.environ["CLEARML_API_SECRET_KEY"] not in str(err.value)
 
 
-def test_the_sdk_default_session_the_registry_shares_is_still_there(clearml_server: ClearMLServer) -> None:
-    """Without a task the registry uses the SDK's process-wide session, which clearml reaches only
-    through a private name (``InterfaceBase._get_default_session``): this fails if an upgrade moves it."""
-    from clearml import Task
+def test_the_registry_has_its_own_bounded_session_and_leaves_the_sdks_alone(clearml_server: ClearMLServer) -> None:
+    """Our calls wait at most ``timeout``; the SDK's own session and configuration keep theirs."""
     from clearml.backend_api import Session
+    from clearml.backend_interface.base import InterfaceBase
+    from clearml.config import ConfigWrapper
 
-    from tracker_saver.registry.clearml import _sdk_default_session
-
-    session = _sdk_default_session()
-    assert isinstance(session, Session) and _sdk_default_session() is session  # one login per process
-    assert callable(session.send) and type(session).check_min_api_version("2.13")
-    assert ClearMLRegistry(project_root=_root())._get_session() is session
-    assert Task._get_default_session() is session  # the one the SDK's own calls without a task use
+    registry = ClearMLRegistry(project_root=_root(), timeout=12)
+    session = registry._get_session()
+    sdk = InterfaceBase._get_default_session()
+    assert isinstance(session, Session) and session is not sdk
+    assert session._session_timeout == session._write_session_timeout == (2.0, 4.0)  # timeout/6, timeout/3
+    assert session.config.get("api.http.wait_on_maintenance_forever", True) is False
+    assert sdk._session_timeout == (10.0, 300.0)  # clearml's defaults, untouched
+    user_config = ConfigWrapper._init()  # still clearml's own object, with the test config's retries
+    assert type(user_config).__name__ == "Config" and user_config.get("api.http.retries.total", None) == 2
+    assert registry.query(Query(project="nothing-here")) == []  # and it works
 
 
 # -- the stand-in runs the real SDK ------------------------------------------------------------------

@@ -18,12 +18,13 @@ from tracker_saver.callbacks import CallbackChain, PostUploadCallback, PreUpload
 from tracker_saver.claims import new_holder, release_local
 from tracker_saver.errors import ConfigError, SerializationError
 from tracker_saver.naming import check_name, parse_filename
+from tracker_saver.outage import DEFAULT_TIMEOUT_S, check_timeout
 from tracker_saver.pipeline import Pipeline, is_writing
 from tracker_saver.records import LOADABLE, Record, RecordState, StreamId, UploadInfo, clean_metadata
 from tracker_saver.registry import Query, Registry, open_registry, sqlite_path
 from tracker_saver.registry.sqlite import check_registry_path
 from tracker_saver.snapshot import BufferPool, take_snapshot
-from tracker_saver.storage import Storage, open_storage
+from tracker_saver.storage import Storage, is_remote, open_storage
 
 __all__ = ["RunContext", "TrackerSaver"]
 
@@ -78,7 +79,13 @@ class TrackerSaver(BaseSaveHandler):
             :meth:`flush`; call :meth:`attach` (or :meth:`flush`/:meth:`close`) so a run ends
             with its checkpoints durable. Off by default: see docs/async.md.
         max_pending: with ``async_upload``, how many snapshots may wait or upload at once
-            (each is a copy of the checkpoint in memory); a save beyond that waits.
+            (each is a copy of the checkpoint in memory); a save beyond that waits for the
+            oldest to end, which an outage bounds by ``timeout``, and raises its error if it failed.
+        timeout: the longest, in seconds, one save waits on an S3 endpoint or a ClearML server
+            that stopped answering (refused, frozen, or answering 5xx) before it raises
+            ``StorageError`` or ``RegistryError``; an outage shorter than about half of it is
+            ridden through by retries. Sets the S3 storage option ``timeout`` and the ClearML
+            registry's. Default 60 s; see docs/outages.md.
 
     Raises:
         ConfigError: at construction, for an unwritable or unknown output_uri, a bad
@@ -111,18 +118,21 @@ class TrackerSaver(BaseSaveHandler):
         save_on_rank: int = 0,
         async_upload: bool = False,
         max_pending: int = 1,
+        timeout: float = DEFAULT_TIMEOUT_S,
     ) -> None:
         if not isinstance(max_pending, int) or isinstance(max_pending, bool) or max_pending < 1:
             raise ConfigError(
                 f"max_pending={max_pending!r}: pass how many snapshots may wait for the background "
                 "upload, an int >= 1 (each holds a copy of the checkpoint in memory)"
             )
+        timeout = check_timeout("timeout", timeout)
         opened: Registry | None = None
         db_path: str | None = None
         if isinstance(registry, Registry):
             opened = registry
         elif (db_path := sqlite_path(registry)) is None:
-            opened = open_registry(registry)  # ClearML: it knows the task's project, run (<name>.<id>), output_uri
+            # ClearML: it knows the task's project, run (<name>.<id>), output_uri
+            opened = open_registry(registry, timeout=timeout)
         defaults: Mapping[str, str] = opened.run_defaults() if isinstance(opened, RunContext) else {}
         # None means "not given"; an explicit "" is a bad name like "  ", not a request for the default.
         self.project = check_name("project", project if project is not None else defaults.get("project") or "default")
@@ -134,6 +144,8 @@ class TrackerSaver(BaseSaveHandler):
                 "(with registry='clearml' it defaults to the task's output_uri)"
             )
         options = dict(storage_options or {})
+        if is_remote(output_uri):
+            options.setdefault("timeout", timeout)
         if isinstance(opened, RunContext):
             options = opened.storage_options_for(os.fspath(output_uri), options)
         self.storage: Storage = open_storage(output_uri, **options)

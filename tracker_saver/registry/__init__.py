@@ -6,6 +6,7 @@ import os
 from pathlib import Path
 
 from tracker_saver.errors import ConfigError
+from tracker_saver.outage import DEFAULT_TIMEOUT_S
 from tracker_saver.registry.base import Query, Registry
 
 __all__ = ["DEFAULT_REGISTRY", "Query", "Registry", "open_registry", "sqlite_path"]
@@ -38,7 +39,9 @@ def sqlite_path(registry: str | os.PathLike[str] | None) -> str | None:
     return spec if spec == ":memory:" else str(Path(spec).expanduser())
 
 
-def open_registry(registry: str | os.PathLike[str] | Registry | None = None) -> Registry:
+def open_registry(
+    registry: str | os.PathLike[str] | Registry | None = None, *, timeout: float = DEFAULT_TIMEOUT_S
+) -> Registry:
     """Open a registry by name or path.
 
     Args:
@@ -46,6 +49,8 @@ def open_registry(registry: str | os.PathLike[str] | Registry | None = None) -> 
             ``"sqlite"`` (the default file), a file path or ``sqlite:///path``, ``":memory:"``,
             ``"clearml"`` (the current ClearML task's server), ``"clearml:ROOT"`` (records'
             projects under the ClearML project ``ROOT``), or a ``Registry`` instance.
+        timeout: for a ClearML registry, the seconds one call may wait on a server that
+            stopped answering (SQLite is local: it has its own busy timeout).
 
     Examples:
         >>> open_registry(":memory:").uri
@@ -61,7 +66,7 @@ def open_registry(registry: str | os.PathLike[str] | Registry | None = None) -> 
             raise ModuleNotFoundError("registry='clearml' needs clearml: pip install 'tracker-saver[clearml]'") from exc
         spec = os.fspath(registry) if registry is not None else os.environ.get("TRACKER_SAVER_REGISTRY", "")
         root = spec.partition(":")[2] or None
-        return ClearMLRegistry(project_root=root)
+        return ClearMLRegistry(project_root=root, timeout=timeout)
     from tracker_saver.registry.sqlite import SQLiteRegistry
 
     return SQLiteRegistry(path)

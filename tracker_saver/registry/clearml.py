@@ -65,6 +65,7 @@ from tracker_saver.errors import ConfigError, RecordNotFoundError, RegistryError
 from tracker_saver.integrations.clearml_binding import skip_saves_while
 from tracker_saver.integrations.clearml_conf import clearml_s3_options
 from tracker_saver.masking import raise_masked, strip_userinfo
+from tracker_saver.outage import DEFAULT_TIMEOUT_S, Outage, OutageError, check_timeout
 from tracker_saver.records import LOADABLE, MetaValue, Record, RecordState, StreamId, UploadInfo
 from tracker_saver.registry.base import RECORD_FIELDS, Query, Registry, busy, select
 from tracker_saver.registry.clearml_codec import (
@@ -89,6 +90,7 @@ from tracker_saver.registry.clearml_codec import (
     task_run,
     with_metadata,
 )
+from tracker_saver.registry.clearml_session import open_session, send
 
 __all__ = ["CLAIM_TAG_PREFIX", "ClearMLRegistry", "STATE_TAGS", "STREAM_TAG_PREFIX", "task_run"]
 
@@ -115,20 +117,6 @@ def _import_clearml() -> Any:
     return clearml
 
 
-def _sdk_default_session() -> Any:
-    """The clearml SDK's process-wide API session: the one ``Model``, ``Model.query_models`` and
-    ``Task.get_task`` use when there is no task.
-
-    clearml has no public accessor for it, so this is the one use of a private name. The public
-    ``clearml.backend_api.Session()`` would log in again and hold a second connection pool;
-    sharing the SDK's keeps one login per process and the SDK's own configuration. If a clearml
-    upgrade renames it, ``test_the_sdk_default_session_the_registry_shares_is_still_there`` fails.
-    """
-    from clearml.backend_interface.base import InterfaceBase
-
-    return InterfaceBase._get_default_session()
-
-
 class ClearMLRegistry(Registry):
     """Records as ClearML models: the run's task lists its live checkpoints as output models.
 
@@ -139,9 +127,13 @@ class ClearMLRegistry(Registry):
         project_root: a ClearML project under which record projects live
             (``"team/ckpts"`` + project ``mnist`` → ClearML project ``team/ckpts/mnist``).
         framework: the framework shown on each model.
+        timeout: seconds one call may wait on a ClearML server that stopped answering (refused,
+            hanging, or answering 5xx) before it raises ``RegistryError``; default 60. The
+            registry logs in with a session of its own, so this never changes the SDK's
+            settings (:mod:`tracker_saver.registry.clearml_session`, docs/outages.md).
 
     Note:
-        Safe to call from the upload worker thread: the SDK session is shared and the
+        Safe to call from the upload worker thread: the session is thread-safe and the
         registry's own caches are locked.
 
     Raises:
@@ -154,8 +146,16 @@ class ClearMLRegistry(Registry):
             registry.get("4f1c...").name   # 'best_model_17_val_acc=0.9312.pt'
     """
 
-    def __init__(self, task: Any = None, *, project_root: str | None = None, framework: str = "PyTorch") -> None:
+    def __init__(
+        self,
+        task: Any = None,
+        *,
+        project_root: str | None = None,
+        framework: str = "PyTorch",
+        timeout: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
         _import_clearml()
+        self._outage = Outage(check_timeout("timeout", timeout))
         if task is not None and not all(hasattr(task, a) for a in ("id", "name", "project", "session")):
             raise ConfigError(
                 f"task {task!r} is not a clearml.Task: pass the result of Task.init(...), or None for the current task"
@@ -184,10 +184,8 @@ class ClearMLRegistry(Registry):
             if self._session is not None:
                 return self._session
             try:
-                if self._task is not None:
-                    session = self._task.session
-                else:
-                    session = _sdk_default_session()
+                host = self._task.session.host if self._task is not None else None
+                session = open_session(host, self._outage.timeout)
             except Exception as exc:  # MissingConfigError, LoginError, requests errors ...
                 detail = f"{type(exc).__name__}: {self._scrub(str(exc))}"
                 if "error 401" in str(exc) or "invalid credentials" in str(exc).lower():
@@ -233,7 +231,14 @@ class ClearMLRegistry(Registry):
         """Send one API request; map every failure to ``RegistryError`` (chained)."""
         session = self._get_session()
         try:
-            result = session.send(request)
+            result = send(session, request, self._outage)
+        except OutageError as exc:
+            down = RegistryError(
+                f"ClearML registry {self.uri}: {what} failed: the server stopped answering ({exc}); "
+                "check that it is up, or allow a longer wait with TrackerSaver(timeout=...)",
+                record_id=record_id,
+            )
+            raise_masked(down, exc, self._scrub)
         except Exception as exc:  # requests, urllib3, clearml LoginError/ValidationError ...
             failed = RegistryError(
                 f"ClearML registry {self.uri}: {what} failed ({type(exc).__name__}: {self._scrub(str(exc))}); "

@@ -10,7 +10,21 @@ from urllib.request import url2pathname
 from tracker_saver.errors import ConfigError
 from tracker_saver.storage.base import ObjectStat, Storage
 
-__all__ = ["ObjectStat", "Storage", "open_storage"]
+__all__ = ["ObjectStat", "Storage", "is_remote", "open_storage"]
+
+
+def _scheme(text: str) -> str:
+    return urlsplit(text).scheme.lower() if "://" in text else ""
+
+
+def is_remote(uri: str | os.PathLike[str]) -> bool:
+    """Whether ``uri`` is network storage, whose calls take the storage option ``timeout``.
+
+    Examples:
+        >>> is_remote("s3://ckpts/run"), is_remote("/data/ckpts")
+        (True, False)
+    """
+    return _scheme(os.fspath(uri)) == "s3"
 
 
 def open_storage(uri: str | os.PathLike[str], **storage_options: Any) -> Storage:
@@ -31,7 +45,7 @@ def open_storage(uri: str | os.PathLike[str], **storage_options: Any) -> Storage
         raise ConfigError("output_uri is empty: pass a folder or s3://BUCKET/PREFIX")
     if "\x00" in text:
         raise ConfigError(f"output_uri {text!r} contains NUL: pass a folder or s3://BUCKET/PREFIX")
-    scheme = urlsplit(text).scheme.lower() if "://" in text else ""
+    scheme = _scheme(text)
     if scheme in ("", "file"):
         from tracker_saver.storage.local import LocalStorage
 

@@ -19,6 +19,7 @@ import s3transfer.exceptions
 
 from tracker_saver.errors import ConfigError, StorageError, TrackerSaverError
 from tracker_saver.masking import has_userinfo, raise_masked, redact_url, strip_userinfo
+from tracker_saver.outage import OutageError
 
 __all__ = ["ENDPOINT_VARIABLES", "ErrorBoundary", "client_errors", "profile_errors", "redact"]
 
@@ -45,6 +46,7 @@ _UNREACHABLE = (
 )
 #: What the boundary maps; anything else (ours included) passes through unchanged.
 _THIRD_PARTY = (
+    OutageError,
     botocore.exceptions.BotoCoreError,
     botocore.exceptions.ClientError,
     boto3.exceptions.Boto3Error,
@@ -191,6 +193,11 @@ class ErrorBoundary:
         if isinstance(last, BaseException):
             exc = last
         ep = self.endpoint
+        if isinstance(exc, OutageError):
+            return (
+                f"endpoint {ep} stopped answering ({exc}): check that the server is up, "
+                "or allow a longer wait with TrackerSaver(timeout=...)"
+            )
         if isinstance(exc, botocore.exceptions.ClientError):
             code = str(exc.response.get("Error", {}).get("Code", "") or "")
             status = exc.response.get("ResponseMetadata", {}).get("HTTPStatusCode")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import inspect
 import logging
+import math
 import os
 import re
 import threading
@@ -21,6 +22,7 @@ from botocore.config import Config
 from tracker_saver.errors import ConfigError
 from tracker_saver.masking import has_userinfo, redact_url
 from tracker_saver.naming import check_key
+from tracker_saver.outage import request_timeouts
 from tracker_saver.storage.s3.errors import ENDPOINT_VARIABLES, client_errors, profile_errors
 
 __all__ = [
@@ -29,6 +31,7 @@ __all__ = [
     "DEFAULT_MULTIPART_THRESHOLD",
     "MiB",
     "S3Options",
+    "attempts_for",
     "check_options",
     "connect",
     "option_names",
@@ -170,6 +173,7 @@ class S3Options:
     max_attempts: int | None
     connect_timeout: float | None
     read_timeout: float | None
+    timeout: float
     request_checksum_calculation: str | None
     spool_bytes: int
     stream_writes: bool
@@ -192,6 +196,7 @@ def check_options(
     max_attempts: object,
     connect_timeout: object,
     read_timeout: object,
+    timeout: object,
     request_checksum_calculation: object,
     spool_bytes: object,
     stream_writes: object,
@@ -238,6 +243,9 @@ def check_options(
     attempts = None if max_attempts is None else _check_int("max_attempts", max_attempts, 1, 100)
     connect = _check_seconds("connect_timeout", connect_timeout)
     read = _check_seconds("read_timeout", read_timeout)
+    bound = _check_seconds("timeout", timeout)
+    if bound is None or not math.isfinite(bound):
+        raise ConfigError(f"storage option timeout must be a positive number of seconds, got {timeout!r}")
     checksums = _check_choice("request_checksum_calculation", request_checksum_calculation, _CHECKSUM_MODES)
     spool = _check_int("spool_bytes", spool_bytes, 0)
     if not isinstance(stream_writes, bool):
@@ -259,6 +267,7 @@ def check_options(
         max_attempts=attempts,
         connect_timeout=connect,
         read_timeout=read,
+        timeout=bound,
         request_checksum_calculation=checksums,
         spool_bytes=spool,
         stream_writes=stream_writes,
@@ -285,14 +294,17 @@ def connect(uri: str, options: S3Options) -> tuple[Any, Any]:
         # "standard" (retries throttling and connection errors with backoff). No retry loop here.
         configured = core.get_config_variable("retry_mode")
         retry_mode = configured if configured in _RETRY_MODES else "standard"
-    retries: dict[str, Any] = {"mode": retry_mode}
-    if options.max_attempts is not None:
-        retries["total_max_attempts"] = options.max_attempts  # like AWS_MAX_ATTEMPTS: the first try counts
-    config_kwargs: dict[str, Any] = {"retries": retries}
-    if options.connect_timeout is not None:
-        config_kwargs["connect_timeout"] = options.connect_timeout
-    if options.read_timeout is not None:
-        config_kwargs["read_timeout"] = options.read_timeout
+    # The outage clock (tracker_saver.outage, hooked in by S3Storage) stops retries at half the
+    # timeout; the attempts and each one's timeouts are sized so the whole wait stays under it.
+    connect_s, read_s = request_timeouts(options.timeout)
+    configured_attempts = core.get_config_variable("max_attempts")  # AWS_MAX_ATTEMPTS or the profile
+    attempts = options.max_attempts or configured_attempts or attempts_for(options.timeout)
+    retries: dict[str, Any] = {"mode": retry_mode, "total_max_attempts": attempts}  # the first try counts
+    config_kwargs: dict[str, Any] = {
+        "retries": retries,
+        "connect_timeout": options.connect_timeout or connect_s,
+        "read_timeout": options.read_timeout or read_s,
+    }
     checksums = options.request_checksum_calculation
     if checksums is None and not os.environ.get("AWS_REQUEST_CHECKSUM_CALCULATION"):
         # The saver hashes every byte itself (sha256, verified on load); botocore's CRC32
@@ -317,6 +329,19 @@ def connect(uri: str, options: S3Options) -> tuple[Any, Any]:
         # Recent botocore already does this for custom endpoints; older ones did not.
         client = _client(uri, session, endpoint_url, config_kwargs, "path")
     return session, client
+
+
+def attempts_for(timeout: float) -> int:
+    """Attempts per request under ``timeout``: as many as botocore's backoff fits, from 3 to 10.
+
+    botocore's backoff before attempt ``i + 1`` is at most 50 ms × 2^i: keeping the longest
+    sleep under half the timeout keeps a sleep from running past it.
+
+    Examples:
+        >>> attempts_for(60.0), attempts_for(5.0), attempts_for(0.5)
+        (10, 6, 3)
+    """
+    return max(3, min(10, 1 + int(math.log2(timeout / 0.1))))
 
 
 def _environment_endpoint() -> str | None:

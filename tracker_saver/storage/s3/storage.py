@@ -14,6 +14,7 @@ import botocore.exceptions
 from tracker_saver.errors import ConfigError, StorageError
 from tracker_saver.masking import redact_url
 from tracker_saver.naming import check_key
+from tracker_saver.outage import DEFAULT_TIMEOUT_S, Outage
 from tracker_saver.storage.base import DEFAULT_SPOOL_BYTES, ObjectStat, Staged, Storage
 from tracker_saver.storage.s3.errors import ErrorBoundary
 from tracker_saver.storage.s3.options import (
@@ -30,6 +31,7 @@ from tracker_saver.storage.s3.options import (
 from tracker_saver.storage.s3.pipe import streamed
 from tracker_saver.storage.s3.progress import Progress
 from tracker_saver.storage.s3.uploads import UploadTracker
+from tracker_saver.storage.s3.watch import watch
 
 __all__ = ["KNOWN_OPTIONS", "LIST_PAGE_SIZE", "PROBE_NAME", "S3Storage"]
 
@@ -67,9 +69,14 @@ class S3Storage(Storage):
         multipart_chunksize: part size in bytes (5 MiB to 5 GiB).
         max_concurrency: parts in flight per transfer.
         retry_mode: botocore's ``"standard"`` (default) or ``"adaptive"``.
-        max_attempts: attempts per request including the first; default: ``AWS_MAX_ATTEMPTS``,
-            else botocore's (3).
-        connect_timeout, read_timeout: seconds; default botocore's (60).
+        timeout: seconds a call may wait on an endpoint that stopped answering (refused,
+            frozen or 5xx) before it raises ``StorageError``; default 60. Retries stop once
+            the endpoint has failed for half of it; the other half bounds the last attempt.
+            ``TrackerSaver(timeout=...)`` sets it. See docs/outages.md.
+        max_attempts: attempts per request including the first; default: ``AWS_MAX_ATTEMPTS``
+            or the profile's, else what fits in ``timeout`` (10 for 60 s, at least 3).
+        connect_timeout, read_timeout: seconds per attempt; default ``timeout/6`` and
+            ``timeout/3`` (10 s and 20 s).
         request_checksum_calculation: ``"when_required"`` (default here, unless
             ``AWS_REQUEST_CHECKSUM_CALCULATION`` is set) or botocore's ``"when_supported"``.
             Our own sha256, verified on every load, makes botocore's CRC32 redundant CPU work.
@@ -113,6 +120,7 @@ class S3Storage(Storage):
         max_attempts: int | None = None,
         connect_timeout: float | None = None,
         read_timeout: float | None = None,
+        timeout: float = DEFAULT_TIMEOUT_S,
         request_checksum_calculation: str | None = None,
         spool_bytes: int = DEFAULT_SPOOL_BYTES,
         stream_writes: bool = True,
@@ -137,6 +145,7 @@ class S3Storage(Storage):
             max_attempts=max_attempts,
             connect_timeout=connect_timeout,
             read_timeout=read_timeout,
+            timeout=timeout,
             request_checksum_calculation=request_checksum_calculation,
             spool_bytes=spool_bytes,
             stream_writes=stream_writes,
@@ -149,6 +158,8 @@ class S3Storage(Storage):
         self.stream_writes = options.stream_writes
         self.progress = options.progress
         self._session, self._client = connect(self.uri, options)
+        self.outage = Outage(options.timeout)
+        watch(self._client, self.outage)
         self.endpoint = redact_url(self._client.meta.endpoint_url)
         self._transfer_config = transfer_config(options)
         self._boundary = ErrorBoundary(self.uri, self.bucket, self.prefix, self.endpoint, self._session)

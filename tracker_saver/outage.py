@@ -1,0 +1,126 @@
+"""A bounded wait on a back end that stopped answering: the clock behind every ``timeout``.
+
+One :class:`Outage` per connection (an S3 client, a ClearML session) watches its requests.
+The first failed request (refused, timed out, or a 5xx answer) starts the clock; any answer
+stops it. Retries go on while the clock is under half the ``timeout``; after that a request
+is refused at once with :class:`OutageError`, except one probe every :data:`PROBE_EVERY_S`,
+so a back end that comes back is used again. Each request's own connect and read timeouts
+(:func:`request_timeouts`) fit in the other half, so no call waits longer than ``timeout``
+after the back end went away, and a retry or an abort that follows a failed save fails at
+once instead of waiting again (docs/outages.md).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from collections.abc import Callable
+
+from tracker_saver.errors import ConfigError
+
+__all__ = ["DEFAULT_TIMEOUT_S", "PROBE_EVERY_S", "Outage", "OutageError", "check_timeout", "request_timeouts"]
+
+#: How long a save may wait on an S3 endpoint or a ClearML server that stopped answering.
+DEFAULT_TIMEOUT_S = 60.0
+#: While a back end is down, one request may try it this often; the others are refused at once.
+PROBE_EVERY_S = 2.0
+
+
+class OutageError(Exception):
+    """A request was refused because its back end has not answered for longer than allowed."""
+
+
+def check_timeout(name: str, value: object) -> float:
+    """``value`` as seconds; ``ConfigError`` naming ``name`` unless it is a number > 0.
+
+    Examples:
+        >>> check_timeout("timeout", 5)
+        5.0
+        >>> check_timeout("timeout", 0)
+        Traceback (most recent call last):
+        ...
+        tracker_saver.errors.ConfigError: timeout=0: pass the seconds a save may wait on a back end that stopped answering, a number > 0 (default 60)
+    """
+    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(value) or value <= 0:
+        raise ConfigError(
+            f"{name}={value!r}: pass the seconds a save may wait on a back end that stopped answering, "
+            f"a number > 0 (default {DEFAULT_TIMEOUT_S:.0f})"
+        )
+    return float(value)
+
+
+def request_timeouts(timeout: float) -> tuple[float, float]:
+    """``(connect, read)`` seconds for one request under ``timeout``: together half of it.
+
+    Examples:
+        >>> request_timeouts(60.0)
+        (10.0, 20.0)
+    """
+    return timeout / 6, timeout / 3
+
+
+class Outage:
+    """How long one back end has been failing, and whether to try it again.
+
+    Args:
+        timeout: the bound, in seconds; retries stop once the back end has failed for half of it.
+        clock: monotonic seconds (tests pass a fake one).
+
+    Examples:
+        >>> now = [0.0]
+        >>> outage = Outage(10.0, clock=lambda: now[0])
+        >>> outage.failed(outage.attempt())
+        >>> now[0] = 6.0; outage.failed(outage.attempt())  # down: one probe every 2 s
+        >>> now[0] = 7.0; outage.attempt()
+        Traceback (most recent call last):
+        ...
+        tracker_saver.outage.OutageError: no answer for 7.0 s (timeout 10 s)
+        >>> now[0] = 8.5; outage.attempt()  # the next probe gets an answer: back to normal
+        8.5
+        >>> outage.succeeded(); outage.exhausted()
+        False
+    """
+
+    def __init__(self, timeout: float, *, clock: Callable[[], float] = time.monotonic) -> None:
+        self.timeout = check_timeout("timeout", timeout)
+        self._clock = clock
+        self._lock = threading.Lock()
+        self._since: float | None = None  # start of the first failed request since the last answer
+        self._last_try = -math.inf
+        self.last_error = ""
+
+    def attempt(self) -> float:
+        """Before a request: its start time, or ``OutageError`` when it must not be tried."""
+        with self._lock:
+            now = self._clock()
+            if self._since is not None and now - self._since > self.timeout / 2:
+                if now - self._last_try < PROBE_EVERY_S:
+                    raise OutageError(self.describe(now))
+            self._last_try = now
+            return now
+
+    def failed(self, started: float, error: str = "") -> None:
+        """After a request that got no answer (or a 5xx one) and started at ``started``."""
+        with self._lock:
+            if self._since is None or started < self._since:
+                self._since = started
+            if error:
+                self.last_error = error
+
+    def succeeded(self) -> None:
+        """After any answer but a 5xx: the back end is up."""
+        with self._lock:
+            self._since = None
+
+    def exhausted(self) -> bool:
+        """Whether a retry now would be refused (the back end failed for over half the timeout)."""
+        with self._lock:
+            return self._since is not None and self._clock() - self._since > self.timeout / 2
+
+    def describe(self, now: float | None = None) -> str:
+        """``"no answer for N.N s (timeout T s)"``, plus the last failure when one was noted."""
+        now = self._clock() if now is None else now
+        down = 0.0 if self._since is None else now - self._since
+        last = f"; last error: {self.last_error}" if self.last_error else ""
+        return f"no answer for {down:.1f} s (timeout {self.timeout:g} s){last}"
