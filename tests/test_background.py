@@ -70,13 +70,44 @@ def test_an_error_is_raised_in_the_caller_by_the_next_submit_with_its_cause() ->
 
 def test_flush_raises_the_error_and_done_runs_whatever_the_outcome() -> None:
     released: list[str] = []
-    bg = Background()
-    for what, run in (("bad", lambda: 1 / 0), ("good", lambda: None)):
+    gate = threading.Event()
+    bg = Background(max_pending=2)
+    for what, run in (("bad", lambda: (gate.wait(), 1 / 0)), ("good", lambda: None)):
         with bg.reserve() as enqueue:
             enqueue(run, what=what, done=lambda what=what: released.append(what))
-    with pytest.raises(ZeroDivisionError):
+    gate.set()
+    with pytest.raises(ZeroDivisionError) as caught:
         bg.flush()
     assert released == ["bad", "good"]
+    assert caught.value.__notes__ == ["in the background: bad"]
+    bg.close()
+
+
+def test_a_save_that_waits_for_room_raises_the_error_of_the_one_it_waited_for() -> None:
+    """During an outage the save that waited learns of the failure at once, not one save later."""
+    gate = threading.Event()
+    bg = Background(max_pending=1)
+    with bg.reserve() as enqueue:
+        enqueue(lambda: (gate.wait(), 1 / 0), what="model_1.pt")
+    threading.Timer(0.2, gate.set).start()
+    with pytest.raises(ZeroDivisionError), bg.reserve():
+        pytest.fail("the block must not run: the save it would queue follows a failed one")
+    with bg.reserve() as enqueue:  # the room was given back
+        enqueue(lambda: None, what="model_2.pt")
+    bg.close()
+
+
+def test_every_failure_is_named_when_several_failed() -> None:
+    bg = Background(max_pending=3)
+    gate = threading.Event()
+    for name in ("a.pt", "b.pt"):
+        with bg.reserve() as enqueue:
+            enqueue(lambda name=name: (gate.wait(), (_ for _ in ()).throw(OSError(f"{name} lost"))), what=name)
+    gate.set()
+    with pytest.raises(OSError, match="a.pt lost") as caught:
+        bg.flush()
+    assert "1 later background operations failed too:" in caught.value.__notes__
+    assert "  OSError: b.pt lost" in caught.value.__notes__
     bg.close()
 
 

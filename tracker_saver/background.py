@@ -89,7 +89,12 @@ class Background:
         """
         self._check_open()
         self.raise_error()
-        self._slots.acquire()
+        self._slots.acquire()  # the oldest heavy operation ends: an outage bounds it by its timeout
+        try:
+            self.raise_error()  # and if it failed, this save says so now rather than one save later
+        except BaseException:
+            self._slots.release()
+            raise
         queued = False
 
         def enqueue(run: Callable[[], object], *, what: str, done: Callable[[], None] | None = None) -> None:
@@ -113,11 +118,18 @@ class Background:
         self._queue.put(op)
 
     def raise_error(self) -> None:
-        """Raise the oldest error a background operation met and has not raised yet."""
+        """Raise the oldest error a background operation met and has not raised yet.
+
+        When several failed, a note on it names the others (they are not raised again).
+        """
         with self._idle:
-            error = self._errors.pop(0) if self._errors else None
-        if error is not None:
-            raise error
+            errors, self._errors = self._errors, []
+        if errors:
+            if len(errors) > 1:
+                errors[0].add_note(f"{len(errors) - 1} later background operations failed too:")
+                for other in errors[1:]:
+                    errors[0].add_note(f"  {type(other).__name__}: {other}")
+            raise errors[0]
 
     def pending(self) -> list[str]:
         """What is queued or running, oldest first."""
@@ -160,6 +172,7 @@ class Background:
                 op.run()
             except BaseException as exc:  # kept for the training thread: never only logged
                 log.debug("background %s failed", op.what, exc_info=True)
+                exc.add_note(f"in the background: {op.what}")
                 with self._idle:
                     self._errors.append(exc)
             finally:
@@ -183,8 +196,8 @@ def _flush_at_exit(background: Background) -> Callable[[], None]:
         try:
             found.close(ATEXIT_TIMEOUT_S)
         except FlushTimeoutError as exc:
-            log.error("tracker_saver at exit: %s", exc)
+            log.error("tracker_saver at exit: NOT durable: %s", exc)
         except Exception as exc:
-            log.error("tracker_saver at exit: a background save failed: %s", exc)
+            log.error("tracker_saver at exit: NOT durable: %s", "\n".join([str(exc), *getattr(exc, "__notes__", ())]))
 
     return hook
