@@ -10,8 +10,8 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import uuid
 import time
+import uuid
 from pathlib import Path
 from typing import Any
 

@@ -13,6 +13,7 @@ import torch
 from ignite.engine import Engine, Events
 from ignite.handlers.checkpoint import BaseSaveHandler
 
+from tracker_saver import preemption
 from tracker_saver.background import Background
 from tracker_saver.callbacks import CallbackChain, PostUploadCallback, PreUploadCallback
 from tracker_saver.claims import new_holder, release_local
@@ -20,6 +21,7 @@ from tracker_saver.errors import ConfigError, SerializationError
 from tracker_saver.naming import check_name, parse_filename
 from tracker_saver.outage import DEFAULT_TIMEOUT_S, check_timeout
 from tracker_saver.pipeline import Pipeline, is_writing
+from tracker_saver.preemption import DEFAULT_GRACE_S
 from tracker_saver.records import LOADABLE, Record, RecordState, StreamId, UploadInfo, clean_metadata
 from tracker_saver.registry import Query, Registry, open_registry, sqlite_path
 from tracker_saver.registry.sqlite import check_registry_path
@@ -292,22 +294,65 @@ class TrackerSaver(BaseSaveHandler):
         if self._background is not None:
             self._background.flush(timeout)
 
-    def attach(self, engine: Engine) -> None:
+    def attach(
+        self,
+        engine: Engine,
+        *,
+        save_on_sigterm: Callable[[Engine], Any] | None = None,
+        sigterm_grace: float = DEFAULT_GRACE_S,
+    ) -> None:
         """Flush when ``engine`` completes or raises, so a run ends with its checkpoints durable.
 
         On ``EXCEPTION_RAISED`` the training error is raised again after the flush (Ignite
         would otherwise treat the handler as having dealt with it); a background save error
         met during that flush becomes its ``__context__``.
+
+        Args:
+            engine: the trainer.
+            save_on_sigterm: a ``Checkpoint`` handler to run once on SIGTERM (preemption): the
+                engine stops after the current iteration, the handler saves, the saver flushes,
+                stderr says what is durable, and the process exits with status 143 within
+                ``sigterm_grace`` seconds of the signal (plus one synchronous save's time);
+                see :mod:`tracker_saver.preemption`. Needs the main thread.
+            sigterm_grace: seconds from SIGTERM to exit (default 25, under the 30 s grace
+                Kubernetes and Slurm give by default).
+
+        Examples:
+            >>> import tempfile, torch
+            >>> from ignite.handlers import Checkpoint
+            >>> root = tempfile.mkdtemp()
+            >>> saver = TrackerSaver(root + "/ckpt", registry=root + "/reg.db", async_upload=True)
+            >>> trainer = Engine(lambda e, b: None)
+            >>> last = Checkpoint({"model": torch.nn.Linear(2, 1)}, saver, n_saved=1)
+            >>> _ = trainer.add_event_handler(Events.EPOCH_COMPLETED, last)
+            >>> saver.attach(trainer, save_on_sigterm=last)
+            >>> _ = trainer.run([0, 1], max_epochs=2)  # durable when run() returns
+            >>> [r.name for r in saver.records(live=True)]
+            ['model_4.pt']
+            >>> saver.close()
         """
+        if save_on_sigterm is not None:
+            preemption.save_on_sigterm(
+                engine, save_on_sigterm, flush=self.flush, durable=self._durable, grace=sigterm_grace
+            )
         engine.add_event_handler(Events.COMPLETED, lambda _: self.flush())
         engine.add_event_handler(Events.EXCEPTION_RAISED, self._flush_then_reraise)
 
     def _flush_then_reraise(self, engine: Engine, error: BaseException) -> None:
+        if isinstance(error, SystemExit):
+            raise error  # preemption's exit: it flushed within its grace already
         try:
             self.flush()
         except Exception:
             raise error  # noqa: B904 (the training error comes first; the flush error is its __context__)
         raise error
+
+    def _durable(self) -> str:
+        """The live records of this run, for a report: ``"a.pt, b.pt"``."""
+        try:
+            return ", ".join(r.name for r in self.records(live=True)) or "nothing"
+        except Exception as exc:
+            return f"unknown (the registry could not be read: {type(exc).__name__}: {exc})"
 
     def close(self, timeout: float | None = None) -> None:
         """Flush, stop the background worker, give up this saver's stream claims and the registry.
