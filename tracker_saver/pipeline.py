@@ -15,6 +15,7 @@ import contextlib
 import errno
 import hashlib
 import logging
+import re
 import threading
 import time
 from collections.abc import Callable, Iterator, Mapping
@@ -32,7 +33,7 @@ from tracker_saver.errors import (
     StreamBusyError,
     TrackerSaverError,
 )
-from tracker_saver.naming import key_ext, run_prefix, slot_key
+from tracker_saver.naming import key_ext, key_segment, run_prefix, slot_key
 from tracker_saver.records import LOADABLE, Record, RecordState, StreamId, UploadInfo
 from tracker_saver.recovery import Action, recover_slot, recover_stream
 from tracker_saver.registry.base import Query, Registry, stream_query
@@ -209,9 +210,16 @@ class Pipeline:
             self.registry.claim(stream, self.holder)
             self._claimed[stream] = now
         if not self.slots.loaded(stream):
-            # We hold the claim: every pending record of the stream is a dead writer's.
+            # We hold the claim: every pending record of the stream is a dead writer's (or ours,
+            # from a save that failed), and every unfinished write to its slots is one that an
+            # outage or a kill left (a retried CreateMultipartUpload the server ran late, say).
             for action in recover_stream(self.storage, self.registry, stream):
                 log.warning("%s: %s", stream.label, action)
+            prefix = f"{run_prefix(stream.project, stream.run)}{key_segment(stream.stream)}.slot"
+            for item in self.storage.staged(prefix):
+                if re.fullmatch(r"\d+\.\w+", item.key[len(prefix) :]):  # not the stream "<name>.slot…"'s
+                    self.storage.abort_staged(item)
+                    log.warning("%s: removed unfinished write %s", stream.label, item.ref)
             self.slots.load(stream, self.registry.query(stream_query(stream, states=LOADABLE)))
 
     def recover(self, project: str, run: str) -> list[Action]:
@@ -315,6 +323,10 @@ class Pipeline:
     def _undo(self, stream: StreamId, choice: Choice, record: Record, staged: bool, exc: BaseException) -> None:
         """After a failed save: the previous record back to live, the new one failed."""
         self.slots.abandon(stream, choice)
+        if isinstance(exc, StorageError):
+            # An outage may leave unfinished writes it could not abort: the stream's next save
+            # reopens it, which removes them (``open``).
+            self.slots.forget(stream)
         try:
             if not staged:  # the commit point was never reached: the slot's bytes are untouched
                 self.registry.fail(record.id, f"{type(exc).__name__}: {exc}")

@@ -111,7 +111,8 @@ class LocalStorage(Storage):
     def staged(self, prefix: str = "") -> list[Staged]:
         """Temp files (``.tmp-<name>.<random>`` next to their key) of keys starting with ``prefix``."""
         out = []
-        for dirpath, _dirs, files in os.walk(self.root):
+        top = self.root / prefix.rsplit("/", 1)[0] if "/" in prefix else self.root  # walk only where they can be
+        for dirpath, _dirs, files in os.walk(top):
             for name in files:
                 if not name.startswith(TEMP_PREFIX) or "." not in name[len(TEMP_PREFIX) :]:
                     continue  # check()'s probe has no key
@@ -158,7 +159,8 @@ class LocalStorage(Storage):
 
     def list(self, prefix: str = "") -> list[ObjectStat]:
         out = []
-        for dirpath, _dirs, files in os.walk(self.root):
+        top = self.root / prefix.rsplit("/", 1)[0] if "/" in prefix else self.root  # walk only where they can be
+        for dirpath, _dirs, files in os.walk(top):
             for name in files:
                 if name.startswith(TEMP_PREFIX):
                     continue
