@@ -165,6 +165,10 @@ class Background:
             self._closed = True
             self._queue.put(None)
             atexit.unregister(self._atexit)
+            if not self._pending and self._thread is not threading.current_thread():
+                # Let the thread end before the interpreter does: one killed at shutdown while
+                # torch's thread-local state is torn down aborts the process ("terminate called").
+                self._thread.join()
 
     def _work(self) -> None:
         while (op := self._queue.get()) is not None:

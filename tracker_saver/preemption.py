@@ -3,10 +3,12 @@
 Spot instances, Slurm and Kubernetes send SIGTERM, then SIGKILL a grace period later (30 s by
 default on Kubernetes and Slurm). :func:`save_on_sigterm` makes the first SIGTERM:
 
-1. ask the engine to stop (``engine.terminate()``): the current iteration finishes;
-2. on ``Events.TERMINATE``, run the given ``Checkpoint`` handler once;
-3. flush the saver for what is left of ``grace`` seconds after the signal;
-4. print to stderr what is durable and what is not, and exit with status 143 (128 + SIGTERM).
+1. let the current iteration finish; at its ``ITERATION_COMPLETED``, stop the engine
+   (``engine.terminate()``) and run the given ``Checkpoint`` handler once, named as at any
+   iteration (Ignite skips nothing and saves again if that iteration was just saved);
+2. flush the saver for what is left of ``grace`` seconds after the signal;
+3. on ``TERMINATE`` (or ``COMPLETED``, if the signal came in the last iteration), print to
+   stderr what is durable and what is not, and exit with status 143 (128 + SIGTERM).
 
 A second SIGTERM gets the handler that was there before (by default: die at once). If the
 signal comes while a save is blocked on an outage, that save raises within the saver's
@@ -73,12 +75,12 @@ def save_on_sigterm(
         raise ConfigError("save_on_sigterm needs attach() to be called from the main thread (signals arrive there)")
     received: list[float] = []
     previous: list[Any] = []
+    outcome: list[BaseException | None] = []  # the final save's error, once it ran
 
     def on_signal(signum: int, frame: Any) -> None:
         received.append(time.monotonic())
         restore()  # a second SIGTERM gets what was there before
         _say(f"SIGTERM: stopping after this iteration, then saving once (exit within {grace:g} s)")
-        engine.terminate()
 
     def install(_: Engine) -> None:
         if not previous:
@@ -90,15 +92,28 @@ def save_on_sigterm(
             signal.signal(signal.SIGTERM, handler_before if handler_before is not None else signal.SIG_DFL)
 
     def final_save(engine: Engine) -> None:
-        if not received:
-            return  # terminated for another reason
+        # At ITERATION_COMPLETED, so the handler names the checkpoint as at any iteration.
+        if not received or outcome:
+            return
+        engine.terminate()
         try:
             handler(engine)
             flush(max(0.0, grace - (time.monotonic() - received[0])))
         except Exception as exc:
-            _say(f"SIGTERM: the final checkpoint is NOT durable: {_describe(exc)}")
+            outcome.append(exc)
+        else:
+            outcome.append(None)
+
+    def leave(engine: Engine) -> None:
+        if not received:
+            restore()
+            return
+        final_save(engine)  # the signal came during the last iteration's handlers
+        error = outcome[0]
+        if error is not None:
+            _say(f"SIGTERM: the final checkpoint is NOT durable: {_describe(error)}")
             _say(f"SIGTERM: durable: {durable()}")
-            raise SystemExit(EXIT_STATUS) from exc
+            raise SystemExit(EXIT_STATUS) from error
         _say(f"SIGTERM: saved; durable: {durable()}")
         raise SystemExit(EXIT_STATUS)
 
@@ -109,8 +124,9 @@ def save_on_sigterm(
             _say(f"SIGTERM: durable: {durable()}")
 
     engine.add_event_handler(Events.STARTED, install)
-    engine.add_event_handler(Events.TERMINATE, final_save)
-    engine.add_event_handler(Events.COMPLETED, restore)
+    engine.add_event_handler(Events.ITERATION_COMPLETED, final_save)
+    engine.add_event_handler(Events.TERMINATE, leave)
+    engine.add_event_handler(Events.COMPLETED, leave)
     engine.add_event_handler(Events.EXCEPTION_RAISED, on_error)
 
 
