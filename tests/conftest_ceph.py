@@ -28,6 +28,7 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import signal
 import shutil
 import subprocess
 import time
@@ -216,6 +217,32 @@ class CephS3:
             finally:
                 if self.lock is not None:
                     self.lock.shared()
+
+
+    def rgw_pid(self) -> int:
+        """The pid of the radosgw the script started (from its pid file)."""
+        return int((_state_dir() / "run" / "client.rgw.a.pid").read_text().strip())
+
+    def kill_rgw(self) -> None:
+        """SIGTERM radosgw by its pid and wait until its port refuses connections (call it
+        inside :meth:`gateway_stopped`, which starts it again)."""
+        os.kill(self.rgw_pid(), signal.SIGTERM)
+        deadline = time.monotonic() + 15
+        while _answers(self.endpoint_url):
+            if time.monotonic() > deadline:
+                raise RuntimeError("radosgw still answers 15 s after SIGTERM")
+            time.sleep(0.05)
+
+    @contextlib.contextmanager
+    def gateway_frozen(self) -> Iterator[None]:
+        """SIGSTOP radosgw inside the block (connections open, no answer); SIGCONT after it."""
+        with self.gateway_stopped():  # the same exclusive hold; it restarts radosgw if it died
+            pid = self.rgw_pid()
+            os.kill(pid, signal.SIGSTOP)
+            try:
+                yield
+            finally:
+                os.kill(pid, signal.SIGCONT)
 
 
 def _unavailable(reason: str) -> None:

@@ -1,0 +1,55 @@
+"""A training process for the preemption tests: ``python -m tests.preempt_trainer CONFIG_JSON``.
+
+CONFIG has ``output_uri``, ``registry`` (a SQLite path), ``storage_options``, ``saver_options``
+(e.g. ``{"async_upload": true, "timeout": 6}``), ``grace`` and ``every`` (a checkpoint every
+``every`` iterations). It trains until killed (or 10,000 iterations), the way users attach
+preemption: ``saver.attach(trainer, save_on_sigterm=checkpoint, sigterm_grace=grace)``. Each
+iteration sleeps 20 ms and prints ``{"iteration": n}``, so the test knows where training was.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from typing import Any
+
+import torch
+from ignite.engine import Engine, Events
+from ignite.handlers import Checkpoint
+
+from tracker_saver import TrackerSaver
+
+
+def main(config: dict[str, Any]) -> None:
+    torch.manual_seed(0)
+    net = torch.nn.Linear(256, 1024)  # 1 MiB of weights
+
+    def step(engine: Engine, batch: Any) -> None:
+        with torch.no_grad():
+            for p in net.parameters():
+                p.add_(0.01)
+        time.sleep(0.02)
+
+    trainer = Engine(step)
+    saver = TrackerSaver(
+        config["output_uri"],
+        project="p",
+        run="r",
+        registry=config["registry"],
+        storage_options=config.get("storage_options") or {},
+        **config.get("saver_options", {}),
+    )
+    checkpoint = Checkpoint({"model": net, "trainer": trainer}, saver, n_saved=2)
+    trainer.add_event_handler(Events.ITERATION_COMPLETED(every=config["every"]), checkpoint)
+    saver.attach(trainer, save_on_sigterm=checkpoint, sigterm_grace=config["grace"])
+
+    @trainer.on(Events.ITERATION_COMPLETED)
+    def report(engine: Engine) -> None:
+        print(json.dumps({"iteration": engine.state.iteration}), flush=True)
+
+    trainer.run(range(10_000), max_epochs=1)
+
+
+if __name__ == "__main__":
+    main(json.loads(sys.argv[1]))

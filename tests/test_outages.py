@@ -1,0 +1,178 @@
+"""Outages of the object store, against the real Ceph RGW: stopped by its pid, or frozen (SIGSTOP).
+
+Each test trains with a real ``Engine`` and ``Checkpoint`` through ``TrackerSaver(timeout=T)``
+and a SQLite registry; the gateway goes away in the middle of training. Sync mode: the next
+save raises ``StorageError`` within ``T`` (plus a scheduling margin). Async mode: training goes
+on, the error surfaces on a later save or on ``flush()``. Once radosgw is back a later save
+succeeds, and storage and registry, read directly, show no lie and no extra object.
+(The ClearML side is ``tests/test_clearml_outages.py``; SIGTERM is ``tests/test_preemption.py``.)
+"""
+
+from __future__ import annotations
+
+import os
+import signal
+import threading
+import time
+from collections.abc import Callable, Iterator
+from contextlib import AbstractContextManager
+from typing import Any
+
+import pytest
+import torch
+from ignite.engine import Engine, Events
+from ignite.handlers import Checkpoint
+
+from tests.helpers import trainer_engine
+from tracker_saver import RecordState, StorageError, TrackerSaver, find_models
+from tracker_saver.storage import open_storage
+
+pytestmark = pytest.mark.ceph
+
+#: The bound under test, and what the scheduler of a loaded 2-core machine may add to it.
+T = 6.0
+MARGIN = 4.0
+N_SAVED = 2
+
+
+def big_model() -> torch.nn.Module:
+    """About 20 MiB of weights: every save is a streamed multipart upload (8 MiB parts)."""
+    torch.manual_seed(0)
+    return torch.nn.Linear(1024, 5120)
+
+
+class Training:
+    """One saver and one ``Checkpoint``, trained in runs of real engines; every save is timed."""
+
+    def __init__(self, output_uri: str, registry: str, *, timeout: float = T, **saver_options: Any) -> None:
+        self.net = big_model()
+        self.saver = TrackerSaver(output_uri, project="p", run="r", registry=registry, timeout=timeout, **saver_options)
+        self.step = 0
+        self.blocks: list[tuple[int, float]] = []  # (step, seconds the training thread spent in the save)
+        self.handler = Checkpoint(
+            {"model": self.net}, self.saver, n_saved=N_SAVED, global_step_transform=lambda *_: self.step
+        )
+
+    def run(self, epochs: int, *, at_epoch: dict[int, Callable[[], object]] | None = None) -> None:
+        """Train ``epochs`` epochs on a fresh engine, saving after each; ``at_epoch[k]()`` runs before epoch k's save."""
+        trainer = trainer_engine(self.net)
+
+        @trainer.on(Events.EPOCH_COMPLETED)
+        def save(engine: Engine) -> None:
+            self.step += 1
+            if at_epoch and engine.state.epoch in at_epoch:
+                at_epoch[engine.state.epoch]()
+            started = time.monotonic()
+            try:
+                self.handler(engine)
+            finally:
+                self.blocks.append((self.step, time.monotonic() - started))
+
+        self.saver.attach(trainer)
+        trainer.run([0], max_epochs=epochs)
+
+    def live(self) -> list[str]:
+        return sorted(r.name for r in self.saver.records(live=True))
+
+
+def assert_true_and_small(output_uri: str, registry: str, *, settled: bool = True) -> None:
+    """Read storage and registry directly: no lie, no extra object; once ``settled`` (a save of
+    the stream succeeded since the outage) no unfinished upload and no pending record either.
+
+    Right after an outage an unfinished multipart upload may remain: the abort of the failed
+    upload could not reach the server, and a frozen gateway may run a retried
+    CreateMultipartUpload after the client gave up on it. The stream's next save removes them.
+    """
+    storage = open_storage(output_uri)
+    live = [r for r in find_models(project="p", run="r", registry=registry, live=True) if r.output_uri == storage.uri]
+    for record in live:
+        assert storage.digest(record.key) == (record.size, record.sha256), f"a lie: {record}"
+    objects = [o.key for o in storage.list("p/r/")]
+    assert len(objects) <= N_SAVED, f"more than n_saved objects: {objects}"
+    assert all(".slot" in key for key in objects), objects
+    if not settled:
+        return
+    assert storage.staged("p/r") == [], "an unfinished upload was left behind"
+    pending = find_models(project="p", run="r", registry=registry, states=(RecordState.PENDING,))
+    assert pending == [], f"unsettled records: {pending}"
+
+
+Outage = Callable[[], AbstractContextManager[None]]
+
+
+@pytest.fixture(params=["stopped", "frozen"])
+def outage(request: pytest.FixtureRequest, ceph_s3: Any) -> Iterator[tuple[str, Outage]]:
+    """radosgw stopped by its pid (connections refused) or frozen (connections open, no answer)."""
+    kind = request.param
+    yield kind, (ceph_s3.gateway_stopped if kind == "stopped" else ceph_s3.gateway_frozen)
+
+
+def _down(ceph_s3: Any, kind: str) -> None:
+    if kind == "stopped":
+        ceph_s3.kill_rgw()  # SIGTERM by its pid
+
+
+def test_sync_the_next_save_raises_within_the_bound_and_a_later_one_succeeds(
+    s3_output_uri: str, tmp_path: Any, ceph_s3: Any, outage: tuple[str, Outage]
+) -> None:
+    kind, gateway_out = outage
+    registry = str(tmp_path / "registry.db")
+    training = Training(s3_output_uri, registry)
+    training.run(2)
+    before = training.live()
+    with gateway_out():
+        _down(ceph_s3, kind)
+        with pytest.raises(StorageError) as caught:
+            training.run(3)
+        step, blocked = training.blocks[-1]
+        assert step == 3 and blocked <= T + MARGIN, f"the save blocked {blocked:.1f} s (bound {T} s)"
+        message = str(caught.value)
+        assert "127.0.0.1" in message and "p/r/model.slot" in message and s3_output_uri in message
+        assert "stopped answering" in message or "cannot reach" in message
+        # The slot's previous object and its record are intact: a fresh saver-free read after the outage.
+    assert training.live() == before
+    assert_true_and_small(s3_output_uri, registry, settled=False)
+    training.run(1)  # radosgw is back: the next save succeeds
+    assert training.live() == sorted([before[-1], "model_4.pt"])
+    assert_true_and_small(s3_output_uri, registry)
+    training.saver.close()
+
+
+def test_async_training_goes_on_and_the_error_surfaces_then_a_later_save_succeeds(
+    s3_output_uri: str, tmp_path: Any, ceph_s3: Any, outage: tuple[str, Outage]
+) -> None:
+    kind, gateway_out = outage
+    registry = str(tmp_path / "registry.db")
+    training = Training(s3_output_uri, registry, async_upload=True)
+    training.run(2)  # attach flushes at the end of the run: durable
+    before = training.live()
+    with gateway_out():
+        _down(ceph_s3, kind)
+        with pytest.raises(StorageError, match="stopped answering|cannot reach") as caught:
+            training.run(4)  # the error reaches the training thread on a later save or the final flush
+        assert max(seconds for _, seconds in training.blocks) <= T + MARGIN, training.blocks
+        assert "in the background: model_3.pt" in getattr(caught.value, "__notes__", [])
+    assert training.live() == before
+    assert_true_and_small(s3_output_uri, registry, settled=False)
+    training.run(1)
+    assert training.live()[-1] == f"model_{training.step}.pt"
+    assert_true_and_small(s3_output_uri, registry)
+    training.saver.close()
+
+
+@pytest.mark.parametrize("async_upload", [False, True], ids=["sync", "async"])
+def test_an_outage_shorter_than_the_bound_is_ridden_through_in_order(
+    s3_output_uri: str, tmp_path: Any, ceph_s3: Any, async_upload: bool
+) -> None:
+    """Frozen for 2 s of a 12 s bound: the saves wait, complete in order, and nothing is raised."""
+    registry = str(tmp_path / "registry.db")
+    training = Training(s3_output_uri, registry, timeout=12.0, async_upload=async_upload, max_pending=2)
+    training.run(1)
+    with ceph_s3.gateway_frozen():
+        thaw = threading.Timer(2.0, os.kill, (ceph_s3.rgw_pid(), signal.SIGCONT))
+        thaw.start()
+        training.run(2)  # sync: the first save waits for the gateway; async: attach's flush does
+        thaw.join()
+    assert training.live() == ["model_2.pt", "model_3.pt"]
+    assert_true_and_small(s3_output_uri, registry)
+    training.saver.close()
