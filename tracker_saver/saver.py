@@ -329,7 +329,6 @@ class TrackerSaver(BaseSaveHandler):
             >>> _ = trainer.run([0, 1], max_epochs=2)  # durable when run() returns
             >>> [r.name for r in saver.records(live=True)]
             ['model_4.pt']
-            >>> saver.close()
         """
         if save_on_sigterm is not None:
             preemption.save_on_sigterm(
