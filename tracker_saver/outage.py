@@ -12,10 +12,11 @@ once instead of waiting again (docs/outages.md).
 
 from __future__ import annotations
 
+import contextlib
 import math
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 
 from tracker_saver.errors import ConfigError
 
@@ -24,7 +25,8 @@ __all__ = ["DEFAULT_TIMEOUT_S", "PROBE_EVERY_S", "Outage", "OutageError", "check
 #: How long a save may wait on an S3 endpoint or a ClearML server that stopped answering.
 DEFAULT_TIMEOUT_S = 60.0
 #: While a back end is down, one request may try it this often; the others are refused at once.
-PROBE_EVERY_S = 2.0
+#: Short, so a caller that retries right after the server came back is not refused for long.
+PROBE_EVERY_S = 0.5
 
 
 class OutageError(Exception):
@@ -71,11 +73,11 @@ class Outage:
         >>> now = [0.0]
         >>> outage = Outage(10.0, clock=lambda: now[0])
         >>> outage.failed(outage.attempt())
-        >>> now[0] = 6.0; outage.failed(outage.attempt())  # down: one probe every 2 s
-        >>> now[0] = 7.0; outage.attempt()
+        >>> now[0] = 6.0; outage.failed(outage.attempt())  # down: one try every 0.5 s
+        >>> now[0] = 6.2; outage.attempt()
         Traceback (most recent call last):
         ...
-        tracker_saver.outage.OutageError: no answer for 7.0 s (timeout 10 s)
+        tracker_saver.outage.OutageError: no answer for 6.2 s (timeout 10 s); not tried again for 0.5 s after a try
         >>> now[0] = 8.5; outage.attempt()  # the next probe gets an answer: back to normal
         8.5
         >>> outage.succeeded(); outage.exhausted()
@@ -88,15 +90,15 @@ class Outage:
         self._lock = threading.Lock()
         self._since: float | None = None  # start of the first failed request since the last answer
         self._last_try = -math.inf
+        self._impatient = threading.local()
         self.last_error = ""
 
     def attempt(self) -> float:
         """Before a request: its start time, or ``OutageError`` when it must not be tried."""
         with self._lock:
             now = self._clock()
-            if self._since is not None and now - self._since > self.timeout / 2:
-                if now - self._last_try < PROBE_EVERY_S:
-                    raise OutageError(self.describe(now))
+            if self._exhausted(now) and now - self._last_try < PROBE_EVERY_S:
+                raise OutageError(self.describe(now) + f"; not tried again for {PROBE_EVERY_S:g} s after a try")
             self._last_try = now
             return now
 
@@ -114,9 +116,29 @@ class Outage:
             self._since = None
 
     def exhausted(self) -> bool:
-        """Whether a retry now would be refused (the back end failed for over half the timeout)."""
+        """Whether to stop retrying: the back end failed for over half the timeout (or at all,
+        inside :meth:`impatient`)."""
         with self._lock:
-            return self._since is not None and self._clock() - self._since > self.timeout / 2
+            return self._exhausted(self._clock())
+
+    def _exhausted(self, now: float) -> bool:
+        if self._since is None:
+            return False
+        return self.is_impatient() or now - self._since > self.timeout / 2
+
+    def is_impatient(self) -> bool:
+        """Whether this thread is inside :meth:`impatient`."""
+        return bool(getattr(self._impatient, "on", False))
+
+    @contextlib.contextmanager
+    def impatient(self) -> Iterator[None]:
+        """In this thread, stop at the first failure: for set-up checks, where a refused
+        connection is far likelier a wrong endpoint than an outage worth waiting out."""
+        self._impatient.on = True
+        try:
+            yield
+        finally:
+            self._impatient.on = False
 
     def describe(self, now: float | None = None) -> str:
         """``"no answer for N.N s (timeout T s)"``, plus the last failure when one was noted."""

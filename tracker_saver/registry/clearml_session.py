@@ -71,6 +71,9 @@ def open_session(host: str | None, timeout: float) -> Any:
         def _load_vaults(self) -> None:
             return None  # they would replace the SDK's global configuration with this one's
 
+        def _get_retry_codes(self) -> list[int]:
+            return []  # so a 502/503 comes back as an answer, for send() to retry (or not)
+
     config: Any = _Config(ConfigWrapper._init())
     return _Bounded(host=host, config=config, http_retries_config={"total": 0})
 
@@ -79,8 +82,9 @@ def send(session: Any, request: Any, outage: Outage) -> Any:
     """``session.send(request)``, retried while ``outage`` allows; so is a 502, 503 or 504 answer.
 
     A request is retried only when repeating it is harmless: always if it never reached the
-    server (connection refused, connect timeout); after an unclear failure (read timeout, a
-    dropped connection, a 5xx) unless it creates or deletes something.
+    server (connection refused, connect timeout) or was refused unprocessed (503); after an
+    unclear failure (read timeout, a dropped connection, a 502 or 504) unless it creates or
+    deletes something.
 
     Raises:
         OutageError: the server has not answered for half the timeout (chained to the last error).
@@ -109,7 +113,7 @@ def send(session: Any, request: Any, outage: Outage) -> Any:
                 outage.succeeded()
                 return result
             outage.failed(started, f"HTTP {code}")
-            if not retry_unclear:
+            if not (code == 503 or retry_unclear):  # a 503 was not processed; a 502/504 may have been
                 return result
             error = None
         if outage.exhausted():

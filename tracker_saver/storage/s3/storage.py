@@ -228,6 +228,10 @@ class S3Storage(Storage):
                 credentials, no permission, endpoint unreachable).
         """
         self._uploads.abort_leftovers()
+        with self.outage.impatient():  # a refused endpoint here is a wrong one: say so at once
+            self._check_probe()
+
+    def _check_probe(self) -> None:
         probe = self._s3_key(PROBE_NAME)
         with self._boundary("checking output_uri: writing", PROBE_NAME, config=True):
             self._client.put_object(Bucket=self.bucket, Key=probe, Body=b"")

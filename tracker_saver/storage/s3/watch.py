@@ -30,11 +30,11 @@ def watch(client: Any, outage: Outage) -> None:
         >>> now = [0.0]
         >>> outage = Outage(10.0, clock=lambda: now[0]); watch(client, outage)
         >>> outage.failed(outage.attempt(), "EndpointConnectionError")
-        >>> now[0] = 7.0; outage.failed(outage.attempt())  # the one probe allowed every 2 s
+        >>> now[0] = 7.0; outage.failed(outage.attempt())  # the one try allowed every 0.5 s
         >>> client.list_buckets()
         Traceback (most recent call last):
         ...
-        tracker_saver.outage.OutageError: no answer for 7.0 s (timeout 10 s); last error: EndpointConnectionError
+        tracker_saver.outage.OutageError: no answer for 7.0 s (timeout 10 s); last error: EndpointConnectionError; not tried again for 0.5 s after a try
     """
     started = threading.local()
 
@@ -51,6 +51,8 @@ def watch(client: Any, outage: Outage) -> None:
         error = type(caught_exception).__name__ if caught_exception is not None else f"HTTP {status}"
         outage.failed(getattr(started, "at", 0.0), error)
         if outage.exhausted():
+            if caught_exception is not None and outage.is_impatient():
+                raise caught_exception  # a set-up check: the error itself says what is wrong
             raise OutageError(outage.describe()) from caught_exception
 
     client.meta.events.register("before-send.s3", before_send, unique_id="tracker-saver-outage-send")
