@@ -36,6 +36,12 @@ Anything else is answered with an empty success and remembered in :attr:`ClearML
 so a test can assert that nothing important was ignored. Faults can be injected with
 :meth:`ClearMLStandIn.fail` to test error mapping.
 
+Outages (``tests/test_clearml_outages.py``): :meth:`ClearMLStandIn.pause` stops listening and
+drops every open connection (a client is refused, as by a server that went away) and
+:meth:`ClearMLStandIn.resume` listens again on the same port with every entity kept;
+:meth:`ClearMLStandIn.hang` accepts connections and reads requests but answers none (a frozen
+server) until :meth:`ClearMLStandIn.unhang`, which drops the held requests unprocessed.
+
 Examples:
     >>> server = ClearMLStandIn().start()
     >>> server.api_host.startswith("http://127.0.0.1:")
@@ -52,6 +58,7 @@ import http.server
 import json
 import logging
 import re
+import socket
 import threading
 import time
 import uuid
@@ -911,6 +918,11 @@ class ClearMLStandIn:
         self.unknown_calls: list[Call] = []
         self._httpd: http.server.ThreadingHTTPServer | None = None
         self._thread: threading.Thread | None = None
+        self._bound_port: int | None = None  # kept across pause()/resume()
+        self._connections: set[socket.socket] = set()  # open client connections (keep-alive ones too)
+        self._hang: re.Pattern[str] | None = None  # requests to these endpoints wait for _released
+        self._released = threading.Event()
+        self.hung: list[Call] = []  # requests held by hang(), never answered
 
     # -- entities ----------------------------------------------------------------------------
     @property
@@ -947,30 +959,113 @@ class ClearMLStandIn:
     # -- control -----------------------------------------------------------------------------
     @property
     def api_host(self) -> str:
-        """``http://127.0.0.1:<port>``: the value for ``CLEARML_API_HOST``."""
-        if self._httpd is None:
+        """``http://127.0.0.1:<port>``: the value for ``CLEARML_API_HOST`` (also while paused)."""
+        if self._bound_port is None:
             raise RuntimeError("the ClearML stand-in is not started: call start() first")
-        return f"http://{self.host}:{self._httpd.server_address[1]}"
+        return f"http://{self.host}:{self._bound_port}"
+
+    @property
+    def listening(self) -> bool:
+        """Whether it accepts connections (started and not paused)."""
+        return self._httpd is not None
 
     def start(self) -> ClearMLStandIn:
-        """Listen on a free port in a daemon thread; returns ``self``."""
+        """Listen on a free port (``port`` if given) in a daemon thread; returns ``self``."""
+        self._listen(self.port)
+        return self
+
+    def _listen(self, port: int) -> None:
         standin = self
 
         class Handler(_Handler):
             server_ref = standin
 
-        self._httpd = http.server.ThreadingHTTPServer((self.host, self.port), Handler)
-        self._httpd.daemon_threads = True
-        self._thread = threading.Thread(target=self._httpd.serve_forever, name="clearml-standin", daemon=True)
+        class Server(http.server.ThreadingHTTPServer):
+            allow_reuse_address = True  # resume() binds the port again while old connections sit in TIME_WAIT
+            daemon_threads = True
+
+            def handle_error(self, request: Any, client_address: Any) -> None:
+                # a connection that pause() or stop() closed under a request: the client sees it dropped
+                log.debug("ClearML stand-in: request from %s ended by an error", client_address, exc_info=True)
+
+        self._httpd = Server((self.host, port), Handler)
+        self._bound_port = self._httpd.server_address[1]
+        self._thread = threading.Thread(
+            target=self._httpd.serve_forever, kwargs={"poll_interval": 0.1}, name="clearml-standin", daemon=True
+        )  # pause() and stop() wait up to one poll interval
         self._thread.start()
-        return self
 
     def stop(self) -> None:
-        """Stop listening (requests in flight finish)."""
+        """Stop listening, release held requests and close every connection (keep-alive ones too)."""
+        self._close()
+        self._bound_port = None
+
+    def pause(self) -> None:
+        """Go away: stop listening and close every connection; entities are kept for :meth:`resume`.
+
+        Clients get ``connection refused``; a request being answered or held by :meth:`hang` is
+        dropped unanswered, and a kept-alive connection is closed, so its next request is refused too.
+        """
+        if self._httpd is None:
+            raise RuntimeError("the ClearML stand-in is not listening: nothing to pause")
+        self._close()
+
+    def resume(self) -> ClearMLStandIn:
+        """Listen again on the port it had before :meth:`pause`, with every entity kept; returns ``self``."""
+        if self._bound_port is None:
+            raise RuntimeError("the ClearML stand-in was never started (or was stopped): call start()")
+        if self._httpd is None:
+            self._listen(self._bound_port)
+        return self
+
+    def _close(self) -> None:
+        self.unhang()
         if self._httpd is not None:
             self._httpd.shutdown()
             self._httpd.server_close()
             self._httpd = None
+        with self._lock:
+            connections = list(self._connections)
+        for connection in connections:  # the client sees it closed; its handler reads EOF and ends
+            with contextlib.suppress(OSError):
+                connection.shutdown(socket.SHUT_RDWR)
+
+    def hang(self, endpoint: str = "") -> contextlib.AbstractContextManager[None]:
+        """Freeze: accept connections and read requests (matching the regex ``endpoint``; all by
+        default, ``auth.login`` included) but answer none of them until :meth:`unhang`.
+
+        Returns a context manager that unhangs on exit, so both ``server.hang(); ...;
+        server.unhang()`` and ``with server.hang(): ...`` work. The held requests are never
+        processed: on release their connections are closed without an answer.
+        """
+        with self._lock:
+            self._released = threading.Event()
+            self._hang = re.compile(endpoint)
+
+        @contextlib.contextmanager
+        def hanging() -> Iterator[None]:
+            try:
+                yield
+            finally:
+                self.unhang()
+
+        return hanging()
+
+    def unhang(self) -> None:
+        """Answer requests again; the ones held by :meth:`hang` are dropped (their connections closed)."""
+        with self._lock:
+            self._hang = None
+            self._released.set()
+
+    def _hold(self, endpoint: str, data: Any) -> bool:
+        """Hold a request while :meth:`hang` says so; ``True`` when it was held (and is never answered)."""
+        with self._lock:
+            pattern, released = self._hang, self._released
+            if pattern is None or not pattern.search(endpoint):
+                return False
+            self.hung.append(Call(endpoint, data, time.time(), status=0))
+        released.wait()
+        return True
 
     def __enter__(self) -> ClearMLStandIn:
         return self.start()
@@ -1087,6 +1182,20 @@ class _Handler(http.server.BaseHTTPRequestHandler):
     def log_message(self, format: str, *args: Any) -> None:  # quiet: tests read .calls instead
         log.debug("ClearML stand-in: " + format, *args)
 
+    def setup(self) -> None:
+        super().setup()
+        with self.server_ref._lock:
+            self.server_ref._connections.add(self.connection)
+
+    def finish(self) -> None:
+        try:
+            super().finish()
+        except OSError:  # the client went away (it gave up on a held request)
+            pass
+        finally:
+            with self.server_ref._lock:
+                self.server_ref._connections.discard(self.connection)
+
     def do_GET(self) -> None:
         self._handle()
 
@@ -1117,6 +1226,9 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         if standin.latency:
             time.sleep(standin.latency)
+        if standin._hold(endpoint, body):
+            self.close_connection = True  # frozen, then gone: the request is dropped unanswered
+            return
         if endpoint == "auth.login":
             self._login(endpoint, version)
             return
