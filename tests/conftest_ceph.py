@@ -28,8 +28,8 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import signal
 import shutil
+import signal
 import subprocess
 import time
 import urllib.error
