@@ -2,8 +2,10 @@
 
 CONFIG has ``output_uri``, ``registry`` (a SQLite path), ``storage_options``, ``saver_options``
 (e.g. ``{"async_upload": true, "timeout": 6}``), ``grace`` and ``every`` (a checkpoint every
-``every`` iterations). It trains until killed (or 10,000 iterations), the way users attach
-preemption: ``saver.attach(trainer, save_on_sigterm=checkpoint, sigterm_grace=grace)``. Each
+``every`` iterations). It trains until killed (or ``iterations``, default 10,000), the way users
+attach preemption: ``saver.attach(trainer, save_on_sigterm=checkpoint, sigterm_grace=grace)``;
+with ``"attach": false`` it attaches nothing and never closes the saver, so only the ``atexit``
+flush stands between its background saves and the end of the process. Each
 iteration sleeps 20 ms and prints ``{"iteration": n}``, so the test knows where training was.
 """
 
@@ -42,13 +44,14 @@ def main(config: dict[str, Any]) -> None:
     )
     checkpoint = Checkpoint({"model": net, "trainer": trainer}, saver, n_saved=2)
     trainer.add_event_handler(Events.ITERATION_COMPLETED(every=config["every"]), checkpoint)
-    saver.attach(trainer, save_on_sigterm=checkpoint, sigterm_grace=config["grace"])
+    if config.get("attach", True):
+        saver.attach(trainer, save_on_sigterm=checkpoint, sigterm_grace=config["grace"])
 
     @trainer.on(Events.ITERATION_COMPLETED)
     def report(engine: Engine) -> None:
         print(json.dumps({"iteration": engine.state.iteration}), flush=True)
 
-    trainer.run(range(10_000), max_epochs=1)
+    trainer.run(range(config.get("iterations", 10_000)), max_epochs=1)
 
 
 if __name__ == "__main__":

@@ -33,9 +33,11 @@ T = 6.0
 class Child:
     """``tests.preempt_trainer`` in a subprocess, read line by line."""
 
-    def __init__(self, output_uri: str, registry: str, **saver_options: Any) -> None:
+    def __init__(
+        self, output_uri: str, registry: str, *, extra: dict[str, Any] | None = None, **saver_options: Any
+    ) -> None:
         config = {"output_uri": output_uri, "registry": registry, "saver_options": saver_options,
-                  "grace": GRACE, "every": 25}  # fmt: skip
+                  "grace": GRACE, "every": 25, **(extra or {})}  # fmt: skip
         self.proc = subprocess.Popen(
             [sys.executable, "-m", "tests.preempt_trainer", json.dumps(config)],
             cwd=ROOT,
@@ -135,3 +137,28 @@ def test_sigterm_during_an_outage_exits_within_the_bound_saying_what_is_not_dura
     storage = open_storage(s3_output_uri)
     for record in find_models(project="p", run="r", registry=registry, live=True):
         assert storage.digest(record.key) == (record.size, record.sha256)
+
+
+@pytest.mark.ceph
+def test_exit_without_close_during_an_outage_ends_within_the_bound_saying_what_is_not_durable(
+    tmp_path: Any, s3_output_uri: str, ceph_s3: Any
+) -> None:
+    """No attach, no close: the ``atexit`` flush meets the outage, gives up within ``timeout``
+    and logs which saves are not durable; the interpreter exits."""
+    registry = str(tmp_path / "registry.db")
+    child = Child(s3_output_uri, registry, extra={"attach": False, "iterations": 60}, async_upload=True, timeout=T)
+    child.wait_for_iteration(30)
+    with ceph_s3.gateway_stopped():
+        ceph_s3.kill_rgw()
+        child.wait_for_iteration(60)  # the save at 50 is queued behind the outage
+        ended = time.monotonic()
+        try:
+            _, err = child.proc.communicate(timeout=T + MARGIN + 10)
+        except subprocess.TimeoutExpired:
+            child.proc.kill()
+            pytest.fail(f"the process did not exit: {child.proc.communicate()[1][-3000:]}")
+        seconds = time.monotonic() - ended
+    assert seconds <= T + MARGIN, f"exit took {seconds:.1f} s after the last iteration (bound {T} s)\n{err[-3000:]}"
+    assert "tracker_saver at exit: NOT durable" in err and "checkpoint_50.pt" in err, err[-3000:]
+    live = [r.name for r in find_models(project="p", run="r", registry=registry, live=True)]
+    assert live == ["checkpoint_25.pt"]
