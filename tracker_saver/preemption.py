@@ -78,9 +78,8 @@ def save_on_sigterm(
     outcome: list[BaseException | None] = []  # the final save's error, once it ran
 
     def on_signal(signum: int, frame: Any) -> None:
-        received.append(time.monotonic())
+        received.append(time.monotonic())  # only this here: printing could re-enter a write in progress
         restore()  # a second SIGTERM gets what was there before
-        _say(f"SIGTERM: stopping after this iteration, then saving once (exit within {grace:g} s)")
 
     def install(_: Engine) -> None:
         if not previous:
@@ -95,6 +94,7 @@ def save_on_sigterm(
         # At ITERATION_COMPLETED, so the handler names the checkpoint as at any iteration.
         if not received or outcome:
             return
+        _say(f"SIGTERM: stopping after iteration {engine.state.iteration}, saving once (exit within {grace:g} s)")
         engine.terminate()
         try:
             handler(engine)
