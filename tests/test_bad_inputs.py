@@ -23,10 +23,12 @@ import math
 import os
 import random
 import re
+import signal
 import socket
 import sqlite3
 import subprocess
 import sys
+import threading
 import uuid
 import zipfile
 from collections.abc import Callable, Iterator
@@ -710,6 +712,106 @@ def test_output_full_disk(row: Row, world: World) -> None:
         load_checkpoint(previous, {"model": grows}, storage=saver.storage)
         assert grows.loaded["w"].shape == (1_000,)
         saver.close()
+
+
+# ------------------------------------------------------------------ outages and preemption
+
+OUTAGES = "Outages and preemption"
+
+
+@case(
+    OUTAGES, "timeout-zero",
+    'TrackerSaver("./ckpt", timeout=0)',
+    "ConfigError",
+    "timeout=0: pass the seconds a save may wait on a back end that stopped answering, a number > 0 (default 60)",
+    LEFT_NOTHING,
+)  # fmt: skip
+def test_timeout_zero(row: Row, world: World) -> None:
+    with raises(row):
+        world.saver(timeout=0)
+    assert world.snapshot() == ({}, [])
+
+
+@case(
+    OUTAGES, "timeout-text",
+    'TrackerSaver("./ckpt", timeout="60")',
+    "ConfigError",
+    "timeout='60': pass the seconds a save may wait on a back end that stopped answering, a number > 0 (default 60)",
+    LEFT_NOTHING,
+)  # fmt: skip
+def test_timeout_text(row: Row, world: World) -> None:
+    with raises(row):
+        world.saver(timeout="60")
+    assert world.snapshot() == ({}, [])
+
+
+@case(
+    OUTAGES, "timeout-infinite",
+    'TrackerSaver("./ckpt", timeout=float("inf"))',
+    "ConfigError",
+    "timeout=inf: pass the seconds a save may wait on a back end that stopped answering, a number > 0 (default 60)",
+    LEFT_NOTHING + " (no wait is unbounded: pass a large number to mean a long one)",
+)  # fmt: skip
+def test_timeout_infinite(row: Row, world: World) -> None:
+    with raises(row):
+        world.saver(timeout=float("inf"))
+    assert world.snapshot() == ({}, [])
+
+
+@case(
+    OUTAGES, "save-on-sigterm-not-callable",
+    'saver.attach(trainer, save_on_sigterm="checkpoint")',
+    "ConfigError", "save_on_sigterm='checkpoint' is not callable: pass the Checkpoint handler to run once",
+    LEFT_SAVER + "; no signal handler installed",
+)  # fmt: skip
+def test_save_on_sigterm_not_callable(row: Row, world: World) -> None:
+    saver = world.saver()
+    before = signal.getsignal(signal.SIGTERM)
+    with raises(row):
+        saver.attach(Engine(lambda e, b: None), save_on_sigterm="checkpoint")  # type: ignore[arg-type]
+    assert signal.getsignal(signal.SIGTERM) is before and world.records() == []
+    saver.close()
+
+
+@case(
+    OUTAGES, "sigterm-grace-zero",
+    "saver.attach(trainer, save_on_sigterm=checkpoint, sigterm_grace=0)",
+    "ConfigError", "sigterm_grace=0: pass the seconds from SIGTERM to exit, a number > 0",
+    LEFT_SAVER + "; no signal handler installed",
+)  # fmt: skip
+def test_sigterm_grace_zero(row: Row, world: World) -> None:
+    saver = world.saver()
+    trainer = Engine(lambda e, b: None)
+    with raises(row):
+        saver.attach(trainer, save_on_sigterm=Checkpoint({"m": torch.nn.Linear(1, 1)}, saver), sigterm_grace=0)
+    assert world.records() == []
+    saver.close()
+
+
+@case(
+    OUTAGES, "save-on-sigterm-in-a-thread",
+    "threading.Thread(target=lambda: saver.attach(trainer, save_on_sigterm=checkpoint)).start()",
+    "ConfigError",
+    "save_on_sigterm needs attach() to be called from the main thread (signals arrive there)",
+    LEFT_SAVER + "; no signal handler installed",
+)  # fmt: skip
+def test_save_on_sigterm_in_a_thread(row: Row, world: World) -> None:
+    saver = world.saver()
+    trainer = Engine(lambda e, b: None)
+    caught: list[BaseException] = []
+
+    def attach() -> None:
+        try:
+            saver.attach(trainer, save_on_sigterm=Checkpoint({"m": torch.nn.Linear(1, 1)}, saver))
+        except BaseException as exc:
+            caught.append(exc)
+
+    worker = threading.Thread(target=attach)
+    worker.start()
+    worker.join()
+    with raises(row):
+        raise caught[0]
+    saver.close()
 
 
 # ------------------------------------------------------------------ the registry
