@@ -46,7 +46,6 @@ from tests.conftest_clearml import ClearMLServer
 from tests.helpers import ROOT, process_env
 from tracker_saver import RecordState, RegistryError, TrackerSaver, fsck
 from tracker_saver.models import open_verified
-from tracker_saver.outage import PROBE_EVERY_S
 from tracker_saver.records import LOADABLE, Record, UploadInfo
 from tracker_saver.registry import Query
 from tracker_saver.registry.clearml import ClearMLRegistry
@@ -126,13 +125,11 @@ def registry_of(root: str, timeout: float = T) -> ClearMLRegistry:
 def wait_for_probe(registry: ClearMLRegistry) -> None:
     """Wait until ``registry`` may try the server again after an outage.
 
-    After a failed outage the registry's clock refuses requests at once except one probe every
-    ``PROBE_EVERY_S`` s (``tracker_saver.outage``): a save right after the failure would be
-    refused although the server is back. A real outage lasts longer than that.
+    Once the server has failed for half the timeout the registry refuses requests at once for
+    the next half (``tracker_saver.outage``): a save right after the failure would be refused
+    although the server is back. A real outage lasts longer than that.
     """
-    clock = registry._outage
-    if clock._since is not None:  # the last request got no answer
-        time.sleep(max(0.0, clock._last_try + PROBE_EVERY_S - time.monotonic()))
+    time.sleep(registry._outage.retry_in())
 
 
 # -- training -------------------------------------------------------------------------------------------

@@ -132,6 +132,9 @@ def test_sync_the_next_save_raises_within_the_bound_and_a_later_one_succeeds(
         # The slot's previous object and its record are intact: a fresh saver-free read after the outage.
     assert training.live() == before
     assert_true_and_small(s3_output_uri, registry, settled=False)
+    time.sleep(
+        training.saver.storage.outage.retry_in()
+    )  # the saver tries S3 again half a timeout after its last failure
     training.run(1)  # radosgw is back: the next save succeeds
     assert training.live() == sorted([before[-1], "model_4.pt"])
     assert_true_and_small(s3_output_uri, registry)
@@ -154,6 +157,7 @@ def test_async_training_goes_on_and_the_error_surfaces_then_a_later_save_succeed
         assert "in the background: model_3.pt" in getattr(caught.value, "__notes__", [])
     assert training.live() == before
     assert_true_and_small(s3_output_uri, registry, settled=False)
+    time.sleep(training.saver.storage.outage.retry_in())
     training.run(1)
     assert training.live()[-1] == f"model_{training.step}.pt"
     assert_true_and_small(s3_output_uri, registry)

@@ -2,12 +2,12 @@
 
 One :class:`Outage` per connection (an S3 client, a ClearML session) watches its requests.
 The first failed request (refused, timed out, or a 5xx answer) starts the clock; any answer
-stops it. Retries go on while the clock is under half the ``timeout``; after that a request
-is refused at once with :class:`OutageError`, except one probe every :data:`PROBE_EVERY_S`,
-so a back end that comes back is used again. Each request's own connect and read timeouts
-(:func:`request_timeouts`) fit in the other half, so no call waits longer than ``timeout``
-after the back end went away, and a retry or an abort that follows a failed save fails at
-once instead of waiting again (docs/outages.md).
+stops it. Retries go on while the clock is under half the ``timeout``; after that the back end
+is down: requests are refused at once with :class:`OutageError` for half the ``timeout``, then
+one may try again, so a back end that comes back is used again. Each request's own connect
+and read timeouts (:func:`request_timeouts`) fit in the other half, so no call waits longer
+than ``timeout`` after the back end went away, and a retry or an abort that follows a failed
+save fails at once instead of waiting again (docs/outages.md).
 """
 
 from __future__ import annotations
@@ -20,13 +20,10 @@ from collections.abc import Callable, Iterator
 
 from tracker_saver.errors import ConfigError
 
-__all__ = ["DEFAULT_TIMEOUT_S", "PROBE_EVERY_S", "Outage", "OutageError", "check_timeout", "request_timeouts"]
+__all__ = ["DEFAULT_TIMEOUT_S", "Outage", "OutageError", "check_timeout", "request_timeouts"]
 
 #: How long a save may wait on an S3 endpoint or a ClearML server that stopped answering.
 DEFAULT_TIMEOUT_S = 60.0
-#: While a back end is down, one request may try it this often; the others are refused at once.
-#: Short, so a caller that retries right after the server came back is not refused for long.
-PROBE_EVERY_S = 0.5
 
 
 class OutageError(Exception):
@@ -65,6 +62,11 @@ def request_timeouts(timeout: float) -> tuple[float, float]:
 class Outage:
     """How long one back end has been failing, and whether to try it again.
 
+    Once it has failed for half the timeout it is *down*: for the next half of the timeout no
+    request is tried (each is refused at once), then one request may try it; any answer ends
+    the outage. So the requests that follow a failure (an abort, the next queued save) fail at
+    once, and a new request finds out within half the timeout whether the server is back.
+
     Args:
         timeout: the bound, in seconds; retries stop once the back end has failed for half of it.
         clock: monotonic seconds (tests pass a fake one).
@@ -73,15 +75,15 @@ class Outage:
         >>> now = [0.0]
         >>> outage = Outage(10.0, clock=lambda: now[0])
         >>> outage.failed(outage.attempt())
-        >>> now[0] = 6.0; outage.failed(outage.attempt())  # down: one try every 0.5 s
-        >>> now[0] = 6.2; outage.attempt()
+        >>> now[0] = 6.0; outage.failed(outage.attempt())  # down now: no try for 5 s
+        >>> now[0] = 7.0; outage.attempt()
         Traceback (most recent call last):
         ...
-        tracker_saver.outage.OutageError: no answer for 6.2 s (timeout 10 s); not tried again for 0.5 s after a try
-        >>> now[0] = 8.5; outage.attempt()  # the next probe gets an answer: back to normal
-        8.5
-        >>> outage.succeeded(); outage.exhausted()
-        False
+        tracker_saver.outage.OutageError: no answer for 7.0 s (timeout 10 s); next try in 4.0 s
+        >>> now[0] = 11.5; outage.attempt()  # one try; it gets an answer: back to normal
+        11.5
+        >>> outage.succeeded(); outage.retry_in()
+        0.0
     """
 
     def __init__(self, timeout: float, *, clock: Callable[[], float] = time.monotonic) -> None:
@@ -89,7 +91,7 @@ class Outage:
         self._clock = clock
         self._lock = threading.Lock()
         self._since: float | None = None  # start of the first failed request since the last answer
-        self._last_try = -math.inf
+        self._closed_until = -math.inf  # while down, nothing is tried before this
         self._impatient = threading.local()
         self.last_error = ""
 
@@ -97,9 +99,10 @@ class Outage:
         """Before a request: its start time, or ``OutageError`` when it must not be tried."""
         with self._lock:
             now = self._clock()
-            if self._exhausted(now) and now - self._last_try < PROBE_EVERY_S:
-                raise OutageError(self.describe(now) + f"; not tried again for {PROBE_EVERY_S:g} s after a try")
-            self._last_try = now
+            if self._down(now):
+                if now < self._closed_until:
+                    raise OutageError(self.describe(now) + f"; next try in {self._closed_until - now:.1f} s")
+                self._closed_until = now + self.timeout / 2  # this try may take that long: others wait
             return now
 
     def failed(self, started: float, error: str = "") -> None:
@@ -109,11 +112,21 @@ class Outage:
                 self._since = started
             if error:
                 self.last_error = error
+            now = self._clock()
+            if self._down(now):
+                self._closed_until = max(self._closed_until, now + self.timeout / 2)
 
     def succeeded(self) -> None:
         """After any answer but a 5xx: the back end is up."""
         with self._lock:
             self._since = None
+            self._closed_until = -math.inf
+
+    def retry_in(self) -> float:
+        """Seconds until a request will be tried again (0 unless the back end is down)."""
+        with self._lock:
+            now = self._clock()
+            return max(0.0, self._closed_until - now) if self._down(now) else 0.0
 
     def exhausted(self) -> bool:
         """Whether to stop retrying: the back end failed for over half the timeout (or at all,
@@ -122,9 +135,10 @@ class Outage:
             return self._exhausted(self._clock())
 
     def _exhausted(self, now: float) -> bool:
-        if self._since is None:
-            return False
-        return self.is_impatient() or now - self._since > self.timeout / 2
+        return self._since is not None and (self.is_impatient() or self._down(now))
+
+    def _down(self, now: float) -> bool:
+        return self._since is not None and now - self._since > self.timeout / 2
 
     def is_impatient(self) -> bool:
         """Whether this thread is inside :meth:`impatient`."""

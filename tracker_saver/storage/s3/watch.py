@@ -30,11 +30,11 @@ def watch(client: Any, outage: Outage) -> None:
         >>> now = [0.0]
         >>> outage = Outage(10.0, clock=lambda: now[0]); watch(client, outage)
         >>> outage.failed(outage.attempt(), "EndpointConnectionError")
-        >>> now[0] = 7.0; outage.failed(outage.attempt())  # the one try allowed every 0.5 s
+        >>> now[0] = 7.0; outage.failed(outage.attempt())  # down now: no try for 5 s
         >>> client.list_buckets()
         Traceback (most recent call last):
         ...
-        tracker_saver.outage.OutageError: no answer for 7.0 s (timeout 10 s); last error: EndpointConnectionError; not tried again for 0.5 s after a try
+        tracker_saver.outage.OutageError: no answer for 7.0 s (timeout 10 s); last error: EndpointConnectionError; next try in 5.0 s
     """
     started = threading.local()
 
