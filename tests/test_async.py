@@ -6,6 +6,7 @@ pin what is specific to the background worker, with real ``Checkpoint``/``Engine
 
 from __future__ import annotations
 
+import contextlib
 import subprocess
 import sys
 import textwrap
@@ -137,6 +138,37 @@ def test_a_background_error_is_raised_by_the_next_save_with_its_cause(local_targ
     assert isinstance(raised.value.__cause__, OSError)
     assert calls == ["model_1.pt"]
     saver.flush()
+    saver.close()
+
+
+def test_a_remove_that_raises_an_earlier_error_is_still_done(local_target) -> None:
+    """Ignite drops the oldest file from ``_saved`` and calls ``remove`` before the next save; if
+    ``remove`` raises the error a background save met, Ignite never asks again. The remove must
+    still happen, or that file's slot stays taken and the stream grows past ``n_saved``."""
+    failing = {"model_3.pt"}
+
+    def fail_once(info: UploadInfo) -> UploadInfo:
+        if info.filename in failing:
+            failing.discard(info.filename)
+            raise RuntimeError("the server failed this save")
+        return info
+
+    saver = local_target.saver(async_upload=True, pre_upload=[fail_once])
+    net = model()
+    handler = Checkpoint({"model": net}, saver, n_saved=2)
+    trainer = _trainer(net)
+
+    @trainer.on(Events.EPOCH_COMPLETED)
+    def save(engine: Engine) -> None:
+        while saver._background.pending():  # white-box: each save meets the previous one's outcome
+            time.sleep(0.01)
+        with contextlib.suppress(CallbackError):  # the user's choice: go on training after a failure
+            handler(engine)
+
+    trainer.run([0], max_epochs=7)
+    saver.flush()
+    assert [r.name for r in saver.records(live=True)] == ["model_6.pt", "model_7.pt"]
+    assert local_target.counts() == {"model": 2}
     saver.close()
 
 

@@ -73,10 +73,14 @@ class Background:
         atexit.register(self._atexit)
 
     def submit(self, run: Callable[[], object], *, what: str) -> None:
-        """Queue a light operation (one that holds no snapshot); raise an earlier error first."""
+        """Queue a light operation (one that holds no snapshot), then raise an earlier error.
+
+        It is queued even then: the caller (Ignite's ``Checkpoint``) already acted on it, e.g.
+        dropped the file it removes from the ones it keeps, and will not ask again.
+        """
         self._check_open()
-        self.raise_error()
         self._enqueue(_Op(run, what, False, None))
+        self.raise_error()
 
     @contextlib.contextmanager
     def reserve(self) -> Iterator[Callable[..., None]]:
