@@ -10,6 +10,8 @@ from typing import Any
 
 import botocore.exceptions
 
+from tracker_saver.outage import OutageError
+
 __all__ = ["UploadTracker"]
 
 log = logging.getLogger(__name__)
@@ -92,7 +94,7 @@ class UploadTracker:
             except botocore.exceptions.ClientError as exc:
                 if exc.response.get("Error", {}).get("Code") != "NoSuchUpload":  # s3transfer aborted it
                     self._keep_leftover(upload_id, s3_key, exc)
-            except botocore.exceptions.BotoCoreError as exc:
+            except (botocore.exceptions.BotoCoreError, OutageError) as exc:  # retried on the next call
                 self._keep_leftover(upload_id, s3_key, exc)
 
     def _keep_leftover(self, upload_id: str, s3_key: str, exc: Exception) -> None:
