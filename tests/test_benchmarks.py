@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import importlib.util
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
 LOCAL_VARIANTS = ["torch.save", "torch.save+fsync", "DiskSaver", "sync-local", "async-local"]
@@ -25,3 +29,60 @@ def test_bench_save_runs_every_requested_local_variant(tmp_path: Path) -> None:
         # async variants are "n/a (not built)" until TrackerSaver takes async_upload
         assert "blocked_s" in row or row.get("status") == "n/a (not built)", (variant, row)
         assert "error" not in row, (variant, row["error"])
+
+
+CLEARML_OUTAGES = "clearml-stopped,clearml-hanging,clearml-500,clearml-503"
+OUTAGE_SUMMARY = r"outages=(\d+) hangs=0 lies=0 extra_objects=0 max_block_s=\d+\.\d"
+
+
+def _found(summary: str, stderr: str) -> str:
+    """The summary, and what bench_outages found, with the records and objects of that moment."""
+    found = [line for line in stderr.splitlines() if re.search(r"LIE|EXTRA OBJECT|HANG|  record |  objects", line)]
+    return "\n".join([summary, *found])
+
+
+@pytest.mark.clearml
+def test_bench_outages_clearml_kinds_neither_hang_nor_lie_nor_leave_objects(tmp_path: Path) -> None:
+    pytest.importorskip("clearml", reason="ClearML tests need clearml: pip install 'tracker-saver[clearml]'")
+    env = {k: v for k, v in os.environ.items() if k != "AWS_ENDPOINT_URL"}
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "bench_outages.py"), "--outages", "4"]
+    cmd += ["--kinds", CLEARML_OUTAGES, "--workdir", str(tmp_path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=False)
+    lines = proc.stdout.strip().splitlines()
+    assert lines, proc.stderr[-3000:]
+    summary = lines[-1]
+    assert re.fullmatch(OUTAGE_SUMMARY, summary) and summary.startswith("outages=4 "), _found(summary, proc.stderr)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(lines[-2])
+    assert report["totals"]["count"] == 4 and report["totals"]["silent"] == 0, report["totals"]
+    assert {(r["kind"], r["mode"]) for r in report["rows"]} == {
+        ("clearml-stopped", "sync"),
+        ("clearml-hanging", "async"),
+        ("clearml-500", "sync"),
+        ("clearml-503", "async"),
+    }
+
+
+@pytest.mark.ceph
+def test_bench_outages_rgw_kinds_neither_hang_nor_lie_nor_leave_objects(ceph_s3, tmp_path: Path, capsys) -> None:
+    """In this process: stopping the gateway needs this session's own lock, held alone (conftest_ceph)."""
+    pytest.importorskip("boto3")
+    spec = importlib.util.spec_from_file_location("bench_outages", ROOT / "benchmarks" / "bench_outages.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bench  # its dataclasses look their module up there
+    spec.loader.exec_module(bench)
+    argv = ["--outages", "2", "--kinds", "rgw-stopped,rgw-frozen", "--lock-wait", "10", "--workdir", str(tmp_path)]
+    status = bench.main(argv, ceph=ceph_s3)
+    captured = capsys.readouterr()
+    lines = captured.out.strip().splitlines()
+    report = json.loads(lines[-2])
+    if report["totals"]["skipped"]:
+        message = "another pytest session uses the Ceph gateway: it was not stopped"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    summary = lines[-1]
+    assert re.fullmatch(OUTAGE_SUMMARY, summary) and summary.startswith("outages=2 "), _found(summary, captured.err)
+    assert status == 0, lines[-2]
+    assert {(r["kind"], r["mode"]) for r in report["rows"]} == {("rgw-stopped", "sync"), ("rgw-frozen", "async")}
