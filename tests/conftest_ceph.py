@@ -218,7 +218,6 @@ class CephS3:
                 if self.lock is not None:
                     self.lock.shared()
 
-
     def rgw_pid(self) -> int:
         """The pid of the radosgw the script started (from its pid file)."""
         return int((_state_dir() / "run" / "client.rgw.a.pid").read_text().strip())
