@@ -874,3 +874,19 @@ def test_the_cli_refuses_keys_with_sql_metacharacters_in_one_line(args, sql_regi
     else:
         assert status == 2 and err.startswith("tracker-saver: error: ") and err.count("\n") == 1
     assert _schema(registry) == schema and len(SQLiteRegistry(registry).query(Query())) == len(records)
+
+
+def test_a_listing_prefix_never_walks_outside_the_root(tmp_path) -> None:
+    """``list``/``staged`` walk only the prefix's folder; an absolute or ``..`` prefix, or one
+    through a symlink that leaves the root, falls back to walking the root (which never follows it)."""
+    outside = tmp_path / "outside"
+    outside.mkdir()
+    (outside / "secret.pt").write_bytes(b"x")
+    (outside / ".tmp-secret.pt.1").write_bytes(b"x")
+    store = open_storage(str(tmp_path / "root"))
+    store.put_stream("p/r/s.slot0.pt", io.BytesIO(b"x"))
+    (tmp_path / "root" / "link").symlink_to(outside, target_is_directory=True)
+    for prefix in (f"{outside}/", "../outside/", "link/", "p/../../outside/", "/"):
+        assert [s.key for s in store.list(prefix)] == [], prefix
+        assert store.staged(prefix) == [], prefix
+    assert [s.key for s in store.list("p/r/")] == ["p/r/s.slot0.pt"]

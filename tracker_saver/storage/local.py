@@ -108,10 +108,20 @@ class LocalStorage(Storage):
                 raise StorageError(f"cannot write {str(path)!r}: {exc.strerror}", key=key) from exc
             raise
 
+    def _walk_top(self, prefix: str) -> Path:
+        """The folder that holds every key starting with ``prefix``: the root, or a plain folder
+        inside it (never anything a prefix like ``/etc/x`` or ``../x`` would name outside it)."""
+        folder = prefix.rsplit("/", 1)[0] if "/" in prefix else ""
+        parts = folder.split("/")
+        if not folder or "\x00" in folder or any(part in ("", ".", "..") for part in parts):
+            return self.root
+        top = self.root.joinpath(*parts)
+        return top if top.resolve() == top else self.root  # a symlink on the way: walk as before, from the root
+
     def staged(self, prefix: str = "") -> list[Staged]:
         """Temp files (``.tmp-<name>.<random>`` next to their key) of keys starting with ``prefix``."""
         out = []
-        top = self.root / prefix.rsplit("/", 1)[0] if "/" in prefix else self.root  # walk only where they can be
+        top = self._walk_top(prefix)
         for dirpath, _dirs, files in os.walk(top):
             for name in files:
                 if not name.startswith(TEMP_PREFIX) or "." not in name[len(TEMP_PREFIX) :]:
@@ -159,7 +169,7 @@ class LocalStorage(Storage):
 
     def list(self, prefix: str = "") -> list[ObjectStat]:
         out = []
-        top = self.root / prefix.rsplit("/", 1)[0] if "/" in prefix else self.root  # walk only where they can be
+        top = self._walk_top(prefix)
         for dirpath, _dirs, files in os.walk(top):
             for name in files:
                 if name.startswith(TEMP_PREFIX):
