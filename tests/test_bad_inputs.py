@@ -1364,7 +1364,7 @@ def test_load_a_bit_flipped_object(row: Row, world: World) -> None:
     CHECKPOINTS, "load-an-evicted-record",
     "load_checkpoint(old_id, to_load)  # Ignite has since replaced it (n_saved=1)",
     "RegistryError",
-    "record … ('model_1.pt') is evicted: its slot may hold other bytes; load a live record "
+    "record … ('model_1.pt') is evicted: its slot may hold other bytes; use a live record "
     "(tracker-saver models list --live)",
     "the newer record and its object, live; the model untouched",
 )  # fmt: skip

@@ -13,7 +13,7 @@ import pytest
 from tracker_saver.claims import Holder
 from tracker_saver.errors import ConfigError, RecordNotFoundError
 from tracker_saver.query import parse_where
-from tracker_saver.records import LOADABLE, RecordState, StreamId, UploadInfo
+from tracker_saver.records import RecordState, StreamId, UploadInfo
 from tracker_saver.registry.base import Query
 from tracker_saver.registry.clearml_codec import (
     STATE_TAGS,
@@ -88,9 +88,9 @@ def test_a_hand_edited_state_is_never_loadable() -> None:
 @pytest.mark.parametrize("state", list(RecordState))
 def test_each_state_is_mirrored_by_tags_archive_flag_and_uri(state: RecordState) -> None:
     shown = mirror({**_pending(), "system_tags": ["archived", "other"]}, state, "best_model")
-    assert ("archived" in shown["system_tags"]) is (state not in LOADABLE)
+    assert ("archived" in shown["system_tags"]) is (not state.loadable)
     assert "other" in shown["system_tags"]
-    assert shown["uri"] == (URI if state in LOADABLE else "")  # ClearML never downloads an evicted slot
+    assert shown["uri"] == (URI if state.loadable else "")  # ClearML never downloads an evicted slot
     state_tags = [t for t in shown["tags"] if t in STATE_TAGS.values()]
     assert state_tags == ([STATE_TAGS[state]] if state in STATE_TAGS else [])
     assert "stream:best_model" in shown["tags"] and "mine" in shown["tags"]

@@ -341,7 +341,8 @@ def test_query_pushes_project_run_stream_state_and_string_equality_to_the_server
     with clearml_standin.count("models\\.get_all") as calls:
         got = registry.query(dataclasses.replace(query, where=query.where[:2]))
     assert [r.global_step for r in got] == [2, 1]
-    (call,) = calls
+    call, aliases = calls  # the query, then one for the aliases of its streams (a where narrows it)
+    assert aliases.data["metadata.state.value"] == ["live", "revived"]
     assert call.data["metadata.run.value"] == ["r"] and call.data["metadata.stream.value"] == ["best_model"]
     assert call.data["metadata.state.value"] == ["live"] and call.data["metadata.prefix.value"] == ["best"]
     assert "metadata.score.value" not in call.data  # ranges and numbers are filtered client-side

@@ -48,3 +48,16 @@ def test_order_by_minus_means_descending() -> None:
     assert parse_order(["-score", "global_step"]) == (Order("score", True), Order("global_step", False))
     with pytest.raises(ConfigError, match="is not a key"):
         parse_order("-")
+
+
+def test_record_fields_compare_as_text_and_ranges_need_numbers() -> None:
+    assert parse_where(["run=1", "state=live", "name!=x", "id in 3,4"]) == (
+        Condition("run", "==", "1"),
+        Condition("state", "==", "live"),
+        Condition("name", "!=", "x"),
+        Condition("id", "in", [3, 4]),
+    )
+    with pytest.raises(ConfigError, match=r"score>'abc': > compares numbers, and 'abc' is not a number"):
+        parse_where("score>abc")
+    with pytest.raises(ConfigError, match="'run' is text"):
+        parse_where("run>=3")

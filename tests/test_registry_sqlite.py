@@ -108,3 +108,50 @@ def test_a_registry_from_a_newer_version_is_refused_with_the_fix(tmp_path) -> No
         conn.execute("INSERT INTO schema_migrations VALUES (999, 0)")
     with pytest.raises(ConfigError, match="schema version 999 is newer .* upgrade tracker-saver"):
         SQLiteRegistry(path)
+
+
+def test_migrating_a_version_4_registry_keeps_records_metadata_and_tags_and_admits_pinned(tmp_path) -> None:
+    from tracker_saver.records import RecordState, UploadInfo
+    from tracker_saver.registry.migrations import statements
+
+    path = tmp_path / "v4.db"
+    conn = sqlite3.connect(path)
+    conn.execute("PRAGMA foreign_keys = ON")  # as tracker_saver up to version 4 ran
+    conn.execute("CREATE TABLE schema_migrations (version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)")
+    for version, sql in MIGRATIONS[:4]:
+        for statement in statements(sql):
+            conn.execute(statement)
+        conn.execute("INSERT INTO schema_migrations VALUES (?, 0)", (version,))
+    conn.execute(
+        "INSERT INTO records (id, project, run, stream, filename, name, state, slot, key, uri, sha256, size,"
+        " created_at, updated_at, output_uri) VALUES (7, 'p', 'r', 'best_model', 'best_model_1.pt', 'renamed',"
+        " 'live', 0, 'p/r/best_model.slot0.pt', 'file:///o/p/r/best_model.slot0.pt', ?, 10, 1, 1, 'file:///o')",
+        ("ab" * 32,),
+    )
+    conn.execute("INSERT INTO metadata VALUES (7, 'score', 'float', 0.5, '0.5')")
+    conn.execute("INSERT INTO tags VALUES (7, 'keep')")
+    conn.commit()
+    conn.close()
+    reg = SQLiteRegistry(path)
+    (record,) = reg.query(Query(project="p"))
+    assert (record.id, record.name, record.state, record.metadata["score"], record.tags) == (
+        "7", "renamed", RecordState.LIVE, 0.5, ("keep",)
+    )  # fmt: skip
+    assert record.aliases == ("best", "latest")
+    info = UploadInfo("p", "r", "best_model", "best_model_1.pt", slot=None, key="p/r/pinned/best_model_1.pt")
+    pinned = reg.create_pinned(info, uri="file:///o/p/r/pinned/best_model_1.pt", sha256="ab" * 32, size=10)
+    assert reg.get(pinned.id).state is RecordState.PINNED
+    reg.set_alias(record.id, "production")
+    conn = sqlite3.connect(path)
+    assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
+    assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 0  # a new connection: only ours turns them on
+    indexes = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
+    assert {"records_stream", "records_filename", "records_output_uri", "aliases_record"} <= indexes
+    conn.close()
+    assert reg._conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+    reg.delete_pinned(pinned.id)
+    with reg.atomic() as c:  # deleting a record takes its metadata, tags and aliases with it
+        c.execute("DELETE FROM records WHERE id = 7")
+    counts = [reg._conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("metadata", "tags", "aliases")]
+    assert counts == [0, 0, 0]
+    reg.close()

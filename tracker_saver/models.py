@@ -1,25 +1,101 @@
-"""Find, rename and load checkpoint records: the public functions the CLI is a thin layer over."""
+"""Find, resolve, tag, alias, pin, download and load records: the functions the CLI and UI wrap.
+
+Importing this module imports neither torch nor ignite: only :func:`load_checkpoint` needs them,
+so the CLI and the UI start fast.
+"""
 
 from __future__ import annotations
 
 import contextlib
+import hashlib
 import os
+import sys
+import tempfile
 from collections.abc import Iterator, Mapping, Sequence
+from pathlib import Path
 from typing import Any, BinaryIO
 
-import torch
-from ignite.handlers import Checkpoint
-from torch.nn.parallel import DistributedDataParallel
-
-from tracker_saver.errors import ConfigError, IntegrityError, RegistryError, SerializationError
+from tracker_saver.errors import ConfigError, IntegrityError, RecordNotFoundError, RegistryError, SerializationError
+from tracker_saver.naming import pinned_key, safe_filename
 from tracker_saver.query import parse_order, parse_where
-from tracker_saver.records import LOADABLE, Record, RecordState
+from tracker_saver.records import (
+    DERIVED_ALIASES,
+    LOADABLE,
+    LOADABLE_OR_PINNED,
+    MAX_NAME_LENGTH,
+    MetaValue,
+    Record,
+    RecordState,
+    UploadInfo,
+    check_display_name,
+)
 from tracker_saver.registry import Query, Registry
 from tracker_saver.registry.shared import shared_registry
 from tracker_saver.storage import Storage, open_storage
 from tracker_saver.storage.base import sha256_of
 
-__all__ = ["find_models", "get_model", "load_checkpoint", "open_verified", "rename_model"]
+__all__ = [
+    "MAX_NAME_LENGTH",
+    "add_tags",
+    "count_models",
+    "download_model",
+    "find_models",
+    "get_model",
+    "load_checkpoint",
+    "open_verified",
+    "pin_model",
+    "remove_alias",
+    "remove_tags",
+    "rename_model",
+    "resolve_model",
+    "set_alias",
+    "slot_history",
+    "unpin_model",
+]
+
+RegistryArg = str | os.PathLike[str] | Registry | None
+#: Metadata a record shows that are columns of its own (a copy gets its own values).
+_OWN_METADATA = ("slot", "created_at", "sha256", "size", "uri")
+
+
+def _query(
+    *,
+    project: str | None,
+    run: str | None,
+    stream: str | None,
+    filename: str | None,
+    name: str | None,
+    tag: str | None,
+    alias: str | None,
+    where: Mapping[str, Any] | Sequence[str] | str | None,
+    live: bool | None,
+    states: Sequence[RecordState | str] | None,
+    order_by: str | Sequence[str] | None = None,
+    offset: int = 0,
+    limit: int | None = None,
+) -> Query:
+    wanted: tuple[RecordState, ...] | None = None
+    if states is not None:
+        try:
+            wanted = tuple(RecordState(s) for s in states)
+        except ValueError as exc:
+            raise ConfigError(f"{exc}: use one of {', '.join(s.value for s in RecordState)}") from None
+    elif live is not None:
+        wanted = LOADABLE_OR_PINNED if live else tuple(s for s in RecordState if not s.loadable)
+    return Query(
+        project=project,
+        run=run,
+        stream=stream,
+        filename=filename,
+        name=name,
+        tag=tag,
+        alias=alias,
+        states=wanted,
+        where=parse_where(where),
+        order_by=parse_order(order_by),
+        offset=offset,
+        limit=limit,
+    )
 
 
 def find_models(
@@ -32,60 +108,408 @@ def find_models(
     live: bool | None = None,
     states: Sequence[RecordState | str] | None = None,
     limit: int | None = None,
-    registry: str | os.PathLike[str] | Registry | None = None,
+    filename: str | None = None,
+    name: str | None = None,
+    tag: str | None = None,
+    alias: str | None = None,
+    offset: int = 0,
+    registry: RegistryArg = None,
 ) -> list[Record]:
-    """Records matching metadata conditions, sorted by any key.
+    """Records matching metadata conditions, sorted by any key, one page at a time.
 
     Args:
         project: only this project.
         run: only this run.
         stream: only this stream (Ignite basename, e.g. ``best_model``).
         where: ``{"score": (">", 0.9), "prefix": "best", "global_step": ("in", [10, 20])}``, or
-            expressions such as ``"score>0.9"`` (see ``tracker_saver.query``).
+            expressions such as ``"score>0.9"``, ``"state=live"``, ``"name!=x"`` (see ``tracker_saver.query``).
         order_by: a key or list of keys, ``-`` for descending (``"-score"``).
-        live: ``True``: only loadable records (live or revived); ``False``: only the others.
+        live: ``True``: only loadable records (live, revived or pinned); ``False``: only the others.
         states: only these states (overrides ``live``).
-        limit: at most this many.
+        limit: at most this many (``None``: all).
+        filename: only records with this Ignite filename.
+        name: only records with this display name.
+        tag: only records with this tag.
+        alias: only records this alias names: ``"best"``/``"latest"`` give each matching stream's
+            best/latest record, a user alias (``"production"``) the record it names.
+        offset: skip this many records first (for pages; see :func:`count_models`).
         registry: which registry (default as in :func:`open_registry`); one connection per
-            location is kept open and reused by every call.
+            location is kept open and reused by every call. It must exist.
+
+    Raises:
+        ConfigError: a bad where-expression (``score>abc``), a negative limit or offset.
+        RegistryError: no registry at that path.
 
     Examples:
-        >>> find_models(project="nothing-here", registry=":memory:")
+        >>> find_models(project="nothing-here", alias="best", registry=":memory:")
         []
     """
-    wanted: tuple[RecordState, ...] | None = None
-    if states is not None:
-        wanted = tuple(RecordState(s) for s in states)
-    elif live is not None:
-        wanted = LOADABLE if live else tuple(s for s in RecordState if s not in LOADABLE)
-    query = Query(
-        project=project,
-        run=run,
-        stream=stream,
-        states=wanted,
-        where=parse_where(where),
-        order_by=parse_order(order_by),
-        limit=limit,
-    )
-    return shared_registry(registry).query(query)
+    query = _query(
+        project=project, run=run, stream=stream, filename=filename, name=name, tag=tag, alias=alias,
+        where=where, live=live, states=states, order_by=order_by, offset=offset, limit=limit,
+    )  # fmt: skip
+    return shared_registry(registry, create=False).query(query)
 
 
-def get_model(record_id: str | int, *, registry: str | os.PathLike[str] | Registry | None = None) -> Record:
-    """The record with ``record_id`` (``RecordNotFoundError`` if none)."""
-    return shared_registry(registry).get(str(record_id))
+def count_models(
+    *,
+    project: str | None = None,
+    run: str | None = None,
+    stream: str | None = None,
+    where: Mapping[str, Any] | Sequence[str] | str | None = None,
+    live: bool | None = None,
+    states: Sequence[RecordState | str] | None = None,
+    filename: str | None = None,
+    name: str | None = None,
+    tag: str | None = None,
+    alias: str | None = None,
+    registry: RegistryArg = None,
+) -> int:
+    """How many records :func:`find_models` finds with the same filters (for pagination).
+
+    Examples:
+        >>> count_models(project="nothing-here", registry=":memory:")
+        0
+    """
+    query = _query(
+        project=project, run=run, stream=stream, filename=filename, name=name, tag=tag, alias=alias,
+        where=where, live=live, states=states,
+    )  # fmt: skip
+    return shared_registry(registry, create=False).count(query)
 
 
-def rename_model(
-    record_id: str | int, name: str, *, registry: str | os.PathLike[str] | Registry | None = None
-) -> Record:
+def get_model(record_id: str | int, *, registry: RegistryArg = None) -> Record:
+    """The record with ``record_id`` (``RecordNotFoundError`` if none).
+
+    Examples:
+        >>> get_model(1, registry=":memory:")  # doctest: +IGNORE_EXCEPTION_DETAIL
+        Traceback (most recent call last):
+        tracker_saver.errors.RecordNotFoundError: record 1 does not exist
+    """
+    return shared_registry(registry, create=False).get(str(record_id))
+
+
+def resolve_model(ref: str | int, *, registry: RegistryArg = None) -> Record:
+    """The record a reference names.
+
+    Args:
+        ref: a record id (``"12"``); ``PROJECT/RUN/STREAM@ALIAS`` (``mnist/r1/best_model@best``:
+            the stream's ``best``/``latest``, or the project's user alias if that record is in
+            the stream); ``PROJECT/RUN/STREAM`` (its ``latest``); or ``PROJECT@ALIAS`` (a user
+            alias such as ``mnist@production``). With streams at several output_uris, the most
+            recently created match wins.
+        registry: which registry.
+
+    Raises:
+        RecordNotFoundError: nothing matches; the message says what was looked for.
+
+    Examples:
+        >>> resolve_model("mnist/r1/best_model@best", registry=":memory:")  # doctest: +IGNORE_EXCEPTION_DETAIL
+        Traceback (most recent call last):
+        tracker_saver.errors.RecordNotFoundError: no record is mnist/r1/best_model@best
+    """
+    reg = shared_registry(registry, create=False)
+    text = str(ref).strip()
+    if not text:
+        raise RecordNotFoundError(
+            "empty model reference: give a record id, PROJECT/RUN/STREAM[@ALIAS] or PROJECT@ALIAS"
+        )
+    left, at, alias = text.rpartition("@")
+    if not at:
+        left, alias = text, "latest"
+    parts = left.rsplit("/", 2)
+    if not at and len(parts) < 3:
+        return reg.get(text)  # a record id
+    if not alias or not left:
+        raise RecordNotFoundError(
+            f"model reference {text!r} is not PROJECT/RUN/STREAM@ALIAS or PROJECT@ALIAS: e.g. mnist/r1/best_model@best"
+        )
+    found: list[Record] = []
+    if len(parts) == 3:
+        project, run, stream = parts
+        found = reg.query(Query(project=project, run=run, stream=stream, alias=alias))
+    if not found and alias not in DERIVED_ALIASES and at:
+        found = reg.query(Query(project=left, alias=alias))
+    if not found:
+        raise RecordNotFoundError(
+            f"no record is {text}: check the names with `tracker-saver models list` (aliases are shown there); "
+            "a reference is a record id, PROJECT/RUN/STREAM[@ALIAS] or PROJECT@ALIAS"
+        )
+    return max(found, key=lambda r: r.created_at)
+
+
+def rename_model(record_id: str | int, name: str, *, registry: RegistryArg = None) -> Record:
     """Give a record a display name that later saves never overwrite.
+
+    Raises:
+        ConfigError: ``name`` is empty, longer than :data:`MAX_NAME_LENGTH` characters, or has
+            control characters.
+        RecordNotFoundError: no record has that id.
 
     Examples:
         >>> rename_model(1, "the one we ship", registry=":memory:")  # doctest: +IGNORE_EXCEPTION_DETAIL
         Traceback (most recent call last):
         tracker_saver.errors.RecordNotFoundError: record 1 does not exist
     """
-    return shared_registry(registry).rename(str(record_id), name)
+    check_display_name(str(record_id), name)
+    return shared_registry(registry, create=False).rename(str(record_id), name)
+
+
+def add_tags(record_id: str | int, tags: Sequence[str], *, registry: RegistryArg = None) -> Record:
+    """Add tags to a record; returns the record with its tags.
+
+    Examples:
+        >>> add_tags(1, ["candidate"], registry=":memory:")  # doctest: +IGNORE_EXCEPTION_DETAIL
+        Traceback (most recent call last):
+        tracker_saver.errors.RecordNotFoundError: record 1 does not exist
+    """
+    return shared_registry(registry, create=False).add_tags(str(record_id), _tags(tags))
+
+
+def remove_tags(record_id: str | int, tags: Sequence[str], *, registry: RegistryArg = None) -> Record:
+    """Remove tags from a record (one it does not have is no error); returns the record.
+
+    Examples:
+        >>> remove_tags(1, ["candidate"], registry=":memory:")  # doctest: +IGNORE_EXCEPTION_DETAIL
+        Traceback (most recent call last):
+        tracker_saver.errors.RecordNotFoundError: record 1 does not exist
+    """
+    return shared_registry(registry, create=False).remove_tags(str(record_id), _tags(tags))
+
+
+def _tags(tags: Sequence[str]) -> list[str]:
+    if isinstance(tags, str):
+        tags = [tags]
+    bad = [t for t in tags if not isinstance(t, str) or not t.strip()]
+    if bad:
+        raise ConfigError(f"tags {bad!r} are not non-empty strings: give tags as text, e.g. ['candidate']")
+    return list(tags)
+
+
+def set_alias(record_id: str | int, alias: str, *, registry: RegistryArg = None) -> Record:
+    """Point the user alias ``alias`` of the record's project at a loadable record.
+
+    An alias is unique per project: setting it again moves it. ``latest`` and ``best`` are
+    derived from record states and cannot be set. A slot record's alias follows it when its slot
+    is reused (it is then evicted): pin it (:func:`pin_model`) and alias the pinned record to keep it.
+
+    Raises:
+        ConfigError: a derived or malformed alias (``[A-Za-z0-9][A-Za-z0-9_.-]{0,63}``).
+        RegistryError: the record is not loadable.
+
+    Examples:
+        >>> set_alias(1, "production", registry=":memory:")  # doctest: +IGNORE_EXCEPTION_DETAIL
+        Traceback (most recent call last):
+        tracker_saver.errors.RecordNotFoundError: record 1 does not exist
+    """
+    return shared_registry(registry, create=False).set_alias(str(record_id), alias)
+
+
+def remove_alias(project: str, alias: str, *, registry: RegistryArg = None) -> None:
+    """Delete the user alias ``alias`` of ``project``.
+
+    Raises:
+        RecordNotFoundError: the project has no such alias.
+
+    Examples:
+        >>> remove_alias("mnist", "production", registry=":memory:")  # doctest: +IGNORE_EXCEPTION_DETAIL
+        Traceback (most recent call last):
+        tracker_saver.errors.RecordNotFoundError: project 'mnist' has no alias 'production'
+    """
+    shared_registry(registry, create=False).remove_alias(project, alias)
+
+
+def slot_history(record: Record, *, registry: RegistryArg = None) -> list[Record]:
+    """Every record that used ``record``'s slot of its stream, oldest first (a pinned one: itself).
+
+    Examples:
+        >>> from tracker_saver.records import Record, RecordState
+        >>> pinned = Record("7", "p", "r", "s", "s_1.pt", "s_1.pt", RecordState.PINNED, None, "k", "u")
+        >>> [r.id for r in slot_history(pinned, registry=":memory:")]
+        ['7']
+    """
+    if record.slot is None:
+        return [record]
+    query = Query(
+        output_uri=record.output_uri, project=record.project, run=record.run, stream=record.stream, slot=record.slot
+    )
+    return shared_registry(registry, create=False).query(query)
+
+
+def _storage_of(record: Record, storage_options: Mapping[str, Any] | None) -> Storage:
+    """The storage that holds ``record``'s object (its output_uri)."""
+    assert record.key is not None and record.uri is not None
+    return open_storage(record.uri[: -len(record.key) - 1], **dict(storage_options or {}))
+
+
+def _check_loadable(record: Record, states: Sequence[RecordState] = LOADABLE_OR_PINNED) -> None:
+    if record.state not in states or record.key is None or record.uri is None:
+        raise RegistryError(
+            f"record {record.id} ({record.name!r}) is {record.state.value}: its slot may hold other bytes; "
+            "use a live record (tracker-saver models list --live)",
+            record_id=record.id,
+        )
+
+
+@contextlib.contextmanager
+def _progress(label: str, total: int | None) -> Iterator[Any]:
+    """A tqdm bar on stderr when it is a terminal, else an object whose ``update`` does nothing."""
+    from tqdm import tqdm
+
+    with tqdm(
+        total=total, desc=label, unit="B", unit_scale=True, unit_divisor=1024, disable=not sys.stderr.isatty()
+    ) as bar:
+        yield bar
+
+
+def download_model(
+    record_or_ref: Record | str | int,
+    dest: str | os.PathLike[str],
+    *,
+    registry: RegistryArg = None,
+    storage_options: Mapping[str, Any] | None = None,
+) -> Path:
+    """Copy a loadable record's object to a local file, verifying its sha256 while it streams.
+
+    The bytes go to a temp file next to the target, which is renamed into place only once size
+    and sha256 match the record: nothing half-written or wrong is ever left at the target.
+
+    Args:
+        record_or_ref: a record, or a reference as :func:`resolve_model` reads it.
+        dest: a file path, or an existing folder (or a path ending in ``/``): then the file is
+            ``dest/<record name>``, made safe as a file name.
+        registry: where to resolve a reference.
+        storage_options: options for the record's storage (S3 endpoint, profile, …).
+
+    Returns:
+        The path written.
+
+    Raises:
+        RegistryError: the record is not loadable.
+        IntegrityError: the bytes differ from the record (the partial file is deleted).
+        StorageError: the object cannot be read.
+
+    Examples:
+        >>> download_model("12", "/tmp", registry=":memory:")  # doctest: +IGNORE_EXCEPTION_DETAIL
+        Traceback (most recent call last):
+        tracker_saver.errors.RecordNotFoundError: record 12 does not exist
+    """
+    record = record_or_ref if isinstance(record_or_ref, Record) else resolve_model(record_or_ref, registry=registry)
+    _check_loadable(record)
+    assert record.key is not None
+    target = Path(dest).expanduser()
+    if target.is_dir() or os.fspath(dest).endswith(("/", os.sep)):
+        target = target / safe_filename(record.name)
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-" + target.name[:100] + ".")
+    except OSError as exc:
+        raise ConfigError(f"cannot write {str(target)!r} ({exc.strerror}): pass a writable destination") from exc
+    storage = _storage_of(record, storage_options)
+    try:
+        sha, size = hashlib.sha256(), 0
+        with os.fdopen(fd, "wb") as out, storage.get(record.key) as src, _progress(record.name, record.size) as bar:
+            while chunk := src.read(1 << 20):
+                sha.update(chunk)
+                out.write(chunk)
+                size += len(chunk)
+                bar.update(len(chunk))
+            out.flush()
+            os.fsync(out.fileno())
+        if size != record.size or sha.hexdigest() != record.sha256:
+            raise IntegrityError(
+                f"record {record.id} ({record.name!r}): {record.uri} has {size} bytes with sha256 "
+                f"{sha.hexdigest()[:12]}…, the record says {record.size} bytes, {str(record.sha256)[:12]}…: "
+                "the object was probably overwritten or corrupted; nothing was written; download another record",
+                key=record.key,
+                record_id=record.id,
+            )
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return target
+
+
+def pin_model(
+    record_id: str | int, *, registry: RegistryArg = None, storage_options: Mapping[str, Any] | None = None
+) -> Record:
+    """Copy a live record out of its slot to ``<project>/<run>/pinned/<filename>``, as a new pinned record.
+
+    The copy is server-side on S3 (CopyObject) and a file copy locally; its sha256 is read back
+    and checked before the record is created. The pinned record keeps the source's name, tags
+    and metadata, plus ``pinned_from`` (the source id). Eviction, slots, resume and recovery
+    never touch it; :func:`unpin_model` deletes it. Pinning a pinned record returns it.
+
+    Raises:
+        RegistryError: the record is not live or revived.
+        IntegrityError: the copy differs from the record (the source slot was overwritten
+            meanwhile); the copy is deleted.
+
+    Examples:
+        >>> pin_model(12, registry=":memory:")  # doctest: +IGNORE_EXCEPTION_DETAIL
+        Traceback (most recent call last):
+        tracker_saver.errors.RecordNotFoundError: record 12 does not exist
+    """
+    reg = shared_registry(registry, create=False)
+    source = reg.get(str(record_id))
+    if source.state is RecordState.PINNED:
+        return source
+    _check_loadable(source, LOADABLE)
+    assert source.key is not None
+    storage = _storage_of(source, storage_options)
+    key = pinned_key(source.project, source.run, source.filename)
+    pinned = Query(output_uri=source.output_uri, project=source.project, run=source.run, states=(RecordState.PINNED,))
+    for other in reg.query(pinned):
+        if other.key == key and other.sha256 == source.sha256:
+            return other  # pinned before
+        if other.key == key:
+            key = pinned_key(source.project, source.run, f"{source.id}-{source.filename}")
+    storage.copy(source.key, key)
+    size, sha256 = storage.digest(key)
+    if size != source.size or sha256 != source.sha256:
+        storage.delete(key)
+        raise IntegrityError(
+            f"record {source.id} ({source.name!r}): the copy at {storage.url(key)} has {size} bytes with sha256 "
+            f"{sha256[:12]}…, the record says {source.size} bytes, {str(source.sha256)[:12]}…: its slot was "
+            "overwritten while pinning (or is corrupted); the copy was deleted; pin another record",
+            key=key,
+            record_id=source.id,
+        )
+    metadata: dict[str, MetaValue] = {k: v for k, v in source.metadata.items() if k not in _OWN_METADATA}
+    metadata["pinned_from"] = int(source.id) if source.id.isdigit() else source.id
+    info = UploadInfo(
+        source.project, source.run, source.stream, source.filename, name=source.name, metadata=metadata,
+        tags=list(source.tags), slot=None, key=key, output_uri=source.output_uri or storage.uri,
+    )  # fmt: skip
+    return reg.create_pinned(info, uri=storage.url(key), sha256=sha256, size=size)
+
+
+def unpin_model(
+    record_id: str | int, *, registry: RegistryArg = None, storage_options: Mapping[str, Any] | None = None
+) -> None:
+    """Delete a pinned record and then its object (a failure in between leaves an object, never a lie).
+
+    Raises:
+        RegistryError: the record is not pinned (slot records are history, never deleted).
+
+    Examples:
+        >>> unpin_model(12, registry=":memory:")  # doctest: +IGNORE_EXCEPTION_DETAIL
+        Traceback (most recent call last):
+        tracker_saver.errors.RecordNotFoundError: record 12 does not exist
+    """
+    reg = shared_registry(registry, create=False)
+    record = reg.get(str(record_id))
+    if record.state is not RecordState.PINNED or record.key is None or record.uri is None:
+        raise RegistryError(
+            f"record {record.id} ({record.name!r}) is {record.state.value}, not pinned: only a pinned record can "
+            "be unpinned; pin one with pin_model / `tracker-saver models pin`",
+            record_id=record.id,
+        )
+    storage = _storage_of(record, storage_options)
+    reg.delete_pinned(record.id)
+    storage.delete(record.key)
 
 
 @contextlib.contextmanager
@@ -101,14 +525,10 @@ def open_verified(
         RegistryError: the record is not live (its slot may hold other bytes).
         IntegrityError: the bytes differ from the record: the slot was overwritten or corrupted.
     """
-    if record.state not in LOADABLE or record.key is None or record.uri is None:
-        raise RegistryError(
-            f"record {record.id} ({record.name!r}) is {record.state.value}: its slot may hold other bytes; "
-            "load a live record (tracker-saver models list --live)",
-            record_id=record.id,
-        )
+    _check_loadable(record)
+    assert record.key is not None
     if storage is None or storage.url(record.key) != record.uri:
-        storage = open_storage(record.uri[: -len(record.key) - 1], **dict(storage_options or {}))
+        storage = _storage_of(record, storage_options)
     with storage.get(record.key) as src:
         size, sha256 = sha256_of(src)
         if size != record.size or sha256 != record.sha256:
@@ -127,7 +547,7 @@ def load_checkpoint(
     record: Record | str | int,
     to_load: Mapping[str, Any],
     *,
-    registry: str | os.PathLike[str] | Registry | None = None,
+    registry: RegistryArg = None,
     storage: Storage | None = None,
     storage_options: Mapping[str, Any] | None = None,
     map_location: Any = "cpu",
@@ -157,12 +577,15 @@ def load_checkpoint(
             shapes or parameters); raised before anything is loaded into a module.
 
     Examples:
-        >>> load_checkpoint("17", {"model": torch.nn.Linear(2, 1)}, registry=":memory:")  # doctest: +IGNORE_EXCEPTION_DETAIL
+        >>> load_checkpoint("17", {"model": None}, registry=":memory:")  # doctest: +IGNORE_EXCEPTION_DETAIL
         Traceback (most recent call last):
         tracker_saver.errors.RecordNotFoundError: record 17 does not exist
     """
+    import torch  # here, not at module level: finding and downloading records needs no torch
+    from ignite.handlers import Checkpoint
+
     if not isinstance(record, Record):
-        record = shared_registry(registry).get(str(record))
+        record = shared_registry(registry, create=False).get(str(record))
     with open_verified(record, storage=storage, storage_options=storage_options) as f:
         try:
             checkpoint = torch.load(f, map_location=map_location, weights_only=weights_only)
@@ -190,6 +613,9 @@ def _check_fit(label: str, to_load: Mapping[str, Any], checkpoint: Any) -> None:
     model of the wrong shape would be left half loaded: compare keys and shapes first. Which
     entry of the checkpoint each object gets follows ``Checkpoint.load_objects``.
     """
+    import torch
+    from torch.nn.parallel import DistributedDataParallel
+
     if not isinstance(checkpoint, Mapping):
         return
     single = len(to_load) == 1 and next(iter(to_load)) not in checkpoint

@@ -43,7 +43,9 @@ __all__ = [
     "key_path",
     "key_segment",
     "parse_filename",
+    "pinned_key",
     "run_prefix",
+    "safe_filename",
     "slot_key",
     "split_basename",
 ]
@@ -178,6 +180,30 @@ def slot_key(project: str, run: str, stream: str, slot: int, ext: str) -> str:
     if ext not in KEY_EXTENSIONS:
         raise ConfigError(f"extension {ext!r} is not one of {', '.join(KEY_EXTENSIONS)}")
     return check_key(f"{key_path(project)}/{key_segment(run)}/{key_segment(stream)}.slot{slot}{ext}")
+
+
+def pinned_key(project: str, run: str, filename: str) -> str:
+    """The stable key of a pinned copy: ``<project>/<run>/pinned/<filename>``, names slugged.
+
+    It is outside every stream's slot keys (``<stream>.slot<k><ext>``), so no save ever writes it.
+
+    Examples:
+        >>> pinned_key("mnist", "r1", "best_model_17_val_acc=0.9312.pt")
+        'mnist/r1/pinned/best_model_17_val_acc=0.9312.pt'
+    """
+    return check_key(f"{key_path(project)}/{key_segment(run)}/pinned/{key_segment(filename)}")
+
+
+def safe_filename(name: str) -> str:
+    """A local file name for a record's display name: no folders, control characters or leading dots.
+
+    Examples:
+        >>> safe_filename("../best model: v2/final.pt")
+        '_best model_ v2_final.pt'
+    """
+    text = "".join("_" if c in '/\\:*?"<>|' or unicodedata.category(c) == "Cc" else c for c in name)
+    text = text.strip().lstrip(".").strip()[:200]
+    return text or "checkpoint.pt"
 
 
 def run_prefix(project: str, run: str) -> str:

@@ -1,10 +1,13 @@
-"""Where-expressions over record metadata: parse once, then run on SQLite or client-side.
+"""Where-expressions over record fields and metadata: parse once, then run on SQLite or client-side.
 
 A condition is ``(key, op, value)`` with ``op`` one of ``== != > >= < <= in``. In Python,
 ``where`` is a dict: ``{"score": (">", 0.9), "prefix": "best", "slot": ("in", [0, 1])}``
 (a bare value means equality). On the command line each ``--where`` is one expression:
 ``score>0.9``, ``prefix=best``, ``global_step in 10,20``. A record whose metadata lacks the
 key (or holds ``None``, e.g. a NaN score) never matches a condition on it, and sorts last.
+A key may also be one of the record's own fields (``name!=x``, ``state=live``, ``run=r1``,
+``id in 3,4``): its text fields compare as text, so ``run=1`` finds the run named ``1``.
+``>``, ``>=``, ``<`` and ``<=`` compare numbers: ``score>abc`` is a ``ConfigError``.
 
 Keys and values are data, never SQL: a backend binds both as parameters. So a where-dict may
 name any metadata key a callback can set (``"lr (warm-up)"``, ``"it's"``); expressions and
@@ -21,9 +24,27 @@ from typing import Any
 from tracker_saver.errors import ConfigError
 from tracker_saver.records import MetaValue
 
-__all__ = ["OPS", "Condition", "Order", "is_number", "matches", "parse_order", "parse_where", "sort_key"]
+__all__ = [
+    "OPS",
+    "RANGE_OPS",
+    "RECORD_FIELDS",
+    "TEXT_FIELDS",
+    "Condition",
+    "Order",
+    "is_number",
+    "matches",
+    "parse_order",
+    "parse_where",
+    "sort_key",
+]
 
 OPS = ("==", "!=", ">=", "<=", ">", "<", "in")
+#: Operators that compare numbers.
+RANGE_OPS = (">", ">=", "<", "<=")
+#: Keys that sort/filter on a record's own fields rather than its metadata.
+RECORD_FIELDS = ("id", "name", "filename", "state", "stream", "run", "project", "created_at", "output_uri")
+#: Record fields that hold text: a condition on one compares text (``run=1`` is the run ``"1"``).
+TEXT_FIELDS = ("name", "filename", "state", "stream", "run", "project", "output_uri")
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,99}")
 _EXPR = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_.-]*)\s*(==|!=|>=|<=|>|<|=|\s+in\s+)\s*(.*?)\s*")
 
@@ -52,6 +73,19 @@ class Condition:
             raise ConfigError(f"where operator {self.op!r} for {self.key!r} is unknown: use one of {', '.join(OPS)}")
         if self.op == "in" and (isinstance(self.value, (str, bytes)) or not isinstance(self.value, Iterable)):
             raise ConfigError(f"where {self.key!r} 'in' needs a list of values, got {self.value!r}")
+        if self.op in RANGE_OPS and not is_number(self.value):
+            raise ConfigError(
+                f"where {self.key}{self.op}{self.value!r}: {self.op} compares numbers, and {self.value!r} is not "
+                f"a number: give a number (e.g. '{self.key}{self.op}0.9'), or use = or != to compare text"
+            )
+        if self.key in TEXT_FIELDS and self.op in RANGE_OPS:
+            raise ConfigError(
+                f"where {self.key}{self.op}{self.value!r}: {self.key!r} is text, which {self.op} cannot compare: "
+                f"use = or != (e.g. '{self.key}=VALUE')"
+            )
+        if self.key in TEXT_FIELDS:  # a record's text field: 'run=1' is the run "1", not the number
+            text: Any = [_text(v) for v in self.value] if self.op == "in" else _text(self.value)
+            object.__setattr__(self, "value", text)
 
     def test(self, actual: MetaValue) -> bool:
         """Whether a metadata value satisfies the condition (``None`` never does)."""
@@ -88,6 +122,11 @@ class Order:
 def is_number(value: Any) -> bool:
     """Whether ``value`` is an int or float metadata value (a bool is not a number here)."""
     return isinstance(value, (int, float)) and not isinstance(value, bool)
+
+
+def _text(value: Any) -> str:
+    """A condition value on a text field, as text (``1.0`` stays as typed only for strings)."""
+    return value if isinstance(value, str) else str(value).lower() if isinstance(value, bool) else str(value)
 
 
 def _eq(a: Any, b: Any) -> bool:

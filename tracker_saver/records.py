@@ -4,18 +4,26 @@ from __future__ import annotations
 
 import enum
 import math
+import re
+import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
 from tracker_saver.errors import ConfigError
 
 __all__ = [
+    "ALIAS_PATTERN",
+    "DERIVED_ALIASES",
     "LOADABLE",
+    "LOADABLE_OR_PINNED",
+    "MAX_NAME_LENGTH",
     "MetaValue",
     "Record",
     "RecordState",
     "StreamId",
     "UploadInfo",
+    "check_alias",
+    "check_display_name",
     "clean_metadata",
     "decode_value",
     "encode_value",
@@ -32,6 +40,9 @@ class RecordState(str, enum.Enum):
     commits into its slot (and back to ``live`` if that save fails first); ``evicted → revived``
     at start-up when the slot still holds its bytes; ``pending → failed`` when a write never
     completed. Every transition is a compare-and-set on the state it leaves.
+
+    ``pinned`` is a copy of a loadable record at a stable key (``<project>/<run>/pinned/<name>``),
+    outside the stream's slots: loadable, but eviction, slots, resume and recovery never touch it.
     """
 
     PENDING = "pending"
@@ -39,15 +50,76 @@ class RecordState(str, enum.Enum):
     EVICTED = "evicted"
     REVIVED = "revived"
     FAILED = "failed"
+    PINNED = "pinned"
 
     @property
     def loadable(self) -> bool:
-        """Whether the record's slot is known to hold its bytes."""
-        return self in LOADABLE
+        """Whether the record's object (its slot, or its pinned key) is known to hold its bytes."""
+        return self in LOADABLE_OR_PINNED
 
 
-#: The states whose record's slot is known to hold its bytes.
+#: The states whose record's slot is known to hold its bytes: the ones slots and eviction manage.
 LOADABLE = (RecordState.LIVE, RecordState.REVIVED)
+#: Every state whose record can be loaded: the slot states and ``pinned``.
+LOADABLE_OR_PINNED = (*LOADABLE, RecordState.PINNED)
+
+#: The aliases the registry derives from record states; users cannot set them.
+DERIVED_ALIASES = ("best", "latest")
+#: What a user alias looks like (``production``, ``v1.2``).
+ALIAS_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+#: The longest display name a record may get.
+MAX_NAME_LENGTH = 255
+
+
+def check_alias(alias: object) -> str:
+    """Return ``alias`` if a user may set it, else raise ``ConfigError`` naming it and the rule.
+
+    Examples:
+        >>> check_alias("production")
+        'production'
+        >>> check_alias("best")
+        Traceback (most recent call last):
+        ...
+        tracker_saver.errors.ConfigError: alias 'best' is derived by the registry (best, latest): choose another name, e.g. 'production'
+    """
+    if isinstance(alias, str) and alias in DERIVED_ALIASES:
+        raise ConfigError(
+            f"alias {alias!r} is derived by the registry ({', '.join(DERIVED_ALIASES)}): "
+            "choose another name, e.g. 'production'"
+        )
+    if not isinstance(alias, str) or not ALIAS_PATTERN.fullmatch(alias):
+        raise ConfigError(
+            f"alias {alias!r} is not a valid alias: use 1-64 letters, digits, '_', '.' or '-', "
+            "starting with a letter or digit (e.g. 'production')"
+        )
+    return alias
+
+
+def check_display_name(record_id: str, name: object) -> str:
+    """Return ``name`` if it can be a record's display name, else raise ``ConfigError``.
+
+    A name is non-empty, at most :data:`MAX_NAME_LENGTH` characters, without control characters.
+
+    Examples:
+        >>> check_display_name("3", "the one we ship")
+        'the one we ship'
+        >>> check_display_name("3", "x" * 300)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        tracker_saver.errors.ConfigError: new name 'xxx...' for record 3 is 300 characters long: give a name of at most 255
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"new name {name!r} for record {record_id} is empty: give a non-empty name")
+    if len(name) > MAX_NAME_LENGTH:
+        raise ConfigError(
+            f"new name {name[:40] + '...'!r} for record {record_id} is {len(name)} characters long: "
+            f"give a name of at most {MAX_NAME_LENGTH}"
+        )
+    if any(unicodedata.category(c) == "Cc" for c in name):
+        raise ConfigError(
+            f"new name {name!r} for record {record_id} contains control characters: use printable characters only"
+        )
+    return name
 
 
 @dataclass(frozen=True)
@@ -214,6 +286,11 @@ class Record:
         tags: tags.
         created_at: creation time, seconds since the epoch.
         error: why a failed record failed.
+        output_uri: the storage root of the record's stream.
+        aliases: sorted names that point at this record: the derived ``latest`` (the stream's
+            live/revived record created last) and ``best`` (its live/revived record with the
+            highest ``score``, ties to the later one), and user aliases such as ``production``.
+            Filled by the registry on every read.
     """
 
     id: str
@@ -233,6 +310,7 @@ class Record:
     created_at: float = 0.0
     error: str | None = None
     output_uri: str | None = None
+    aliases: tuple[str, ...] = ()
 
     @property
     def stream_id(self) -> StreamId:
@@ -252,9 +330,14 @@ class Record:
         return value if isinstance(value, int) and not isinstance(value, bool) else None
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (used by ``--json`` and the UI)."""
+        """A JSON-ready dict (used by ``--json`` and the UI); a SQLite id is an int.
+
+        Examples:
+            >>> Record("12", "p", "r", "s", "s_1.pt", "s_1.pt", RecordState.LIVE, 0, "k", "u").to_dict()["id"]
+            12
+        """
         return {
-            "id": self.id,
+            "id": int(self.id) if self.id.isdigit() else self.id,
             "project": self.project,
             "run": self.run,
             "stream": self.stream,
@@ -271,4 +354,5 @@ class Record:
             "created_at": self.created_at,
             "error": self.error,
             "output_uri": self.output_uri,
+            "aliases": list(self.aliases),
         }

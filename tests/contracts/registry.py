@@ -6,9 +6,11 @@ yields an empty registry in which project ``p`` and run ``r`` may be used.
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
-from tracker_saver.errors import RecordNotFoundError, RegistryError
+from tracker_saver.errors import ConfigError, RecordNotFoundError, RegistryError
 from tracker_saver.query import parse_order, parse_where
 from tracker_saver.records import RecordState, UploadInfo
 from tracker_saver.registry import Query, Registry
@@ -215,3 +217,96 @@ class RegistryContract:
         release_local(a)  # its saver is gone: a dead holder holds nothing
         assert registry.holder(stream) is None
         registry.release(stream, a)
+
+    # -- aliases, tags, pins, pages (every backend answers alike) ---------------------------------
+    def test_latest_and_best_name_the_loadable_records_of_each_stream(self, registry: Registry) -> None:
+        a = live(registry, "best_model_1_val_acc=0.9000.pt", slot=0, score=0.9)
+        b = live(registry, "best_model_2_val_acc=0.5000.pt", slot=1, score=0.5)
+        other = live(registry, "checkpoint_2.pt", stream="checkpoint", slot=0)
+        assert registry.get(a.id).aliases == ("best",)
+        assert registry.get(b.id).aliases == ("latest",)
+        assert registry.get(other.id).aliases == ("latest",)  # no score: no best
+        registry.evict(a.id)
+        assert registry.get(a.id).aliases == ()
+        assert registry.get(b.id).aliases == ("best", "latest")
+        found = {r.id: r.aliases for r in registry.query(Query(project="p"))}
+        assert found == {a.id: (), b.id: ("best", "latest"), other.id: ("latest",)}
+        assert [r.id for r in registry.query(Query(project="p", alias="best"))] == [b.id]
+        assert [r.id for r in registry.query(Query(project="p", alias="latest"))] == [b.id, other.id]
+
+    def test_best_ties_go_to_the_later_record_and_a_failed_save_names_nothing(self, registry: Registry) -> None:
+        a = live(registry, "best_model_1_val_acc=0.8000.pt", slot=0, score=0.8)
+        b = live(registry, "best_model_2_val_acc=0.8000.pt", slot=1, score=0.8)
+        c = pending(registry, "best_model_3_val_acc=0.9900.pt", slot=0, score=0.99)
+        registry.fail(c.id, "disk full")
+        assert registry.get(b.id).aliases == ("best", "latest")
+        assert registry.get(a.id).aliases == () and registry.get(c.id).aliases == ()
+
+    def test_a_user_alias_is_unique_per_project_and_moves(self, registry: Registry) -> None:
+        a = live(registry, "best_model_1_val_acc=0.9000.pt", slot=0, score=0.9)
+        b = live(registry, "best_model_2_val_acc=0.5000.pt", slot=1, score=0.5)
+        assert registry.set_alias(a.id, "production").aliases == ("best", "production")
+        registry.set_alias(b.id, "production")
+        assert "production" not in registry.get(a.id).aliases
+        assert [r.id for r in registry.query(Query(project="p", alias="production"))] == [b.id]
+        registry.remove_alias("p", "production")
+        assert registry.query(Query(project="p", alias="production")) == []
+        with pytest.raises(RecordNotFoundError, match="no alias 'production'"):
+            registry.remove_alias("p", "production")
+
+    def test_derived_or_malformed_aliases_and_unloadable_records_are_refused(self, registry: Registry) -> None:
+        a = live(registry, "best_model_1_val_acc=0.9000.pt", slot=0, score=0.9)
+        with pytest.raises(ConfigError, match="'best' is derived"):
+            registry.set_alias(a.id, "best")
+        with pytest.raises(ConfigError, match="not a valid alias"):
+            registry.set_alias(a.id, "-prod uction")
+        registry.evict(a.id)
+        with pytest.raises(RegistryError, match="is evicted: an alias names a loadable record"):
+            registry.set_alias(a.id, "production")
+
+    def test_tags_are_added_and_removed(self, registry: Registry) -> None:
+        a = live(registry, "best_model_1_val_acc=0.9000.pt", slot=0)
+        assert registry.add_tags(a.id, ["candidate", "reviewed"]).tags == ("candidate", "reviewed")
+        assert registry.remove_tags(a.id, ["candidate", "never-there"]).tags == ("reviewed",)
+        assert registry.get(a.id).tags == ("reviewed",)
+        assert [r.id for r in registry.query(Query(project="p", tag="reviewed"))] == [a.id]
+        assert registry.query(Query(project="p", tag="candidate")) == []
+
+    def test_a_pinned_record_is_loadable_slotless_and_deleted_only_as_pinned(self, registry: Registry) -> None:
+        a = live(registry, "best_model_1_val_acc=0.9000.pt", slot=0, score=0.9)
+        info = UploadInfo("p", "r", "best_model", a.filename, metadata={"score": 0.9, "pinned_from": a.id},
+                          tags=["keep"], slot=None, key=f"p/r/pinned/{a.filename}")  # fmt: skip
+        pinned = registry.create_pinned(info, uri=f"file:///out/{info.key}", sha256=SHA, size=10)
+        got = registry.get(pinned.id)
+        assert got.state is RecordState.PINNED and got.state.loadable and got.slot is None
+        assert (got.sha256, got.size, got.key, got.tags) == (SHA, 10, info.key, ("keep",))
+        assert got.metadata["pinned_from"] == a.id and got.aliases == ()  # derived aliases are the slots'
+        assert registry.get(a.id).aliases == ("best", "latest")
+        assert registry.set_alias(pinned.id, "production").aliases == ("production",)
+        with pytest.raises(RegistryError, match="not pinned"):
+            registry.delete_pinned(a.id)
+        registry.delete_pinned(pinned.id)
+        with pytest.raises(RecordNotFoundError):
+            registry.get(pinned.id)
+        assert registry.query(Query(project="p", alias="production")) == []
+
+    def test_name_offset_count_and_record_field_conditions(self, registry: Registry) -> None:
+        ids = [live(registry, f"best_model_{i}_val_acc=0.{i}000.pt", slot=i, score=i / 10).id for i in range(1, 5)]
+        registry.evict(ids[0])
+        registry.rename(ids[1], "keeper")
+        query = Query(project="p", order_by=parse_order("created_at"))
+        assert [r.id for r in registry.query(replace(query, offset=1, limit=2))] == ids[1:3]
+        assert [r.id for r in registry.query(replace(query, offset=3))] == ids[3:]
+        assert registry.count(replace(query, limit=1, offset=1)) == 4
+        assert [r.id for r in registry.query(replace(query, name="keeper"))] == [ids[1]]
+        for where, expected in (
+            ("state=evicted", ids[:1]),
+            ("name!=keeper", [ids[0], *ids[2:]]),
+            ("run=r", ids),
+            ("stream=checkpoint", []),
+            ("project=p", ids),
+        ):
+            q = replace(query, where=parse_where(where))
+            assert [r.id for r in registry.query(q)] == expected, where
+            assert registry.count(q) == len(expected), where
+            assert [r.id for r in select(registry.query(query), q)] == expected, where

@@ -5,11 +5,11 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tracker_saver.errors import ConfigError
+from tracker_saver.errors import ConfigError, RegistryError
 from tracker_saver.outage import DEFAULT_TIMEOUT_S
 from tracker_saver.registry.base import Query, Registry
 
-__all__ = ["DEFAULT_REGISTRY", "Query", "Registry", "open_registry", "sqlite_path"]
+__all__ = ["DEFAULT_REGISTRY", "Query", "Registry", "check_exists", "open_registry", "sqlite_path"]
 
 #: Where records live when neither an argument nor ``TRACKER_SAVER_REGISTRY`` says otherwise.
 DEFAULT_REGISTRY = "~/.tracker_saver/registry.db"
@@ -40,7 +40,10 @@ def sqlite_path(registry: str | os.PathLike[str] | None) -> str | None:
 
 
 def open_registry(
-    registry: str | os.PathLike[str] | Registry | None = None, *, timeout: float = DEFAULT_TIMEOUT_S
+    registry: str | os.PathLike[str] | Registry | None = None,
+    *,
+    timeout: float = DEFAULT_TIMEOUT_S,
+    create: bool = True,
 ) -> Registry:
     """Open a registry by name or path.
 
@@ -51,6 +54,11 @@ def open_registry(
             projects under the ClearML project ``ROOT``), or a ``Registry`` instance.
         timeout: for a ClearML registry, the seconds one call may wait on a server that
             stopped answering (SQLite is local: it has its own busy timeout).
+        create: whether a SQLite file that does not exist yet is created. Readers pass
+            ``False``: a mistyped path is then an error, not a new empty registry.
+
+    Raises:
+        RegistryError: ``create=False`` and there is no SQLite registry at the path.
 
     Examples:
         >>> open_registry(":memory:").uri
@@ -67,6 +75,23 @@ def open_registry(
         spec = os.fspath(registry) if registry is not None else os.environ.get("TRACKER_SAVER_REGISTRY", "")
         root = spec.partition(":")[2] or None
         return ClearMLRegistry(project_root=root, timeout=timeout)
+    check_exists(path, create=create)
     from tracker_saver.registry.sqlite import SQLiteRegistry
 
     return SQLiteRegistry(path)
+
+
+def check_exists(path: str, *, create: bool) -> None:
+    """Raise ``RegistryError`` when a reader (``create=False``) names a SQLite file that does not exist.
+
+    Examples:
+        >>> check_exists("/nonexistent/registry.db", create=False)
+        Traceback (most recent call last):
+        ...
+        tracker_saver.errors.RegistryError: no registry at /nonexistent/registry.db: check the path, or pass --registry (or set TRACKER_SAVER_REGISTRY) to name the registry file the saver wrote
+    """
+    if not create and path != ":memory:" and not Path(path).is_file():
+        raise RegistryError(
+            f"no registry at {path}: check the path, or pass --registry (or set TRACKER_SAVER_REGISTRY) "
+            "to name the registry file the saver wrote"
+        )

@@ -3,19 +3,30 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tracker_saver.claims import Holder
-from tracker_saver.errors import StreamBusyError
-from tracker_saver.query import Condition, Order, matches, sort_key
-from tracker_saver.records import MetaValue, Record, RecordState, StreamId, UploadInfo
+from tracker_saver.errors import ConfigError, StreamBusyError
+from tracker_saver.query import RECORD_FIELDS, Condition, Order, is_number, matches, sort_key
+from tracker_saver.records import DERIVED_ALIASES, MetaValue, Record, RecordState, StreamId, UploadInfo, check_alias
 
-__all__ = ["Query", "Registry", "busy", "record_field", "select", "stream_query"]
+__all__ = [
+    "Candidate",
+    "Query",
+    "RECORD_FIELDS",
+    "Registry",
+    "busy",
+    "derived_aliases",
+    "record_field",
+    "select",
+    "stream_query",
+    "with_aliases",
+]
 
-#: Keys that sort/filter on a record's own fields rather than its metadata.
-RECORD_FIELDS = ("id", "name", "filename", "state", "stream", "run", "project", "created_at", "output_uri")
+#: What deriving ``latest`` and ``best`` needs of a loadable record: (id, stream, created_at, score).
+Candidate = tuple[str, StreamId, float, float | None]
 
 
 @dataclass(frozen=True)
@@ -32,20 +43,76 @@ class Query:
     where: tuple[Condition, ...] = ()
     order_by: tuple[Order, ...] = ()
     limit: int | None = None
+    offset: int = 0
+    name: str | None = None
+    tag: str | None = None
+    alias: str | None = None
+
+    def __post_init__(self) -> None:
+        for what, value, least in (("limit", self.limit, 0), ("offset", self.offset, 0)):
+            if value is None and what == "limit":
+                continue
+            if not isinstance(value, int) or isinstance(value, bool) or value < least:
+                raise ConfigError(f"{what} must be a non-negative integer, got {value!r}: e.g. {what}=50")
+        if self.alias is not None and self.alias not in DERIVED_ALIASES:
+            check_alias(self.alias)
 
 
 def record_field(record: Record, key: str) -> MetaValue:
-    """The value ``key`` names on a record: one of its own fields, else a metadata key."""
+    """The value ``key`` names on a record: one of its own fields, else a metadata key.
+
+    A SQLite id is an int (``id=12`` matches record ``"12"``), as ``Record.to_dict`` shows it.
+    """
     if key in RECORD_FIELDS:
         value = getattr(record, key)
+        if key == "id" and isinstance(value, str) and value.isdigit():
+            return int(value)
         return value.value if isinstance(value, RecordState) else value
     return record.metadata.get(key)
+
+
+def derived_aliases(candidates: Iterable[Candidate]) -> dict[str, tuple[str, ...]]:
+    """``latest`` and ``best`` of each stream, from every loadable (live/revived) record of it.
+
+    ``latest`` is the record created last; ``best`` the one with the highest score (ties: the
+    later one), absent when none has a score. Every registry derives aliases with this one
+    function, from its records' states at read time: an alias can never name a record that
+    is not loadable.
+
+    Examples:
+        >>> s = StreamId("file:///c", "p", "r", "best_model")
+        >>> derived_aliases([("1", s, 1.0, 0.9), ("2", s, 2.0, 0.5)])
+        {'1': ('best',), '2': ('latest',)}
+    """
+    latest: dict[StreamId, tuple[tuple[float, tuple[int, Any]], str]] = {}
+    best: dict[StreamId, tuple[tuple[float, float, tuple[int, Any]], str]] = {}
+    for record_id, stream, created_at, score in candidates:
+        order = (created_at, _id_key(record_id))
+        if stream not in latest or order > latest[stream][0]:
+            latest[stream] = (order, record_id)
+        if score is not None and is_number(score):
+            rank = (float(score), *order)
+            if stream not in best or rank > best[stream][0]:
+                best[stream] = (rank, record_id)
+    out: dict[str, list[str]] = {}
+    for name, found in (("best", best), ("latest", latest)):
+        for _, record_id in found.values():
+            out.setdefault(record_id, []).append(name)
+    return {k: tuple(v) for k, v in out.items()}
+
+
+def with_aliases(
+    records: Iterable[Record], derived: Mapping[str, Sequence[str]], user: Mapping[str, Sequence[str]]
+) -> list[Record]:
+    """``records`` with their sorted ``aliases``: the derived ones and the user's."""
+    return [replace(r, aliases=tuple(sorted({*derived.get(r.id, ()), *user.get(r.id, ())}))) for r in records]
 
 
 def select(records: Iterable[Record], query: Query) -> list[Record]:
     """Filter and sort records on the client: the reference semantics every backend matches.
 
-    Ties keep creation order; absent values sort last in both directions.
+    Ties keep creation order; absent values sort last in both directions. ``query.alias`` is
+    matched against ``Record.aliases``, so pass records with their aliases filled.
     """
     out = [
         r
@@ -57,6 +124,9 @@ def select(records: Iterable[Record], query: Query) -> list[Record]:
         and (query.output_uri is None or r.output_uri == query.output_uri)
         and (query.slot is None or r.slot == query.slot)
         and (query.states is None or r.state in query.states)
+        and (query.name is None or r.name == query.name)
+        and (query.tag is None or query.tag in r.tags)
+        and (query.alias is None or query.alias in r.aliases)
         and matches({k: record_field(r, k) for k in {c.key for c in query.where}}, query.where)
     ]
     out.sort(key=lambda r: (r.created_at, _id_key(r.id)))
@@ -65,7 +135,8 @@ def select(records: Iterable[Record], query: Query) -> list[Record]:
         absent = [r for r in out if record_field(r, order.key) is None]
         present.sort(key=lambda r: sort_key(record_field(r, order.key)), reverse=order.desc)
         out = present + absent
-    return out[: query.limit] if query.limit is not None else out
+    end = query.offset + query.limit if query.limit is not None else None
+    return out[query.offset : end]
 
 
 def stream_query(stream: StreamId, **kwargs: Any) -> Query:
@@ -138,12 +209,40 @@ class Registry(ABC):
         """Add tags to a record."""
 
     @abstractmethod
+    def remove_tags(self, record_id: str, tags: Iterable[str]) -> Record:
+        """Remove tags from a record (a tag it does not have is not an error)."""
+
+    @abstractmethod
+    def set_alias(self, record_id: str, alias: str) -> Record:
+        """Point the user alias ``alias`` of the record's project at the record (moving it if it
+        named another record); ``ConfigError`` for ``latest``/``best`` or a bad name."""
+
+    @abstractmethod
+    def remove_alias(self, project: str, alias: str) -> None:
+        """Delete a user alias; ``RecordNotFoundError`` when the project has no such alias."""
+
+    @abstractmethod
+    def create_pinned(self, info: UploadInfo, *, uri: str, sha256: str, size: int) -> Record:
+        """Create a ``pinned`` record, in one step, for bytes already copied to ``info.key``.
+
+        ``info.slot`` is ``None``: a pinned record holds no slot.
+        """
+
+    @abstractmethod
+    def delete_pinned(self, record_id: str) -> None:
+        """Delete a ``pinned`` record (and its aliases); ``RegistryError`` for any other state."""
+
+    @abstractmethod
     def get(self, record_id: str) -> Record:
-        """The record with ``record_id``; raise ``RecordNotFoundError`` if there is none."""
+        """The record with ``record_id``, with its aliases; ``RecordNotFoundError`` if there is none."""
 
     @abstractmethod
     def query(self, query: Query) -> list[Record]:
-        """Records matching ``query``, sorted as :func:`select` sorts them."""
+        """Records matching ``query`` with their aliases, sorted as :func:`select` sorts them."""
+
+    def count(self, query: Query) -> int:
+        """How many records match ``query`` without its ``limit`` and ``offset`` (for pagination)."""
+        return len(self.query(replace(query, limit=None, offset=0, order_by=())))
 
     @abstractmethod
     def claim(self, stream: StreamId, holder: Holder) -> None:
@@ -162,7 +261,7 @@ class Registry(ABC):
         """Give up ``holder``'s claim on ``stream`` (nothing if it holds none)."""
 
     def evict(self, record_id: str) -> Record:
-        """``live``/``revived`` → ``evicted``: its slot is being reused."""
+        """``live``/``revived`` → ``evicted``: its slot is being reused (never a pinned record)."""
         return self.set_state(record_id, RecordState.EVICTED, expected=(RecordState.LIVE, RecordState.REVIVED))
 
     def restore(self, record_id: str, state: RecordState = RecordState.LIVE) -> Record:

@@ -57,6 +57,7 @@ import re
 import threading
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -66,9 +67,20 @@ from tracker_saver.integrations.clearml_binding import skip_saves_while
 from tracker_saver.integrations.clearml_conf import clearml_s3_options
 from tracker_saver.masking import raise_masked, strip_userinfo
 from tracker_saver.outage import DEFAULT_TIMEOUT_S, Outage, OutageError, check_timeout
-from tracker_saver.records import LOADABLE, MetaValue, Record, RecordState, StreamId, UploadInfo
-from tracker_saver.registry.base import RECORD_FIELDS, Query, Registry, busy, select
+from tracker_saver.records import (
+    DERIVED_ALIASES,
+    LOADABLE,
+    MetaValue,
+    Record,
+    RecordState,
+    StreamId,
+    UploadInfo,
+    check_alias,
+    check_display_name,
+)
+from tracker_saver.registry.base import Candidate, Query, Registry, busy, derived_aliases, select, with_aliases
 from tracker_saver.registry.clearml_codec import (
+    ALIAS_TAG_PREFIX,
     ARCHIVED_TAG,
     CLAIM_TAG_PREFIX,
     MIN_NAME,
@@ -90,6 +102,7 @@ from tracker_saver.registry.clearml_codec import (
     task_run,
     with_metadata,
 )
+from tracker_saver.registry.clearml_codec import decode_value as decode_item
 from tracker_saver.registry.clearml_session import open_session, send
 
 __all__ = ["CLAIM_TAG_PREFIX", "ClearMLRegistry", "STATE_TAGS", "STREAM_TAG_PREFIX", "task_run"]
@@ -334,6 +347,10 @@ class ClearMLRegistry(Registry):
         from clearml import Task
 
         return Task.current_task()
+
+    def artifact_task(self) -> Any:
+        """The ClearML task that runs now (``None`` if none): ``LogUploader(saver=...)`` attaches logs to it."""
+        return self._current_task()
 
     def _task_for(self, project_id: str, run: str) -> str | None:
         """The id of the registry's task when ``run`` is that task (``<task name>.<task id>``) in this project."""
@@ -673,8 +690,7 @@ class ClearMLRegistry(Registry):
                 self._drop_claim(model_id)
 
     def rename(self, record_id: str, name: str) -> Record:
-        if not isinstance(name, str) or not name.strip():
-            raise ConfigError(f"new name {name!r} for record {record_id} is empty: give a non-empty name")
+        check_display_name(record_id, name)
         model = self._fetch(record_id)
         if len(name.strip()) < MIN_NAME:
             raise ConfigError(
@@ -700,13 +716,170 @@ class ClearMLRegistry(Registry):
             )
         return self._record({**model, "tags": merged})
 
+    def remove_tags(self, record_id: str, tags: Iterable[str]) -> Record:
+        gone = set(check_tags(tags, f"record {record_id}"))
+        model = self._fetch(record_id)
+        kept = sorted(t for t in model.get("tags") or [] if t not in gone)
+        if kept != sorted(model.get("tags") or []):
+            self._send(
+                self._services().models.EditRequest(model=record_id, tags=kept),
+                f"untagging model {record_id}",
+                record_id=record_id,
+            )
+        return self._record({**model, "tags": kept})
+
+    def _alias_holders(self, project_id: str, alias: str) -> list[dict[str, Any]]:
+        data = self._send(
+            self._services().models.GetAllRequest(
+                project=[project_id], tags=[ALIAS_TAG_PREFIX + alias], only_fields=["id", "tags"]
+            ),
+            f"looking up alias {alias!r}",
+        )
+        return [m for m in data.get("models") or [] if ALIAS_TAG_PREFIX + alias in (m.get("tags") or [])]
+
+    def _edit_tags(self, model: dict[str, Any], tags: list[str], what: str) -> None:
+        self._send(self._services().models.EditRequest(model=model["id"], tags=sorted(set(tags))), what,
+                   record_id=str(model["id"]))  # fmt: skip
+
+    def set_alias(self, record_id: str, alias: str) -> Record:
+        """Tag the model ``alias:<alias>`` and untag every other model of its project that had it.
+
+        ClearML has no transaction: the new holder is tagged first, so the alias always names
+        a record (for a moment, two).
+        """
+        check_alias(alias)
+        model = self._fetch(record_id)
+        record = self._record(model)
+        if not record.state.loadable:
+            raise RegistryError(
+                f"record {record_id} is {record.state.value}: an alias names a loadable record (live, revived or "
+                "pinned); pick a live record (tracker-saver models list --live)",
+                record_id=record_id,
+            )
+        tag = ALIAS_TAG_PREFIX + alias
+        tags = [*(model.get("tags") or []), tag]
+        self._edit_tags(model, tags, f"setting alias {alias!r} on model {record_id}")
+        for other in self._alias_holders(str(model.get("project") or ""), alias):
+            if str(other["id"]) != record_id:
+                rest = [t for t in other.get("tags") or [] if t != tag]
+                self._edit_tags(other, rest, f"moving alias {alias!r} off model {other['id']}")
+        return self.get(record_id)
+
+    def remove_alias(self, project: str, alias: str) -> None:
+        project_id = self._project_id(project, create=False)
+        holders = self._alias_holders(project_id, alias) if project_id is not None else []
+        if not holders:
+            raise RecordNotFoundError(
+                f"project {project!r} has no alias {alias!r} in {self.uri}: see `tracker-saver models list "
+                f"--project {project}` for its aliases"
+            )
+        for model in holders:
+            rest = [t for t in model.get("tags") or [] if t != ALIAS_TAG_PREFIX + alias]
+            self._edit_tags(model, rest, f"removing alias {alias!r} from model {model['id']}")
+
+    def create_pinned(self, info: UploadInfo, *, uri: str, sha256: str, size: int) -> Record:
+        """Create the model archived (as a pending one), write its metadata with state ``pinned``
+        (the commit point), then show it: a failure in between leaves nothing that looks loadable."""
+        metadata = check_metadata(info.metadata, f"record {info.filename!r}")
+        tags = check_tags(info.tags, f"record {info.filename!r}")
+        project_id = self._project_id(info.project, create=True)
+        assert project_id is not None
+        task_id = self._task_for(project_id, info.run)
+        with self._lock:
+            now = max(time.time(), self._last_created + 1e-6)
+            self._last_created = now
+        fields = {
+            **pending_fields(info, uri=uri, metadata=metadata, created_at=now),
+            "sha256": sha256,
+            "size": int(size),
+            "state": RecordState.PINNED.value,
+        }
+        new = pending_model(info, tags)
+        data = self._send(
+            self._services().models.CreateRequest(
+                **new, project=project_id, task=task_id, framework=self._framework, ready=False
+            ),
+            f"creating the pinned model of {info.filename!r}",
+        )
+        record_id = str(data["id"])
+        self._metadata_write(record_id, fields, f"writing the metadata of pinned model {record_id}")
+        model = with_metadata({**new, "id": record_id, "project": project_id, "task": task_id}, fields)
+        return self._record(self._show(model, RecordState.PINNED, info.stream))
+
+    def delete_pinned(self, record_id: str) -> None:
+        record = self._record(self._fetch(record_id))
+        if record.state is not RecordState.PINNED:
+            raise RegistryError(
+                f"record {record_id} is {record.state.value}, not pinned: only a pinned record can be deleted "
+                "(slot records stay as history)",
+                record_id=record_id,
+            )
+        self._send(self._services().models.DeleteRequest(model=record_id, force=True),
+                   f"deleting pinned model {record_id}", record_id=record_id)  # fmt: skip
+
+    def _candidates(self, records: list[Record]) -> list[Candidate]:
+        """The loadable records of the streams of ``records`` that may hold a derived alias: one query."""
+        streams = {r.stream_id for r in records if r.state in LOADABLE}
+        if not streams:
+            return []
+        projects = sorted({s.project for s in streams})
+        ids = [pid for pid in (self._project_id(p, create=False) for p in projects) if pid is not None]
+        params: dict[str, Any] = {"metadata.state.value": [s.value for s in LOADABLE]}
+        for key in ("run", "stream"):
+            values = sorted({getattr(s, key) for s in streams})
+            if all(isinstance(v, str) and v and not v.startswith(("-", "__$")) for v in values):
+                params[f"metadata.{key}.value"] = values
+        out: list[Candidate] = []
+        for model in self._all_models({"project": ids, **params}, ["id", "project", "metadata"], "reading aliases"):
+            if not is_record_model(model):
+                continue
+            meta = {k: decode_item(v) for k, v in (model.get("metadata") or {}).items()}
+            names = self._project_names_for([model.get("project") or ""])
+            stream = StreamId(
+                str(meta.get("output_uri") or ""),
+                self._record_project(names.get(model.get("project") or "", "")),
+                str(meta.get("run") or ""),
+                str(meta.get("stream") or ""),
+            )
+            if stream in streams and meta.get("state") in ("live", "revived"):
+                created, score = meta.get("created_at"), meta.get("score")
+                out.append((
+                    str(model["id"]), stream, float(created) if isinstance(created, (int, float)) else 0.0,
+                    float(score) if isinstance(score, (int, float)) and not isinstance(score, bool) else None,
+                ))  # fmt: skip
+        return out
+
+    def _aliased(self, records: list[Record], known: list[Record] | None = None) -> list[Record]:
+        """``records`` with derived aliases; ``known``: every loadable record of their streams, if at hand."""
+        if known is not None:
+            candidates: list[Candidate] = [
+                (r.id, r.stream_id, r.created_at, r.score) for r in known if r.state in LOADABLE
+            ]
+        else:
+            candidates = self._candidates(records)
+        return with_aliases(records, derived_aliases(candidates), {r.id: r.aliases for r in records})
+
+    def _all_models(self, params: dict[str, Any], fields: list[str], what: str) -> list[dict[str, Any]]:
+        models: list[dict[str, Any]] = []
+        page = 0
+        while True:
+            data = self._send(
+                self._services().models.GetAllRequest(
+                    only_fields=fields, order_by=["created"], page=page, page_size=_PAGE,
+                    _allow_extra_fields_=True, **params,
+                ),
+                what,
+            )  # fmt: skip
+            batch = data.get("models") or []
+            models.extend(batch)
+            if len(batch) < _PAGE:
+                return models
+            page += 1
+
     def get(self, record_id: str) -> Record:
-        return self._record(self._fetch(record_id))
+        return self._aliased([self._record(self._fetch(record_id))])[0]
 
     def query(self, query: Query) -> list[Record]:
-        for cond in query.where:
-            if cond.key in RECORD_FIELDS:
-                raise ConfigError(f"where key {cond.key!r} is a record field: filter it with the query's own argument")
         params: dict[str, Any] = {}
         if query.project is not None:
             pid = self._project_id(query.project, create=False)
@@ -722,28 +895,23 @@ class ClearMLRegistry(Registry):
             if not ids:
                 return []
             params["project"] = ids
-        filters = metadata_filters(query)
+        pushed = query
+        if query.alias in DERIVED_ALIASES:  # only a live/revived record holds latest or best
+            states = LOADABLE if query.states is None else tuple(s for s in query.states if s in LOADABLE)
+            pushed = replace(query, states=states)
+        elif query.alias is not None:
+            params["tags"] = [ALIAS_TAG_PREFIX + query.alias]
+        filters = metadata_filters(pushed)
         if filters is None:
             return []
         params.update(filters)
-        models: list[dict[str, Any]] = []
-        page = 0
-        while True:
-            data = self._send(
-                self._services().models.GetAllRequest(
-                    only_fields=_FIELDS,
-                    order_by=["created"],
-                    page=page,
-                    page_size=_PAGE,
-                    _allow_extra_fields_=True,
-                    **params,
-                ),
-                "querying models",
-            )
-            batch = data.get("models") or []
-            models.extend(batch)
-            if len(batch) < _PAGE:
-                break
-            page += 1
+        models = self._all_models(params, _FIELDS, "querying models")
         names = self._project_names_for(m.get("project") or "" for m in models)
-        return select((self._record(m, names) for m in models), query)
+        records = [self._record(m, names) for m in models]
+        # Without narrowing filters, the answer already holds every loadable record of its streams.
+        whole = (
+            not (query.where or query.filename or query.slot is not None or query.name or query.tag)
+            and (pushed.states is None or set(LOADABLE) <= set(pushed.states))
+            and query.alias in (None, *DERIVED_ALIASES)
+        )
+        return select(self._aliased(records, records if whole else None), query)

@@ -19,7 +19,8 @@ state          metadata ``state`` (the truth), mirrored for people and ``Model.q
                (:func:`mirror`): ``pending`` archived + tag ``pending`` + no uri; ``live`` not
                archived, uri set, listed in the task's output models; ``evicted`` archived + tag
                ``evicted``, no uri, taken off the task; ``failed`` archived + tag ``failed`` + no
-               uri; ``revived`` like live + tag ``revived``. So ``Model.query_models(project,
+               uri; ``revived`` like live + tag ``revived``; ``pinned`` not archived, uri set, tag
+               ``pinned``, never listed on the task (its filename entry belongs to the slot record). So ``Model.query_models(project,
                tags=["-evicted"])`` (which leaves archived models out) lists exactly the
                loadable checkpoints, and ClearML's ``get_weights()`` downloads nothing else
 slot, key      metadata ``slot`` (int) and ``key``
@@ -29,7 +30,9 @@ uri            metadata ``uri``, from creation, kept for history. The model's ur
 sha256, size   metadata ``sha256`` (str) and ``size`` (int)
 metadata       typed metadata items: ``int``/``float``/``bool``/``str``, ``None`` as an empty
                type and value (``Model.get_metadata_casted`` reads them back as such)
-tags           the model's tags, less ``stream:*`` and the state tags (which users cannot add)
+tags           the model's tags, less ``stream:*``, ``alias:*`` and the state tags (which users cannot add)
+aliases        user aliases are tags ``alias:<name>`` (unique per project: ``set_alias`` moves
+               them); ``latest``/``best`` are derived on read, never stored
 created_at     metadata ``created_at`` (float seconds, the ClearML ``created`` is coarser)
 error          metadata ``error``
 ============== ==================================================================================
@@ -60,12 +63,14 @@ from typing import Any, TypeGuard
 
 from tracker_saver.claims import Holder
 from tracker_saver.errors import ConfigError, RecordNotFoundError
+from tracker_saver.query import RECORD_FIELDS
 from tracker_saver.records import MetaValue, Record, RecordState, StreamId, UploadInfo, clean_metadata
 from tracker_saver.records import decode_value as decode_typed
 from tracker_saver.records import encode_value as encode_typed
 from tracker_saver.registry.base import Query
 
 __all__ = [
+    "ALIAS_TAG_PREFIX",
     "ARCHIVED_TAG",
     "CLAIM_TAG_PREFIX",
     "MIN_NAME",
@@ -74,6 +79,7 @@ __all__ = [
     "check_id",
     "check_metadata",
     "check_tags",
+    "model_aliases",
     "claim_comment",
     "claim_tag",
     "decode_value",
@@ -95,11 +101,14 @@ STATE_TAGS = {
     RecordState.EVICTED: "evicted",
     RecordState.FAILED: "failed",
     RecordState.REVIVED: "revived",
+    RecordState.PINNED: "pinned",
 }
 #: States whose model is archived: not usable, hidden by ``Model.query_models`` and the UI.
 _ARCHIVED = (RecordState.PENDING, RecordState.EVICTED, RecordState.FAILED)
 #: A record's stream as a tag, e.g. ``stream:best_model``.
 STREAM_TAG_PREFIX = "stream:"
+#: A user alias as a tag, e.g. ``alias:production``.
+ALIAS_TAG_PREFIX = "alias:"
 #: The system tag that archives a model.
 ARCHIVED_TAG = "archived"
 #: Metadata keys that hold the record's own fields; they are not in ``Record.metadata``.
@@ -173,10 +182,11 @@ def check_tags(tags: Iterable[str], what: str) -> list[str]:
     out = []
     for tag in tags:
         tag = str(tag)
-        if not tag or tag in STATE_TAGS.values() or tag.startswith(STREAM_TAG_PREFIX):
+        if not tag or tag in STATE_TAGS.values() or tag.startswith((STREAM_TAG_PREFIX, ALIAS_TAG_PREFIX)):
             raise ConfigError(
                 f"tag {tag!r} for {what} is reserved by the ClearML registry (state tags "
-                f"{', '.join(STATE_TAGS.values())} and 'stream:*'): choose another tag"
+                f"{', '.join(STATE_TAGS.values())}, 'stream:*' and 'alias:*'): choose another tag "
+                "(set an alias with set_alias)"
             )
         out.append(tag)
     return out
@@ -242,11 +252,19 @@ def model_record(model: dict[str, Any], project: str) -> Record:
         sha256=meta.get("sha256") if isinstance(meta.get("sha256"), str) else None,  # type: ignore[arg-type]
         size=size if isinstance(size, int) and not isinstance(size, bool) else None,
         metadata=user_meta,
-        tags=tuple(sorted(t for t in model.get("tags") or [] if t not in managed)),
+        tags=tuple(
+            sorted(t for t in model.get("tags") or [] if t not in managed and not t.startswith(ALIAS_TAG_PREFIX))
+        ),
+        aliases=model_aliases(model),
         created_at=float(created) if isinstance(created, (int, float)) else 0.0,
         error=meta.get("error") if isinstance(meta.get("error"), str) else None,  # type: ignore[arg-type]
         output_uri=str(meta["output_uri"]) if isinstance(meta.get("output_uri"), str) else None,
     )
+
+
+def model_aliases(model: dict[str, Any]) -> tuple[str, ...]:
+    """The user aliases a model's ``alias:*`` tags hold, sorted."""
+    return tuple(sorted(t[len(ALIAS_TAG_PREFIX) :] for t in model.get("tags") or [] if t.startswith(ALIAS_TAG_PREFIX)))
 
 
 def mirror(model: dict[str, Any], state: RecordState, stream: str) -> dict[str, Any]:
@@ -279,8 +297,8 @@ def _pushable(value: Any) -> bool:
 def metadata_filters(query: Query) -> dict[str, list[str]] | None:
     """The ``metadata.<key>.value`` filters ``models.get_all`` answers exactly for ``query``.
 
-    Run, stream, filename, output_uri, slot, states and ``==``/``in`` on string values; what
-    is left (ranges, ``!=``, numbers, the sort) is done client-side. ``None``: nothing matches.
+    Run, stream, filename, output_uri, slot, states and ``==``/``in`` on string metadata values;
+    what is left (ranges, ``!=``, numbers, conditions on record fields, the sort) is done client-side. ``None``: nothing matches.
 
     Examples:
         >>> metadata_filters(Query(run="r1", states=(RecordState.LIVE,)))
@@ -300,7 +318,12 @@ def metadata_filters(query: Query) -> dict[str, list[str]] | None:
     for cond in query.where:
         name = f"metadata.{cond.key}.value"
         # a '.' or '$' in the key would be read as a path by the server
-        if cond.key in _FIELD_KEYS or name in params or not re.fullmatch(r"[A-Za-z0-9_-]+", cond.key):
+        if (
+            cond.key in _FIELD_KEYS
+            or cond.key in RECORD_FIELDS
+            or name in params
+            or not re.fullmatch(r"[A-Za-z0-9_-]+", cond.key)
+        ):
             continue
         values = [cond.value] if cond.op == "==" else list(cond.value) if cond.op == "in" else None
         if values and all(_pushable(v) for v in values):

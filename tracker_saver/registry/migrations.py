@@ -86,6 +86,51 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         DELETE FROM metadata WHERE key IN ('slot', 'created_at', 'sha256', 'size', 'uri');
         """,
     ),
+    (
+        5,
+        # 'pinned' joins the state CHECK, which SQLite cannot alter: rebuild the table (SQLite's
+        # 12-step procedure; migrate() runs with foreign keys off, so metadata and tags that
+        # reference records survive the DROP and point at the same ids afterwards).
+        """
+        CREATE TABLE records_new (
+            id          INTEGER PRIMARY KEY AUTOINCREMENT,
+            project     TEXT NOT NULL,
+            run         TEXT NOT NULL,
+            stream      TEXT NOT NULL,
+            filename    TEXT NOT NULL,
+            name        TEXT NOT NULL,
+            state       TEXT NOT NULL
+                        CHECK (state IN ('pending', 'live', 'evicted', 'revived', 'failed', 'pinned')),
+            slot        INTEGER,
+            key         TEXT,
+            uri         TEXT,
+            sha256      TEXT,
+            size        INTEGER,
+            created_at  REAL NOT NULL,
+            updated_at  REAL NOT NULL,
+            error       TEXT,
+            output_uri  TEXT
+        );
+        INSERT INTO records_new (id, project, run, stream, filename, name, state, slot, key, uri, sha256, size,
+                                 created_at, updated_at, error, output_uri)
+            SELECT id, project, run, stream, filename, name, state, slot, key, uri, sha256, size,
+                   created_at, updated_at, error, output_uri FROM records;
+        DROP TABLE records;
+        ALTER TABLE records_new RENAME TO records;
+        CREATE INDEX records_stream ON records (project, run, stream, state);
+        CREATE INDEX records_filename ON records (project, run, filename);
+        CREATE INDEX records_output_uri ON records (output_uri, project, run, stream, state);
+        CREATE INDEX records_created ON records (created_at, id);
+        CREATE TABLE aliases (
+            project    TEXT NOT NULL,
+            alias      TEXT NOT NULL,
+            record_id  INTEGER NOT NULL REFERENCES records (id) ON DELETE CASCADE,
+            created_at REAL NOT NULL,
+            PRIMARY KEY (project, alias)
+        );
+        CREATE INDEX aliases_record ON aliases (record_id);
+        """,
+    ),
 )
 
 
@@ -127,7 +172,12 @@ def stored_version(conn: sqlite3.Connection, where: str = "") -> int:
 
 
 def migrate(conn: sqlite3.Connection, where: str = "") -> int:
-    """Apply every migration newer than the database's version; return the version reached."""
+    """Apply every migration newer than the database's version; return the version reached.
+
+    Call it with foreign keys off (``PRAGMA foreign_keys`` cannot change inside a transaction):
+    a migration that rebuilds a table drops the old one, which would cascade to the rows that
+    reference it. ``PRAGMA foreign_key_check`` runs before each commit instead.
+    """
     stored_version(conn, where)  # a newer schema is refused before anything is written
     conn.execute("CREATE TABLE IF NOT EXISTS schema_migrations (version INTEGER PRIMARY KEY, applied_at REAL NOT NULL)")
     current = stored_version(conn, where)
@@ -142,6 +192,13 @@ def migrate(conn: sqlite3.Connection, where: str = "") -> int:
             if version > again:
                 for statement in statements(sql):
                     conn.execute(statement)
+                broken = conn.execute("PRAGMA foreign_key_check").fetchall()
+                if broken:
+                    raise ConfigError(
+                        f"registry {where or 'file'}: migration {version} would leave {len(broken)} rows that "
+                        f"reference missing rows (e.g. {tuple(broken[0])}): nothing was changed; "
+                        "run `tracker-saver fsck` on a copy, or report this registry file"
+                    )
                 conn.execute("INSERT INTO schema_migrations VALUES (?, ?)", (version, time.time()))
             conn.execute("COMMIT")
         except BaseException:

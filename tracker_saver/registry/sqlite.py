@@ -13,18 +13,21 @@ from typing import Any
 
 from tracker_saver.claims import Holder, is_alive
 from tracker_saver.errors import ConfigError, RecordNotFoundError, RegistryError
-from tracker_saver.query import Condition, is_number
+from tracker_saver.query import RECORD_FIELDS, Condition, is_number
 from tracker_saver.records import (
+    DERIVED_ALIASES,
     MetaValue,
     Record,
     RecordState,
     StreamId,
     UploadInfo,
+    check_alias,
+    check_display_name,
     clean_metadata,
     decode_value,
     encode_value,
 )
-from tracker_saver.registry.base import RECORD_FIELDS, Query, Registry, busy
+from tracker_saver.registry.base import Candidate, Query, Registry, busy, derived_aliases
 from tracker_saver.registry.migrations import migrate, stored_version
 
 __all__ = ["SQLiteRegistry", "check_registry_path"]
@@ -67,10 +70,33 @@ def _value_sql(value_of: _Value, op: str, value: Any) -> tuple[str, list[Any]]:
     return f"({kind} AND {col} {sql_op} ?)", [arg]
 
 
+#: Record fields as (type, num, text) SQL expressions, for where-conditions on them.
+_FIELDS: dict[str, _Value] = {
+    "id": ("'int'", "r.id", "CAST(r.id AS TEXT)"),
+    "output_uri": ("CASE WHEN r.output_uri IS NULL THEN 'none' ELSE 'str' END", "NULL", "r.output_uri"),
+    **{key: ("'str'", "NULL", f"r.{key}") for key in ("name", "filename", "state", "stream", "run", "project")},
+}
+_LOADABLE_SQL = "('live', 'revived')"
+#: Another loadable record ``o`` of ``r``'s stream.
+_SAME_STREAM = (
+    "o.output_uri IS r.output_uri AND o.project = r.project AND o.run = r.run AND o.stream = r.stream"
+    f" AND o.state IN {_LOADABLE_SQL}"
+)
+_LATER = "(o.created_at > r.created_at OR (o.created_at = r.created_at AND o.id > r.id))"
+_SCORE = "SELECT num FROM metadata WHERE record_id = {0}.id AND key = 'score' AND type IN ('int', 'float')"
+#: SQL that is true when ``r`` holds a derived alias: the same rule as ``base.derived_aliases``.
+_DERIVED_SQL = {
+    "latest": f"(r.state IN {_LOADABLE_SQL} AND NOT EXISTS (SELECT 1 FROM records o WHERE {_SAME_STREAM} AND {_LATER}))",
+    "best": (
+        f"(r.state IN {_LOADABLE_SQL} AND ({_SCORE.format('r')}) IS NOT NULL AND NOT EXISTS ("
+        f"SELECT 1 FROM records o WHERE {_SAME_STREAM} AND (({_SCORE.format('o')}) > ({_SCORE.format('r')})"
+        f" OR (({_SCORE.format('o')}) = ({_SCORE.format('r')}) AND {_LATER}))))"
+    ),
+}
+
+
 def _condition_sql(cond: Condition) -> tuple[str, list[Any]]:
-    if cond.key in RECORD_FIELDS:
-        raise ConfigError(f"where key {cond.key!r} is a record field: filter it with the query's own argument")
-    value_of = _COLUMNS.get(cond.key, _ROW)
+    value_of = _FIELDS.get(cond.key) or _COLUMNS.get(cond.key, _ROW)
     if cond.op == "in":
         parts = [_value_sql(value_of, "==", v) for v in cond.value] or [("0", [])]
         test = "(" + " OR ".join(p for p, _ in parts) + ")"
@@ -80,7 +106,7 @@ def _condition_sql(cond: Condition) -> tuple[str, list[Any]]:
         test = f"({value_of[0]} != 'none' AND NOT {eq})"
     else:
         test, args = _value_sql(value_of, cond.op, cond.value)
-    if cond.key in _COLUMNS:
+    if cond.key in _COLUMNS or cond.key in _FIELDS:
         return test, args
     sql = f"EXISTS (SELECT 1 FROM metadata m WHERE m.record_id = r.id AND m.key = ? AND {test})"
     return sql, [cond.key, *args]
@@ -205,11 +231,12 @@ class SQLiteRegistry(Registry):
             # isolation_level=None: we issue BEGIN IMMEDIATE ourselves, so a transaction takes
             # the write lock up front and the busy timeout applies instead of a deadlock.
             self._conn = sqlite3.connect(text, timeout=timeout, isolation_level=None, check_same_thread=False)
-            self._conn.execute("PRAGMA foreign_keys = ON")
             if text != ":memory:":
                 _wal(self._conn, timeout)
                 self._conn.execute("PRAGMA synchronous = FULL")
+            # Foreign keys on only after the migrations: one rebuilds ``records`` (see migrate()).
             migrate(self._conn, repr(text))
+            self._conn.execute("PRAGMA foreign_keys = ON")
         except sqlite3.Error as exc:
             raise ConfigError(f"registry {self.uri!r} cannot be opened ({exc}): pass a path to a SQLite file") from exc
 
@@ -264,23 +291,28 @@ class SQLiteRegistry(Registry):
                 raise self._error(exc) from exc
 
     def _load(self, rows: list[sqlite3.Row]) -> list[Record]:
+        """Records of ``rows`` with metadata, tags and aliases: a few queries per 500 rows, never one per row."""
         if not rows:
             return []
         ids = [row["id"] for row in rows]
         meta: dict[int, dict[str, MetaValue]] = {i: {} for i in ids}
         tags: dict[int, list[str]] = {i: [] for i in ids}
+        user: dict[str, list[str]] = {}
         for start in range(0, len(ids), 500):
             chunk = ids[start : start + 500]
             marks = ",".join("?" * len(chunk))
             for m in self._read(f"SELECT record_id, key, type, text FROM metadata WHERE record_id IN ({marks})", chunk):
                 meta[m["record_id"]][m["key"]] = decode_value(m["type"], m["text"])
-        for row in rows:
-            columns = {"slot": row["slot"], "created_at": row["created_at"]}
-            if row["state"] in ("live", "revived", "evicted"):
-                columns.update(sha256=row["sha256"], size=row["size"], uri=row["uri"])
-            meta[row["id"]].update({k: v for k, v in columns.items() if v is not None})
             for t in self._read(f"SELECT record_id, tag FROM tags WHERE record_id IN ({marks}) ORDER BY tag", chunk):
                 tags[t["record_id"]].append(t["tag"])
+            for a in self._read(f"SELECT record_id, alias FROM aliases WHERE record_id IN ({marks})", chunk):
+                user.setdefault(str(a["record_id"]), []).append(a["alias"])
+        for row in rows:
+            columns = {"slot": row["slot"], "created_at": row["created_at"]}
+            if row["state"] in ("live", "revived", "evicted", "pinned"):
+                columns.update(sha256=row["sha256"], size=row["size"], uri=row["uri"])
+            meta[row["id"]].update({k: v for k, v in columns.items() if v is not None})
+        derived = derived_aliases(self._candidates({(row["project"], row["run"], row["stream"]) for row in rows}))
         return [
             Record(
                 id=str(row["id"]),
@@ -300,9 +332,31 @@ class SQLiteRegistry(Registry):
                 created_at=row["created_at"],
                 error=row["error"],
                 output_uri=row["output_uri"],
+                aliases=tuple(sorted({*derived.get(str(row["id"]), ()), *user.get(str(row["id"]), ())})),
             )
             for row in rows
         ]
+
+    def _candidates(self, streams_of_rows: set[tuple[str, str, str]]) -> list[Candidate]:
+        """The loadable records of every ``(project, run, stream)``: one query per 300 streams."""
+        streams = sorted(streams_of_rows)
+        out: list[Candidate] = []
+        for start in range(0, len(streams), 300):
+            chunk = streams[start : start + 300]
+            values = ",".join("(?, ?, ?)" for _ in chunk)
+            rows = self._read(
+                "SELECT r.id, r.output_uri, r.project, r.run, r.stream, r.created_at, m.num AS score"
+                " FROM records r LEFT JOIN metadata m ON m.record_id = r.id AND m.key = 'score'"
+                " AND m.type IN ('int', 'float')"
+                f" WHERE r.state IN {_LOADABLE_SQL} AND (r.project, r.run, r.stream) IN (VALUES {values})",
+                [part for stream in chunk for part in stream],
+            )
+            out.extend(
+                (str(row["id"]), StreamId(row["output_uri"] or "", row["project"], row["run"], row["stream"]),
+                 row["created_at"], row["score"])
+                for row in rows
+            )  # fmt: skip
+        return out
 
     @staticmethod
     def _id(record_id: str | int) -> int:
@@ -451,8 +505,7 @@ class SQLiteRegistry(Registry):
         return self.get(record_id)
 
     def rename(self, record_id: str, name: str) -> Record:
-        if not isinstance(name, str) or not name.strip():
-            raise ConfigError(f"new name {name!r} for record {record_id} is empty: give a non-empty name")
+        check_display_name(record_id, name)
         with self.atomic() as conn:
             if (
                 conn.execute(
@@ -470,6 +523,69 @@ class SQLiteRegistry(Registry):
             conn.executemany("INSERT OR IGNORE INTO tags VALUES (?, ?)", [(rid, str(t)) for t in tags])
         return self.get(record_id)
 
+    def remove_tags(self, record_id: str, tags: Iterable[str]) -> Record:
+        rid = self._id(record_id)
+        self.get(record_id)
+        with self.atomic() as conn:
+            conn.executemany("DELETE FROM tags WHERE record_id = ? AND tag = ?", [(rid, str(t)) for t in tags])
+        return self.get(record_id)
+
+    def set_alias(self, record_id: str, alias: str) -> Record:
+        check_alias(alias)
+        rid = self._id(record_id)
+        with self.atomic() as conn:
+            row = conn.execute("SELECT project, state FROM records WHERE id = ?", (rid,)).fetchone()
+            if row is None:
+                raise self._missing(record_id)
+            if not RecordState(row[1]).loadable:
+                raise RegistryError(
+                    f"record {record_id} is {row[1]}: an alias names a loadable record (live, revived or pinned); "
+                    "pick a live record (tracker-saver models list --live)",
+                    record_id=str(record_id),
+                )
+            conn.execute(
+                "INSERT OR REPLACE INTO aliases (project, alias, record_id, created_at) VALUES (?, ?, ?, ?)",
+                (row[0], alias, rid, time.time()),
+            )
+        return self.get(record_id)
+
+    def remove_alias(self, project: str, alias: str) -> None:
+        with self.atomic() as conn:
+            done = conn.execute("DELETE FROM aliases WHERE project = ? AND alias = ?", (project, alias))
+        if done.rowcount == 0:
+            raise RecordNotFoundError(
+                f"project {project!r} has no alias {alias!r} in {self.uri}: see `tracker-saver models list "
+                f"--project {project}` for its aliases"
+            )
+
+    def create_pinned(self, info: UploadInfo, *, uri: str, sha256: str, size: int) -> Record:
+        now = time.time()
+        with self.atomic() as conn:
+            cur = conn.execute(
+                "INSERT INTO records (project, run, stream, filename, name, state, slot, key, uri, output_uri,"
+                " sha256, size, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 'pinned', NULL, ?, ?, ?, ?, ?, ?, ?)",
+                (info.project, info.run, info.stream, info.filename, info.name, info.key, uri, info.output_uri,
+                 sha256, size, now, now),
+            )  # fmt: skip
+            rid = int(cur.lastrowid or 0)
+            self._set_metadata(conn, rid, info.metadata)
+            conn.executemany("INSERT OR IGNORE INTO tags VALUES (?, ?)", [(rid, t) for t in info.tags])
+        return self.get(str(rid))
+
+    def delete_pinned(self, record_id: str) -> None:
+        rid = self._id(record_id)
+        with self.atomic() as conn:
+            row = conn.execute("SELECT state FROM records WHERE id = ?", (rid,)).fetchone()
+            if row is None:
+                raise self._missing(record_id)
+            if row[0] != RecordState.PINNED.value:
+                raise RegistryError(
+                    f"record {record_id} is {row[0]}, not pinned: only a pinned record can be deleted "
+                    "(slot records stay as history)",
+                    record_id=str(record_id),
+                )
+            conn.execute("DELETE FROM records WHERE id = ? AND state = 'pinned'", (rid,))
+
     def get(self, record_id: str) -> Record:
         records = self._load(self._read("SELECT * FROM records WHERE id = ?", (self._id(record_id),)))
         if not records:
@@ -482,11 +598,11 @@ class SQLiteRegistry(Registry):
             record_id=str(record_id),
         )
 
-    def query(self, query: Query) -> list[Record]:
-        sql = ["SELECT r.* FROM records r"]
-        args: list[Any] = []
+    def _where(self, query: Query) -> tuple[list[str], list[Any]]:
+        """The WHERE terms of ``query`` and their arguments."""
         where: list[str] = []
-        for column in ("project", "run", "stream", "filename", "output_uri", "slot"):
+        args: list[Any] = []
+        for column in ("project", "run", "stream", "filename", "output_uri", "slot", "name"):
             value = getattr(query, column)
             if value is not None:
                 where.append(f"r.{column} = ?")
@@ -494,10 +610,23 @@ class SQLiteRegistry(Registry):
         if query.states is not None:
             where.append(f"r.state IN ({','.join('?' * len(query.states)) or 'NULL'})")
             args.extend(s.value for s in query.states)
+        if query.tag is not None:
+            where.append("EXISTS (SELECT 1 FROM tags t WHERE t.record_id = r.id AND t.tag = ?)")
+            args.append(query.tag)
+        if query.alias in DERIVED_ALIASES:
+            where.append(_DERIVED_SQL[query.alias])
+        elif query.alias is not None:
+            where.append("EXISTS (SELECT 1 FROM aliases a WHERE a.record_id = r.id AND a.alias = ?)")
+            args.append(query.alias)
         for cond in query.where:
             text, cond_args = _condition_sql(cond)
             where.append(text)
             args.extend(cond_args)
+        return where, args
+
+    def query(self, query: Query) -> list[Record]:
+        sql = ["SELECT r.* FROM records r"]
+        where, args = self._where(query)
         order_sql: list[str] = []
         join_args: list[Any] = []
         for i, order in enumerate(query.order_by):
@@ -519,10 +648,15 @@ class SQLiteRegistry(Registry):
         if where:
             sql.append("WHERE " + " AND ".join(where))
         sql.append("ORDER BY " + ", ".join([*order_sql, "r.created_at", "r.id"]))
-        if query.limit is not None:
-            sql.append("LIMIT ?")
-            args.append(int(query.limit))
+        if query.limit is not None or query.offset:
+            sql.append("LIMIT ? OFFSET ?")
+            args += [-1 if query.limit is None else int(query.limit), int(query.offset)]
         return self._load(self._read(" ".join(sql), join_args + args))
+
+    def count(self, query: Query) -> int:
+        where, args = self._where(query)
+        sql = "SELECT count(*) FROM records r" + (" WHERE " + " AND ".join(where) if where else "")
+        return int(self._read(sql, args)[0][0])
 
     def close(self) -> None:
         with self._lock:

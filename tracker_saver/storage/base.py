@@ -38,10 +38,11 @@ def sha256_of(stream: BinaryIO) -> tuple[int, str]:
 
 @dataclass(frozen=True)
 class ObjectStat:
-    """The size of one object, as the storage reports it."""
+    """The size of one object, and when it was last written (seconds since the epoch), as the storage reports them."""
 
     key: str
     size: int
+    modified: float | None = None
 
 
 @dataclass(frozen=True)
@@ -133,6 +134,13 @@ class Storage(ABC):
     @abstractmethod
     def delete(self, key: str) -> None:
         """Delete ``key``; deleting a missing key is not an error."""
+
+    @abstractmethod
+    def copy(self, src_key: str, dst_key: str) -> None:
+        """Copy the object at ``src_key`` to ``dst_key`` atomically, inside the store (server-side on S3).
+
+        Raises ``StorageError`` if ``src_key`` does not exist; ``dst_key`` then stays as it was.
+        """
 
     def digest(self, key: str) -> tuple[int, str]:
         """``(size, sha256 hex)`` of the object at ``key``."""

@@ -154,6 +154,11 @@ class LocalStorage(Storage):
         with self.writer(key) as dst:
             shutil.copyfileobj(stream, dst, 1 << 20)
 
+    def copy(self, src_key: str, dst_key: str) -> None:
+        """Copy through a temp file next to ``dst_key``: fsync, ``os.replace``, fsync the folder."""
+        with self.get(src_key) as src:
+            self.put_stream(dst_key, src)
+
     def get(self, key: str) -> contextlib.AbstractContextManager[BinaryIO]:
         path = self._path(key)
         try:
@@ -163,7 +168,8 @@ class LocalStorage(Storage):
 
     def stat(self, key: str) -> ObjectStat | None:
         try:
-            return ObjectStat(key, self._path(key).stat().st_size)
+            found = self._path(key).stat()
+            return ObjectStat(key, found.st_size, found.st_mtime)
         except FileNotFoundError:
             return None
 
@@ -177,7 +183,8 @@ class LocalStorage(Storage):
                 full = Path(dirpath) / name
                 key = full.relative_to(self.root).as_posix()
                 if key.startswith(prefix):
-                    out.append(ObjectStat(key, full.stat().st_size))
+                    found = full.stat()
+                    out.append(ObjectStat(key, found.st_size, found.st_mtime))
         return sorted(out, key=lambda s: s.key)
 
     def delete(self, key: str) -> None:
