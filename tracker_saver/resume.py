@@ -8,6 +8,7 @@ from typing import Any
 
 from ignite.handlers import Checkpoint
 
+from tracker_saver.distributed import share_outcome
 from tracker_saver.errors import ConfigError
 from tracker_saver.models import load_checkpoint
 from tracker_saver.records import LOADABLE, Record
@@ -45,6 +46,11 @@ def resume(
 
     Live records that no handler adopts stay *inherited*: new saves reuse their slots first.
 
+    In distributed training call it on every rank (it is a collective): the saving rank claims
+    the streams and settles what a killed writer left, then every rank reads the same records,
+    loads the same checkpoint and rebuilds the same ``_saved``, so all ranks' ``Checkpoint``
+    handlers keep making the same decisions. The other ranks only read the registry.
+
     Args:
         saver: the ``TrackerSaver`` the handlers write through (same output_uri, registry, run).
         to_load: objects to restore from the newest ``stream`` checkpoint.
@@ -68,8 +74,13 @@ def resume(
                 f"Checkpoint handler for stream {stream_of(handler)!r} saves through "
                 f"{handler.save_handler!r}, not this TrackerSaver: pass the handlers built with it"
             )
-    for handler in handlers:  # claim first: recovery settles what a killed writer left
-        saver.adopt(stream_of(handler), ())
+
+    def claim() -> None:  # claim first: recovery settles what a killed writer left
+        for handler in handlers:
+            saver.adopt(stream_of(handler), ())
+
+    # The other ranks read only once the saving rank's recovery is done, so all see one state.
+    share_outcome(claim, src=saver.save_on_rank, what="resume's stream claims")
     latest = saver.registry.query(stream_query(saver.stream_id(stream), states=LOADABLE))
     record = latest[-1] if latest else None
     if record is not None:

@@ -7,9 +7,7 @@ from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-import ignite
 import ignite.distributed as idist
-import torch
 from ignite.engine import Engine, Events
 from ignite.handlers.checkpoint import BaseSaveHandler
 
@@ -17,12 +15,14 @@ from tracker_saver import preemption
 from tracker_saver.background import Background
 from tracker_saver.callbacks import CallbackChain, PostUploadCallback, PreUploadCallback
 from tracker_saver.claims import new_holder, release_local
+from tracker_saver.distributed import check_save_on_rank, open_for_reading, share_outcome
 from tracker_saver.errors import ConfigError, SerializationError
+from tracker_saver.lineage import lineage as compute_lineage
 from tracker_saver.naming import check_name, parse_filename
 from tracker_saver.outage import DEFAULT_TIMEOUT_S, check_timeout
 from tracker_saver.pipeline import Pipeline, is_writing
 from tracker_saver.preemption import DEFAULT_GRACE_S
-from tracker_saver.records import LOADABLE, Record, RecordState, StreamId, UploadInfo, clean_metadata
+from tracker_saver.records import LOADABLE, MetaValue, Record, RecordState, StreamId, UploadInfo, clean_metadata
 from tracker_saver.registry import Query, Registry, open_registry, sqlite_path
 from tracker_saver.registry.sqlite import check_registry_path
 from tracker_saver.snapshot import BufferPool, take_snapshot
@@ -74,7 +74,11 @@ class TrackerSaver(BaseSaveHandler):
         storage_options: options for the storage backend (S3: ``endpoint_url``, ``profile``, …).
         pre_upload: callbacks run after the slot allocator; see :class:`CallbackChain`.
         post_upload: callbacks run once the bytes are complete, before the record is live.
-        save_on_rank: only this distributed rank writes (like Ignite's ``DiskSaver``).
+        save_on_rank: in distributed training, the rank that serializes, uploads and registers
+            (like Ignite's ``DiskSaver``). The others open no registry and no storage, and do
+            no I/O; construction, each save and :meth:`flush` are collectives that raise the
+            saving rank's failure on every rank. Build the saver on every rank, inside the
+            function ``idist.Parallel`` runs. See docs/ddp.md.
         async_upload: the training thread only copies the checkpoint's tensors into reused
             CPU buffers and returns; serialization, upload and registration run on a
             background thread, in Ignite's order. Errors are raised by the next save or by
@@ -88,6 +92,10 @@ class TrackerSaver(BaseSaveHandler):
             ``StorageError`` or ``RegistryError``; an outage shorter than about half of it is
             ridden through by retries. Sets the S3 storage option ``timeout`` and the ClearML
             registry's. Default 60 s; see docs/outages.md.
+        lineage: add what made each checkpoint to its metadata, computed once: ``git_commit``,
+            ``git_dirty``, ``host``, ``command`` (secrets masked), ``python``, ``torch``,
+            ``ignite``, ``clearml_task_id``; see :mod:`tracker_saver.lineage`. Pre-upload
+            callbacks see these keys and may change or drop them (the callback wins).
 
     Raises:
         ConfigError: at construction, for an unwritable or unknown output_uri, a bad
@@ -121,6 +129,7 @@ class TrackerSaver(BaseSaveHandler):
         async_upload: bool = False,
         max_pending: int = 1,
         timeout: float = DEFAULT_TIMEOUT_S,
+        lineage: bool = True,
     ) -> None:
         if not isinstance(max_pending, int) or isinstance(max_pending, bool) or max_pending < 1:
             raise ConfigError(
@@ -128,6 +137,12 @@ class TrackerSaver(BaseSaveHandler):
                 "upload, an int >= 1 (each holds a copy of the checkpoint in memory)"
             )
         timeout = check_timeout("timeout", timeout)
+        if not isinstance(lineage, bool):
+            raise ConfigError(f"lineage={lineage!r}: pass True to record what made each checkpoint, or False")
+        self.save_on_rank = check_save_on_rank(save_on_rank)
+        # The world is fixed here: a saver made before the process group would think every rank saves.
+        self._world_size = idist.get_world_size()
+        self._saving = self._world_size <= 1 or idist.get_rank() == self.save_on_rank
         opened: Registry | None = None
         db_path: str | None = None
         if isinstance(registry, Registry):
@@ -150,19 +165,13 @@ class TrackerSaver(BaseSaveHandler):
             options.setdefault("timeout", timeout)
         if isinstance(opened, RunContext):
             options = opened.storage_options_for(os.fspath(output_uri), options)
+        # Opening a storage does no I/O; check() below writes a probe, on the saving rank only.
         self.storage: Storage = open_storage(output_uri, **options)
-        # Validate everything before creating anything: a bad argument leaves no folder or file.
-        # The registry file is checked (not opened) first, as check() creates output_uri's folder.
-        self._check_registry_outside(self.storage, db_path)
-        if db_path is not None:
-            check_registry_path(db_path)
-        self.storage.check()
-        self.registry: Registry = opened or open_registry(registry)
-        if isinstance(self.registry, RunContext):
-            # A tracker may have patched torch.save (ClearML's Task.init does): skip our slot writes.
-            self.registry.guard_writes(is_writing)
-        self.save_on_rank = save_on_rank
-        self._background = Background(max_pending=max_pending) if async_upload else None
+        self._registry_spec = None if isinstance(registry, Registry) else registry  # an instance is `opened`
+        self._registry: Registry | None = opened
+        self._timeout = timeout
+        self._background: Background | None = None
+        self._async = async_upload
         self._buffers = BufferPool()
         self.callbacks = CallbackChain()
         for pre in pre_upload:
@@ -170,10 +179,41 @@ class TrackerSaver(BaseSaveHandler):
         for post in post_upload:
             self.callbacks.add_post(post)
         self._holder = new_holder(self)
-        self._pipeline = Pipeline(self.storage, self.registry, self.callbacks, self._holder)
-        if self._is_saving_rank():
-            self._pipeline.recover(self.project, self.run)
-        self._versions = {"torch_version": torch.__version__, "ignite_version": ignite.__version__}
+        self._pipeline: Pipeline | None = None
+        self._removed: BaseException | None = None  # a distributed remove's error, raised by the save after it
+        self._lineage: dict[str, MetaValue] = compute_lineage() if lineage and self._saving else {}
+        # The other ranks wait here for the saving rank's registry and storage, so a later
+        # resume on them finds the registry created, and a bad argument raises on every rank.
+        share_outcome(lambda: self._open_for_saving(db_path), src=self.save_on_rank, what="TrackerSaver's set-up")
+        if async_upload and self._saving:
+            self._background = Background(max_pending=max_pending)
+
+    def _open_for_saving(self, db_path: str | None) -> None:
+        """Check output_uri, open (create, migrate) the registry and recover this run's streams."""
+        # Validate everything before creating anything: a bad argument leaves no folder or file.
+        # The registry file is checked (not opened) first, as check() creates output_uri's folder.
+        self._check_registry_outside(self.storage, db_path)
+        if db_path is not None:
+            check_registry_path(db_path)
+        self.storage.check()
+        registry = self._registry or open_registry(self._registry_spec)
+        self._registry = registry
+        if isinstance(registry, RunContext):
+            # A tracker may have patched torch.save (ClearML's Task.init does): skip our slot writes.
+            registry.guard_writes(is_writing)
+        self._pipeline = Pipeline(self.storage, registry, self.callbacks, self._holder)
+        self._pipeline.recover(self.project, self.run)
+
+    @property
+    def registry(self) -> Registry:
+        """Where this saver's records live.
+
+        On a rank that does not save, it is opened on first use (by :func:`tracker_saver.resume`,
+        :meth:`records`), never created, and only read.
+        """
+        if self._registry is None:
+            self._registry = open_for_reading(self._registry_spec, timeout=self._timeout)
+        return self._registry
 
     @staticmethod
     def _check_registry_outside(storage: Storage, path: str | None) -> None:
@@ -186,13 +226,38 @@ class TrackerSaver(BaseSaveHandler):
                 "objects only: put the registry elsewhere (default ~/.tracker_saver/registry.db)"
             )
 
-    def _is_saving_rank(self) -> bool:
-        return idist.get_world_size() <= 1 or idist.get_rank() == self.save_on_rank
+    def _pipeline_of_saving_rank(self) -> Pipeline:
+        assert self._pipeline is not None, "only the saving rank has a pipeline"
+        return self._pipeline
+
+    def _check_world(self) -> None:
+        if idist.get_world_size() != self._world_size:
+            raise ConfigError(
+                f"TrackerSaver was created in a world of {self._world_size} processes and now runs in one of "
+                f"{idist.get_world_size()}: create it after the process group is set up, inside the function "
+                "that idist.Parallel runs"
+            )
 
     def __call__(self, checkpoint: Mapping[str, Any], filename: str, metadata: Mapping[str, Any] | None = None) -> None:
-        """Save one checkpoint (Ignite calls this after ``remove`` of the one it replaces)."""
-        if not self._is_saving_rank():
+        """Save one checkpoint (Ignite calls this after ``remove`` of the one it replaces).
+
+        In distributed training every rank calls it (Ignite does): the saving rank saves, then
+        every rank raises that save's error, if any (:func:`tracker_saver.distributed.share_outcome`).
+        """
+        self._check_world()
+        if self._world_size <= 1:
+            self._call(checkpoint, filename, metadata)
             return
+        share_outcome(
+            lambda: self._call(checkpoint, filename, metadata),
+            src=self.save_on_rank,
+            what=f"the checkpoint save of {filename!r}",
+        )
+
+    def _call(self, checkpoint: Mapping[str, Any], filename: str, metadata: Mapping[str, Any] | None) -> None:
+        if self._removed is not None:  # the remove Ignite made just before this save failed
+            error, self._removed = self._removed, None
+            raise error
         if metadata is None or "basename" not in metadata:
             raise ConfigError(
                 f"TrackerSaver got no Ignite metadata for {filename!r}: call it as "
@@ -205,7 +270,7 @@ class TrackerSaver(BaseSaveHandler):
             run=self.run,
             stream=basename,
             filename=filename,
-            metadata=clean_metadata({**parsed, **self._versions}),
+            metadata=clean_metadata({**parsed, **self._lineage}),
             output_uri=self.storage.uri,
         )
         if self._background is None:
@@ -223,7 +288,7 @@ class TrackerSaver(BaseSaveHandler):
 
     def _save(self, checkpoint: Mapping[str, Any], info: UploadInfo) -> None:
         try:
-            self._pipeline.save(checkpoint, info)
+            self._pipeline_of_saving_rank().save(checkpoint, info)
         except TypeError as exc:
             # Ignite retries save_handler(checkpoint, filename) on TypeError: never let one out.
             raise SerializationError(f"saving {info.filename!r} failed: {exc!r}") from exc
@@ -233,13 +298,25 @@ class TrackerSaver(BaseSaveHandler):
 
         The record stays live until that save reaches its commit point, so a failed save never
         costs the last good checkpoint. Harmless for a name that never finished saving.
+        In distributed training only the saving rank acts, and an error here is raised by the
+        save Ignite makes right after (on every rank), not here: the other ranks are about to
+        wait for that save's outcome.
         """
-        if not self._is_saving_rank():
+        if not self._saving:
             return
+        if self._world_size <= 1:
+            self._remove(filename)
+            return
+        try:
+            self._remove(filename)
+        except BaseException as exc:
+            self._removed = self._removed or exc
+
+    def _remove(self, filename: str) -> None:
+        remove = self._pipeline_of_saving_rank().remove
         if self._background is None:
-            self._pipeline.remove(filename, project=self.project, run=self.run)
+            remove(filename, project=self.project, run=self.run)
         else:  # in order with the saves before and after it
-            remove = self._pipeline.remove
             self._background.submit(
                 lambda: remove(filename, project=self.project, run=self.run), what=f"remove {filename}"
             )
@@ -252,14 +329,18 @@ class TrackerSaver(BaseSaveHandler):
         """Claim ``stream`` and tell the slot allocator that Ignite keeps these filenames.
 
         :func:`tracker_saver.resume` calls this after restoring a handler's ``_saved``; with
-        ``include_self=True`` the saver learns it from each checkpoint by itself.
+        ``include_self=True`` the saver learns it from each checkpoint by itself. Does nothing
+        on a rank that does not save (it writes no stream).
 
         Raises:
             StreamBusyError: another live saver writes the stream.
         """
+        if not self._saving:
+            return
         stream_id = self.stream_id(stream)
-        self._pipeline.open(stream_id)
-        self._pipeline.slots.adopt(stream_id, filenames)
+        pipeline = self._pipeline_of_saving_rank()
+        pipeline.open(stream_id)
+        pipeline.slots.adopt(stream_id, filenames)
 
     def check(self) -> None:
         """Check again that output_uri can be written (the constructor already did once).
@@ -287,10 +368,18 @@ class TrackerSaver(BaseSaveHandler):
         """Block until every save is durable and registered, then raise the first error any met.
 
         Synchronous saves are done when they return, so this only waits with ``async_upload``.
+        In distributed training with ``async_upload`` it is a collective: call it on every rank
+        (:meth:`attach` does); every rank raises the saving rank's error.
 
         Raises:
             FlushTimeoutError: ``timeout`` seconds passed first; it names the saves not yet durable.
         """
+        if self._world_size > 1 and self._async:
+            share_outcome(lambda: self._flush(timeout), src=self.save_on_rank, what="the background checkpoint saves")
+        else:
+            self._flush(timeout)
+
+    def _flush(self, timeout: float | None = None) -> None:
         if self._background is not None:
             self._background.flush(timeout)
 
@@ -341,7 +430,7 @@ class TrackerSaver(BaseSaveHandler):
         if isinstance(error, SystemExit):
             raise error  # preemption's exit: it flushed within its grace already
         try:
-            self.flush()
+            self._flush()  # never a collective here: the other ranks may be anywhere
         except Exception:
             raise error  # noqa: B904 (the training error comes first; the flush error is its __context__)
         raise error
@@ -365,10 +454,13 @@ class TrackerSaver(BaseSaveHandler):
                 self._buffers = BufferPool()  # the snapshot buffers kept between saves go
         finally:
             try:
-                self._pipeline.close()
+                if self._pipeline is not None:
+                    self._pipeline.close()
             finally:
                 release_local(self._holder)
-                self.registry.close()
+                if self._registry is not None:
+                    self._registry.close()
 
     def __repr__(self) -> str:
-        return f"TrackerSaver(output_uri={self.storage.uri!r}, project={self.project!r}, run={self.run!r}, registry={self.registry.uri!r})"
+        registry = self._registry.uri if self._registry is not None else f"sqlite:///{sqlite_path(self._registry_spec)}"
+        return f"TrackerSaver(output_uri={self.storage.uri!r}, project={self.project!r}, run={self.run!r}, registry={registry!r})"

@@ -144,7 +144,7 @@ class InvariantContract:
             "model",
             "val_acc",
         )
-        assert top.metadata["torch_version"] == torch.__version__
+        assert top.metadata["torch"] == torch.__version__
         assert top.key == f"p/r/best_model.slot{top.slot}.pt" and "val_acc" not in top.key
         (step,) = find_models(project="p", stream="model", live=True, registry=target.registry)
         assert step.name == "model_12.pt"  # no transform: Ignite's global step is the iteration
