@@ -1,65 +1,304 @@
-"""The ``tracker-saver`` command: a thin layer over the public API; the only reader of CLI env vars."""
+"""The ``tracker-saver`` command: a thin layer over the public API; the only reader of CLI env vars.
+
+Start-up cost is the point of this module's shape: at module level it imports only the
+standard library and the error classes, and each command imports the API it calls when it
+runs. So ``--help`` and ``models list`` never import torch or ignite (only ``demo`` does), and
+tables are drawn by :mod:`tracker_saver.console` without rich (the fsck report uses it).
+"""
 
 from __future__ import annotations
 
 import argparse
 import json
 import sys
-from collections.abc import Sequence
-from typing import Any
+from collections.abc import Callable, Iterator, Sequence
+from typing import TYPE_CHECKING, Any, NoReturn
 
-from tracker_saver.console import fmt, make_console, print_records, print_report
 from tracker_saver.errors import TrackerSaverError
-from tracker_saver.fsck import STALE_AFTER_S, check, repair
-from tracker_saver.models import find_models, get_model, rename_model
-from tracker_saver.registry.shared import shared_registry
 
-__all__ = ["main"]
+if TYPE_CHECKING:
+    from tracker_saver.records import Record
+    from tracker_saver.registry.base import Registry
+
+__all__ = ["build_parser", "main", "reference_markdown"]
+
+PROG = "tracker-saver"
+
+#: The message for ``tracker-saver ui`` without the ``ui`` extra installed.
+UI_HINT = "tracker-saver ui needs the ui extra: pip install 'tracker-saver[ui]'"
+
+#: Modules whose absence means the ``ui`` extra is not installed (not a bug in the UI).
+_UI_MODULES = ("fastapi", "uvicorn", "starlette", "tracker_saver.ui")
 
 
-def _cmd_list(args: argparse.Namespace) -> int:
-    live = True if args.live else None
-    records = find_models(
-        project=args.project,
-        run=args.run,
-        stream=args.stream,
-        where=args.where,
-        order_by=args.sort,
-        live=live,
-        limit=args.limit,
-        registry=args.registry,
-    )
-    if args.json:
-        print(json.dumps([r.to_dict() for r in records], indent=2))
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: ``tracker-saver models list: error: … (see --help)``."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+# -- helpers the commands share ----------------------------------------------------------------
+
+
+def _registry(args: argparse.Namespace) -> Registry:
+    """The registry ``--registry`` names, never created: a typo is an error, not an empty registry."""
+    from tracker_saver.registry.shared import shared_registry
+
+    return shared_registry(getattr(args, "registry", None), create=False)
+
+
+def _wants_json(args: argparse.Namespace) -> bool:
+    return bool(getattr(args, "json", False))
+
+
+def _dump(value: Any) -> None:
+    """Print JSON: an object indented, a list one item per line.
+
+    ``indent`` switches json to its pure-Python encoder (2.5 s for 10k records); one compact
+    line per item keeps the C encoder and still reads, and greps, line by line.
+    """
+    if isinstance(value, list):
+        print("[" + ",".join("\n  " + json.dumps(item) for item in value) + ("\n]" if value else "]"))
     else:
-        print_records(records)
+        print(json.dumps(value, indent=2))
+
+
+def _resolve(args: argparse.Namespace, registry: Registry) -> Record:
+    from tracker_saver.models import resolve_model
+
+    return resolve_model(args.ref, registry=registry)
+
+
+def _label(record: Record) -> str:
+    return f"record {record.id} ({record.name!r})"
+
+
+def _print_record(args: argparse.Namespace, record: Record, text: str) -> int:
+    if _wants_json(args):
+        _dump(record.to_dict())
+    else:
+        print(text)
     return 0
 
 
-def _cmd_show(args: argparse.Namespace) -> int:
-    record = get_model(args.id, registry=args.registry)
-    if args.json:
-        print(json.dumps(record.to_dict(), indent=2))
+# -- models ------------------------------------------------------------------------------------
+
+
+def _filters(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "project": args.project,
+        "run": args.run,
+        "stream": args.stream,
+        "filename": args.filename,
+        "name": args.name,
+        "tag": args.tag,
+        "alias": args.alias,
+        "where": args.where,
+        "live": True if args.live else None,
+        "states": args.state,
+    }
+
+
+def _cmd_models_list(args: argparse.Namespace) -> int:
+    from tracker_saver.models import count_models, find_models
+
+    registry = _registry(args)
+    filters = _filters(args)
+    records = find_models(**filters, order_by=args.sort, limit=args.limit, offset=args.offset, registry=registry)
+    if _wants_json(args):
+        _dump([r.to_dict() for r in records])
         return 0
-    console = make_console()
-    for key, value in record.to_dict().items():
-        if key != "metadata":
-            console.print(f"[bold]{key}[/bold]: {fmt(value)}")
-    for key, value in sorted(record.metadata.items()):
-        console.print(f"  {key} = {value!r}")
+    from tracker_saver.console import print_records
+
+    print_records(records)
+    if args.limit is not None and len(records) == args.limit:
+        shown = args.offset + len(records)
+        total = count_models(**filters, registry=registry)
+        if total > shown:
+            print(f"records {args.offset + 1}-{shown} of {total}: --offset {shown} for more")
     return 0
 
 
-def _cmd_rename(args: argparse.Namespace) -> int:
-    record = rename_model(args.id, args.name, registry=args.registry)
-    print(json.dumps(record.to_dict(), indent=2) if args.json else f"record {record.id} is now named {record.name!r}")
+def _cmd_models_show(args: argparse.Namespace) -> int:
+    record = _resolve(args, _registry(args))
+    if _wants_json(args):
+        _dump(record.to_dict())
+        return 0
+    from tracker_saver.console import print_record
+
+    print_record(record)
     return 0
 
 
-def _cmd_tag(args: argparse.Namespace) -> int:
-    record = shared_registry(args.registry).add_tags(args.id, args.tags)
-    print(json.dumps(record.to_dict(), indent=2) if args.json else f"record {record.id} tags: {', '.join(record.tags)}")
+def _cmd_models_get(args: argparse.Namespace) -> int:
+    from tracker_saver.models import download_model
+
+    registry = _registry(args)
+    record = _resolve(args, registry)
+    path = download_model(record, args.dest, registry=registry)
+    if _wants_json(args):
+        _dump({"record": record.to_dict(), "path": str(path)})
+    else:
+        print(f"{_label(record)}: {record.size} bytes, sha256 verified, written to {path}")
     return 0
+
+
+def _cmd_models_rename(args: argparse.Namespace) -> int:
+    from tracker_saver.models import rename_model
+
+    registry = _registry(args)
+    record = rename_model(_resolve(args, registry).id, args.name, registry=registry)
+    return _print_record(args, record, f"record {record.id} is now named {record.name!r}")
+
+
+def _cmd_models_tag(args: argparse.Namespace) -> int:
+    from tracker_saver.models import add_tags
+
+    registry = _registry(args)
+    record = add_tags(_resolve(args, registry).id, args.tags, registry=registry)
+    return _print_record(args, record, f"{_label(record)} tags: {', '.join(record.tags) or '-'}")
+
+
+def _cmd_models_untag(args: argparse.Namespace) -> int:
+    from tracker_saver.models import remove_tags
+
+    registry = _registry(args)
+    record = remove_tags(_resolve(args, registry).id, args.tags, registry=registry)
+    return _print_record(args, record, f"{_label(record)} tags: {', '.join(record.tags) or '-'}")
+
+
+def _cmd_models_alias(args: argparse.Namespace) -> int:
+    from tracker_saver.models import set_alias
+
+    registry = _registry(args)
+    record = set_alias(_resolve(args, registry).id, args.alias_name, registry=registry)
+    return _print_record(args, record, f"{record.project}@{args.alias_name} is now {_label(record)}")
+
+
+def _cmd_models_unalias(args: argparse.Namespace) -> int:
+    from tracker_saver.models import remove_alias
+
+    remove_alias(args.project_name, args.alias_name, registry=_registry(args))
+    if _wants_json(args):
+        _dump({"project": args.project_name, "alias": args.alias_name, "removed": True})
+    else:
+        print(f"alias {args.project_name}@{args.alias_name} removed")
+    return 0
+
+
+def _cmd_models_pin(args: argparse.Namespace) -> int:
+    from tracker_saver.models import pin_model
+
+    registry = _registry(args)
+    source = _resolve(args, registry)
+    pinned = pin_model(source.id, registry=registry)
+    return _print_record(args, pinned, f"{_label(source)} pinned as record {pinned.id} at {pinned.uri}")
+
+
+def _cmd_models_unpin(args: argparse.Namespace) -> int:
+    from tracker_saver.models import unpin_model
+
+    registry = _registry(args)
+    record = _resolve(args, registry)
+    unpin_model(record.id, registry=registry)
+    if _wants_json(args):
+        _dump({"id": record.to_dict()["id"], "unpinned": True, "deleted": record.uri})
+    else:
+        print(f"{_label(record)} unpinned: {record.uri} deleted")
+    return 0
+
+
+def _cmd_models_history(args: argparse.Namespace) -> int:
+    from tracker_saver.models import slot_history
+
+    registry = _registry(args)
+    records = slot_history(_resolve(args, registry), registry=registry)
+    if _wants_json(args):
+        _dump([r.to_dict() for r in records])
+        return 0
+    from tracker_saver.console import print_records
+
+    print_records(records)
+    return 0
+
+
+# -- runs --------------------------------------------------------------------------------------
+
+
+def run_summaries(records: Sequence[Record]) -> list[dict[str, Any]]:
+    """One row per (project, run): streams, records, loadable records, last save time.
+
+    Examples:
+        >>> run_summaries([])
+        []
+    """
+    runs: dict[tuple[str, str], dict[str, Any]] = {}
+    for r in records:
+        row = runs.setdefault(
+            (r.project, r.run),
+            {"project": r.project, "run": r.run, "streams": [], "records": 0, "live": 0, "last_save": None},
+        )
+        if r.stream not in row["streams"]:
+            row["streams"].append(r.stream)
+        row["records"] += 1
+        row["live"] += int(r.state.loadable)
+        if row["last_save"] is None or r.created_at > row["last_save"]:
+            row["last_save"] = r.created_at
+    for row in runs.values():
+        row["streams"].sort()
+    return sorted(runs.values(), key=lambda row: (row["project"], row["run"]))
+
+
+def _cmd_runs_list(args: argparse.Namespace) -> int:
+    from tracker_saver.models import find_models
+
+    rows = run_summaries(find_models(project=args.project, registry=_registry(args)))
+    if _wants_json(args):
+        _dump(rows)
+        return 0
+    from tracker_saver.console import print_runs
+
+    print_runs(rows)
+    return 0
+
+
+def _project_run(text: str) -> tuple[str, str]:
+    project, _, run = text.rpartition("/")
+    if not project or not run:
+        raise argparse.ArgumentTypeError(f"{text!r} is not PROJECT/RUN, e.g. mnist/r1")
+    return project, run
+
+
+def _cmd_runs_logs(args: argparse.Namespace) -> int:
+    from tracker_saver.logs import download_logs, list_logs
+
+    project, run = args.project_run
+    # With --output-uri the registry is not needed to find the logs.
+    where: dict[str, Any] = {"output_uri": args.output_uri, "registry": None}
+    if args.output_uri is None:
+        where["registry"] = _registry(args)
+    if args.download is not None:
+        paths = download_logs(project, run, args.download, **where)
+        if _wants_json(args):
+            _dump([str(p) for p in paths])
+        else:
+            print("\n".join(map(str, paths)) or f"{project}/{run} has no logs")
+        return 0
+    logs = list_logs(project, run, **where)
+    if _wants_json(args):
+        _dump([{"name": o.name, "key": o.key, "size": o.size, "modified": o.modified} for o in logs])
+        return 0
+    from tracker_saver.console import print_logs
+
+    if logs:
+        print_logs(logs)
+    else:
+        print(f"{project}/{run} has no logs")
+    return 0
+
+
+# -- fsck, repair, demo, ui ----------------------------------------------------------------------
 
 
 def _fsck_scope(args: argparse.Namespace) -> dict[str, Any]:
@@ -67,24 +306,35 @@ def _fsck_scope(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _cmd_fsck(args: argparse.Namespace) -> int:
-    report = check(shared_registry(args.registry), **_fsck_scope(args))
-    print(json.dumps(report.to_dict(), indent=2)) if args.json else print_report(report)
+    from tracker_saver.fsck import check
+
+    report = check(_registry(args), **_fsck_scope(args))
+    if _wants_json(args):
+        _dump(report.to_dict())
+    else:
+        from tracker_saver.console import print_report
+
+        print_report(report)
     return 1 if report.problems else 0
 
 
 def _cmd_repair(args: argparse.Namespace) -> int:
-    echo = (lambda _: None) if args.json else print
+    from tracker_saver.fsck import repair
+
+    as_json = _wants_json(args)
     report = repair(
-        shared_registry(args.registry),
+        _registry(args),
         **_fsck_scope(args),
         delete_orphans=args.delete_orphans,
         stale_after_s=args.stale_after,
         dry_run=args.dry_run,
-        echo=echo,
+        echo=(lambda _: None) if as_json else print,
     )
-    if args.json:
-        print(json.dumps(report.to_dict(), indent=2))
+    if as_json:
+        _dump(report.to_dict())
     else:
+        from tracker_saver.console import print_report
+
         print("nothing to repair" if not report.actions else "after repair:")
         print_report(report)
     return 1 if report.problems and not args.dry_run else 0
@@ -93,71 +343,187 @@ def _cmd_repair(args: argparse.Namespace) -> int:
 def _cmd_demo(args: argparse.Namespace) -> int:
     from tracker_saver.demo import run_demo
 
-    run_demo(args.output_dir, epochs=args.epochs, registry=args.registry)
+    run_demo(args.output_dir, epochs=args.epochs, registry=getattr(args, "registry", None))
     return 0
 
 
-def build_parser() -> argparse.ArgumentParser:
-    """The argument parser (every command has help; a test checks it)."""
-    parser = argparse.ArgumentParser(prog="tracker-saver", description="Browse, query and rename checkpoint records.")
-    parser.add_argument(
+def _cmd_ui(args: argparse.Namespace) -> int:
+    try:
+        from tracker_saver.ui import serve
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and not exc.name.startswith(_UI_MODULES):
+            raise  # a bug inside the UI, not a missing extra
+        raise ModuleNotFoundError(UI_HINT) from exc
+    serve(registry=_registry(args), host=args.host, port=args.port)
+    return 0
+
+
+# -- the parser --------------------------------------------------------------------------------
+
+
+def _count(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if value < 0:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a count: use a whole number, 0 or more")
+    return value
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 < value < 65536:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port: use a number from 1 to 65535")
+    return value
+
+
+def _global_options() -> tuple[_Parser, _Parser]:
+    """``--registry`` and ``--json`` as parents of every command, so they go before or after it.
+
+    ``default=SUPPRESS`` leaves an option unset unless typed: a subcommand's parser then never
+    overwrites the value typed before the subcommand with its own default.
+    """
+    registry = _Parser(add_help=False, argument_default=argparse.SUPPRESS)
+    registry.add_argument(
         "--registry",
-        help="registry: a SQLite path, sqlite:///PATH or 'clearml' (default: $TRACKER_SAVER_REGISTRY, "
-        "else ~/.tracker_saver/registry.db)",
+        metavar="REGISTRY",
+        help="a SQLite path, sqlite:///PATH or 'clearml' (default: $TRACKER_SAVER_REGISTRY, "
+        "else ~/.tracker_saver/registry.db); it must exist",
     )
-    commands = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
+    as_json = _Parser(add_help=False, argument_default=argparse.SUPPRESS)
+    as_json.add_argument("--json", action="store_true", help="print JSON instead of text or a table")
+    return registry, as_json
 
-    models = commands.add_parser("models", help="list, show, rename and tag model records")
-    model_cmds = models.add_subparsers(dest="models_command", required=True, metavar="SUBCOMMAND")
 
-    ls = model_cmds.add_parser("list", help="list records, filtered and sorted by metadata")
-    ls.add_argument("--project", help="only this project")
-    ls.add_argument("--run", help="only this run")
-    ls.add_argument("--stream", help="only this stream (e.g. best_model, checkpoint)")
+def _add_filters(sub: argparse.ArgumentParser) -> None:
+    sub.add_argument("--project", help="only this project")
+    sub.add_argument("--run", help="only this run")
+    sub.add_argument("--stream", help="only this stream (e.g. best_model, checkpoint)")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (every command has help; a test checks it).
+
+    Examples:
+        >>> build_parser().parse_args(["models", "list", "--registry", "r.db", "--limit", "5"]).registry
+        'r.db'
+    """
+    registry, as_json = _global_options()
+    both = [registry, as_json]
+    parser = _Parser(
+        prog=PROG,
+        description="Browse, query, download and manage checkpoint records.",
+        parents=both,
+        epilog="--registry and --json go before or after the command. Docs: docs/cli.md",
+    )
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=_Parser, help="what to work on"
+    )
+
+    def command(
+        group: Any, name: str, help: str, func: Callable[[argparse.Namespace], int], parents: list[Any]
+    ) -> argparse.ArgumentParser:
+        sub: argparse.ArgumentParser = group.add_parser(name, help=help, description=help, parents=parents)
+        sub.set_defaults(func=func)
+        return sub
+
+    models = commands.add_parser(
+        "models", help="list, show, download and manage model records", description="Model records.", parents=both
+    )
+    model_cmds = models.add_subparsers(
+        dest="models_command", required=True, metavar="SUBCOMMAND", help="what to do with records"
+    )
+
+    ls = command(model_cmds, "list", "list records, filtered and sorted by metadata", _cmd_models_list, both)
+    _add_filters(ls)
+    ls.add_argument("--filename", help="only records with this Ignite filename (e.g. best_model_6_val_acc=0.9500.pt)")
+    ls.add_argument("--name", help="only records with this display name")
+    ls.add_argument("--tag", help="only records with this tag")
+    ls.add_argument("--alias", help="only the record(s) this alias names (latest, best, or a user alias)")
     ls.add_argument(
         "--where",
         action="append",
         metavar="EXPR",
-        help="a condition such as 'score>0.9', 'prefix=best', 'global_step in 10,20' (repeatable)",
+        help="a condition on metadata or a record field, such as 'score>0.9', 'prefix=best', "
+        "'name!=x', 'global_step in 10,20' (repeatable)",
     )
     ls.add_argument(
         "--sort", action="append", metavar="KEY", help="sort key, '-' for descending, e.g. -score (repeatable)"
     )
     which = ls.add_mutually_exclusive_group()
-    which.add_argument("--live", action="store_true", help="only live (loadable) records")
+    which.add_argument("--live", action="store_true", help="only loadable records (live, revived, pinned)")
+    which.add_argument("--state", action="append", metavar="STATE", help="only this state, e.g. pinned (repeatable)")
     which.add_argument("--all", action="store_true", help="every record, evicted and failed included (the default)")
-    ls.add_argument("--limit", type=int, help="at most this many")
-    ls.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    ls.set_defaults(func=_cmd_list)
+    ls.add_argument("--limit", type=_count, metavar="N", help="at most N records")
+    ls.add_argument(
+        "--offset", type=_count, default=0, metavar="N", help="skip the first N records (with --limit: a page)"
+    )
 
-    show = model_cmds.add_parser("show", help="show one record with all its metadata")
-    show.add_argument("id", help="record id")
-    show.add_argument("--json", action="store_true", help="print JSON")
-    show.set_defaults(func=_cmd_show)
+    ref_help = "a record id, PROJECT/RUN/STREAM[@ALIAS] (e.g. mnist/r1/best_model@best) or PROJECT@ALIAS"
+    show = command(model_cmds, "show", "show one record: fields, aliases, lineage, metadata", _cmd_models_show, both)
+    show.add_argument("ref", metavar="REF", help=ref_help)
 
-    rename = model_cmds.add_parser("rename", help="give a record a name that later saves keep")
-    rename.add_argument("id", help="record id")
-    rename.add_argument("name", help="the new display name")
-    rename.add_argument("--json", action="store_true", help="print the record as JSON")
-    rename.set_defaults(func=_cmd_rename)
+    get = command(model_cmds, "get", "download a record's checkpoint, verifying its sha256", _cmd_models_get, both)
+    get.add_argument("ref", metavar="REF", help=ref_help)
+    get.add_argument("dest", metavar="DEST", help="a file to write, or a folder (the file is named after the record)")
 
-    tag = model_cmds.add_parser("tag", help="add tags to a record")
-    tag.add_argument("id", help="record id")
-    tag.add_argument("tags", nargs="+", help="tags to add")
-    tag.add_argument("--json", action="store_true", help="print the record as JSON")
-    tag.set_defaults(func=_cmd_tag)
+    rename = command(model_cmds, "rename", "give a record a name that later saves keep", _cmd_models_rename, both)
+    rename.add_argument("ref", metavar="REF", help=ref_help)
+    rename.add_argument("name", metavar="NAME", help="the new display name")
 
-    fsck = commands.add_parser("fsck", help="check records against output_uri: lies, orphans, unfinished saves")
-    repair = commands.add_parser("repair", help="fix what fsck finds without losing a valid checkpoint")
+    tag = command(model_cmds, "tag", "add tags to a record", _cmd_models_tag, both)
+    untag = command(model_cmds, "untag", "remove tags from a record", _cmd_models_untag, both)
+    for sub in (tag, untag):
+        sub.add_argument("ref", metavar="REF", help=ref_help)
+        sub.add_argument("tags", nargs="+", metavar="TAG", help="tags")
+
+    alias = command(
+        model_cmds, "alias", "point a project's alias (e.g. production) at a record", _cmd_models_alias, both
+    )
+    alias.add_argument("ref", metavar="REF", help=ref_help)
+    alias.add_argument("alias_name", metavar="NAME", help="the alias: letters, digits, '_.-'; not latest or best")
+    unalias = command(model_cmds, "unalias", "remove a project's alias", _cmd_models_unalias, both)
+    unalias.add_argument("project_name", metavar="PROJECT", help="the project")
+    unalias.add_argument("alias_name", metavar="NAME", help="the alias")
+
+    pin = command(model_cmds, "pin", "copy a record to a stable key that eviction never touches", _cmd_models_pin, both)
+    pin.add_argument("ref", metavar="REF", help=ref_help)
+    unpin = command(model_cmds, "unpin", "delete a pinned record and its object", _cmd_models_unpin, both)
+    unpin.add_argument("ref", metavar="REF", help="a pinned record's id or reference")
+
+    history = command(
+        model_cmds, "history", "every record that used a record's slot, oldest first", _cmd_models_history, both
+    )
+    history.add_argument("ref", metavar="REF", help=ref_help)
+
+    runs = commands.add_parser("runs", help="list runs and their logs", description="Runs.", parents=both)
+    run_cmds = runs.add_subparsers(dest="runs_command", required=True, metavar="SUBCOMMAND", help="what to do")
+    runs_ls = command(
+        run_cmds, "list", "one row per run: streams, records, live records, last save", _cmd_runs_list, both
+    )
+    runs_ls.add_argument("--project", help="only this project")
+    logs = command(run_cmds, "logs", "list a run's uploaded logs, or download them", _cmd_runs_logs, both)
+    logs.add_argument("project_run", metavar="PROJECT/RUN", type=_project_run, help="the run, e.g. mnist/r1")
+    logs.add_argument("--download", metavar="DEST", help="download every log file into this folder")
+    logs.add_argument(
+        "--output-uri", metavar="URI", help="where the run's logs are (default: its checkpoints' output_uri)"
+    )
+
+    fsck = command(
+        commands, "fsck", "check records against output_uri: lies, orphans, unfinished saves", _cmd_fsck, both
+    )
+    repair = command(commands, "repair", "fix what fsck finds without losing a valid checkpoint", _cmd_repair, both)
     for sub in (fsck, repair):
-        sub.add_argument("--project", help="only this project")
-        sub.add_argument("--run", help="only this run")
-        sub.add_argument("--stream", help="only this stream (e.g. best_model, checkpoint)")
+        _add_filters(sub)
         sub.add_argument("--deep", action="store_true", help="hash every live object, not only where sizes agree")
-        sub.add_argument("--json", action="store_true", help="print JSON instead of a table")
-    fsck.set_defaults(func=_cmd_fsck)
     repair.add_argument("--dry-run", action="store_true", help="print what would be done; change nothing")
     repair.add_argument("--delete-orphans", action="store_true", help="also delete slot objects no record claims")
+    from tracker_saver.fsck import STALE_AFTER_S  # light: no torch, no storage backend
+
     repair.add_argument(
         "--stale-after",
         type=float,
@@ -165,21 +531,115 @@ def build_parser() -> argparse.ArgumentParser:
         metavar="SECONDS",
         help=f"remove temp files and multipart uploads older than this (default: {STALE_AFTER_S:.0f})",
     )
-    repair.set_defaults(func=_cmd_repair)
 
-    demo = commands.add_parser("demo", help="train a small CNN on synthetic data and show what was saved")
+    demo = command(
+        commands, "demo", "train a small CNN on synthetic data and show what was saved", _cmd_demo, [registry]
+    )
     demo.add_argument(
         "--output-dir",
         default="demo-output",
         help="folder for checkpoints and the demo registry (default: demo-output)",
     )
     demo.add_argument("--epochs", type=int, default=6, help="epochs to train (default: 6)")
-    demo.set_defaults(func=_cmd_demo)
+
+    ui = command(commands, "ui", "serve the web UI for browsing records (the ui extra)", _cmd_ui, [registry])
+    ui.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")
+    ui.add_argument("--port", type=_port, default=8765, help="port to listen on (default: 8765)")
     return parser
 
 
+# -- the reference page ------------------------------------------------------------------------
+
+
+def walk_commands(parser: argparse.ArgumentParser) -> Iterator[tuple[list[str], str, argparse.ArgumentParser]]:
+    """Every command below ``parser``, depth first: ``(["models", "list"], its help, its parser)``.
+
+    Examples:
+        >>> [" ".join(path) for path, _, _ in walk_commands(build_parser())][:2]
+        ['models', 'models list']
+    """
+    for action in parser._actions:
+        if isinstance(action, argparse._SubParsersAction):
+            helps = {a.dest: a.help or "" for a in action._choices_actions}
+            for name, sub in action.choices.items():
+                yield [name], helps.get(name, ""), sub
+                for path, text, leaf in walk_commands(sub):
+                    yield [name, *path], text, leaf
+
+
+def _option_rows(parser: argparse.ArgumentParser) -> list[tuple[str, str]]:
+    rows = []
+    for action in parser._actions:
+        if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):
+            continue
+        if action.option_strings:
+            name = ", ".join(action.option_strings)
+            if action.nargs != 0:
+                name += f" {action.metavar or action.dest.upper()}"
+        else:
+            name = str(action.metavar or action.dest)
+        rows.append((name, (action.help or "").replace("|", "\\|")))
+    return rows
+
+
+def reference_markdown() -> str:
+    """The CLI reference page (``docs/cli-reference.md``), generated from the parser itself.
+
+    ``python scripts/cli_reference.py`` writes it; a test checks the committed page equals
+    this text, so the page cannot drift from the command.
+
+    Examples:
+        >>> reference_markdown().splitlines()[0]
+        '# CLI reference'
+    """
+    parser = build_parser()
+    lines = [
+        "# CLI reference",
+        "",
+        "<!-- Generated by `python scripts/cli_reference.py` from tracker_saver/cli.py: do not edit. -->",
+        "",
+        f"{parser.description} See [Command line](cli.md) for a tour.",
+        "",
+        "Global options, accepted before or after any command:",
+        "",
+        "| option | meaning |",
+        "| --- | --- |",
+    ]
+    lines += [f"| `{name}` | {text} |" for name, text in _option_rows(parser)]
+    for path, text, sub in walk_commands(parser):
+        formatter = argparse.HelpFormatter(prog=f"{PROG} {' '.join(path)}", width=100)
+        formatter.add_usage(None, sub._actions, sub._mutually_exclusive_groups, prefix="")
+        lines += ["", f"## `{PROG} {' '.join(path)}`", "", f"{text[:1].upper()}{text[1:]}.", ""]
+        lines += ["```text", formatter.format_help().strip(), "```"]
+        rows = [(n, t) for n, t in _option_rows(sub) if n not in ("--registry REGISTRY", "--json")]
+        if rows:
+            lines += ["", "| argument | meaning |", "| --- | --- |"]
+            lines += [f"| `{name}` | {text} |" for name, text in rows]
+    return "\n".join(lines) + "\n"
+
+
+# -- main --------------------------------------------------------------------------------------
+
+
+def _one_line(exc: BaseException) -> str:
+    """An error as one line: ClearML's multi-line 'not configured' text becomes its fix."""
+    # The ClearML SDK's MissingConfigError is a paragraph with links; its fix fits one line.
+    if "MissingConfigError" in str(exc):
+        return (
+            "ClearML is not configured on this machine: run `clearml-init`, or set CLEARML_API_HOST, "
+            "CLEARML_API_ACCESS_KEY and CLEARML_API_SECRET_KEY"
+        )
+    return " ".join(str(exc).split())
+
+
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; errors become one line on stderr and exit status 2."""
+    """Run the CLI; errors become one line on stderr and exit status 2.
+
+    Examples:
+        >>> main(["runs", "list", "--registry", ":memory:", "--json"])
+        []
+        0
+    """
     argv = list(sys.argv[1:] if argv is None else argv)
     # `--sort -score` reads naturally, but argparse takes "-score" for an option: glue it.
     for i in range(len(argv) - 2, -1, -1):
@@ -188,9 +648,9 @@ def main(argv: Sequence[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
         return int(args.func(args))
-    except TrackerSaverError as exc:
-        print(f"tracker-saver: error: {exc}", file=sys.stderr)
+    except (TrackerSaverError, ModuleNotFoundError) as exc:
+        print(f"{PROG}: error: {_one_line(exc)}", file=sys.stderr)
         return 2
-    except ModuleNotFoundError as exc:
-        print(f"tracker-saver: error: {exc}", file=sys.stderr)
-        return 2
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130

@@ -1,23 +1,58 @@
-"""Records and fsck reports as rich tables, for the command line and the demo."""
+"""Records, runs and fsck reports as text and rich tables, for the command line and the demo.
+
+rich is imported inside the functions that draw a table, so a command that prints JSON or
+plain text never pays for it.
+"""
 
 from __future__ import annotations
 
 import sys
 import time
-from collections.abc import Sequence
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
-from rich import filesize
-from rich.console import Console
-from rich.table import Table
+if TYPE_CHECKING:
+    from rich.console import Console
 
-from tracker_saver.fsck import Report
-from tracker_saver.records import Record
+    from tracker_saver.fsck import Report
+    from tracker_saver.logs import LogObject
+    from tracker_saver.records import Record
 
-__all__ = ["fmt", "make_console", "print_records", "print_report"]
+__all__ = [
+    "LINEAGE_KEYS",
+    "fmt",
+    "make_console",
+    "print_logs",
+    "print_record",
+    "print_records",
+    "print_report",
+    "print_runs",
+]
+
+#: Metadata keys that say where a checkpoint came from; ``models show`` prints them apart.
+LINEAGE_KEYS = (
+    "git_commit",
+    "git_dirty",
+    "host",
+    "command",
+    "python",
+    "torch",
+    "ignite",
+    "clearml_task_id",
+    "pinned_from",
+)
+
+#: ANSI colour of a row by record state (on a terminal only).
+_ANSI = {"live": "32", "revived": "36", "pinned": "35", "evicted": "2", "failed": "31", "pending": "33"}
 
 
 def fmt(value: object) -> str:
-    """One table cell: ``-`` for absent, four decimals for a float."""
+    """One table cell: ``-`` for absent, four decimals for a float.
+
+    Examples:
+        >>> fmt(None), fmt(0.95), fmt(3)
+        ('-', '0.9500', '3')
+    """
     if value is None:
         return "-"
     if isinstance(value, float):
@@ -25,37 +60,188 @@ def fmt(value: object) -> str:
     return str(value)
 
 
+def _when(created_at: float | None) -> str:
+    return "-" if created_at is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(created_at))
+
+
+def size_text(size: int | None) -> str:
+    """A byte count for people, in decimal units as ``ls -h --si`` shows them.
+
+    Examples:
+        >>> size_text(999), size_text(1893), size_text(None)
+        ('999 bytes', '1.9 kB', '-')
+    """
+    if size is None:
+        return "-"
+    if size < 1000:
+        return f"{size} bytes"
+    value, unit = size / 1000, "kB"
+    for bigger in ("MB", "GB", "TB"):
+        if value < 1000:
+            break
+        value, unit = value / 1000, bigger
+    return f"{value:.1f} {unit}"
+
+
+def table_lines(
+    columns: Sequence[str],
+    rows: Iterable[Sequence[str]],
+    *,
+    right: Iterable[str] = (),
+    styles: Sequence[str | None] | None = None,
+    color: bool = False,
+) -> list[str]:
+    """A boxed text table, one line per row, each row's cells between ``│``.
+
+    Drawn here rather than by rich: rich measures every cell of every row, which takes
+    seconds for 10k records; this is one pass, and ``grep``/``cut -d│`` read its lines.
+    ``styles`` names a colour per row (``live``, ``evicted``…), used only when ``color``.
+
+    Examples:
+        >>> print("\\n".join(table_lines(["id", "name"], [["1", "a.pt"]], right=["id"])))
+        ┌────┬──────┐
+        │ id │ name │
+        ├────┼──────┤
+        │  1 │ a.pt │
+        └────┴──────┘
+    """
+    body = [list(row) for row in rows]
+    widths = [max([len(c), *(len(row[i]) for row in body)]) for i, c in enumerate(columns)]
+    aligned = set(right)
+
+    def line(cells: Sequence[str]) -> str:
+        parts = [
+            cell.rjust(w) if column in aligned else cell.ljust(w)
+            for cell, w, column in zip(cells, widths, columns, strict=True)
+        ]
+        return "│ " + " │ ".join(parts) + " │"
+
+    def rule(left: str, mid: str, end: str) -> str:
+        return left + mid.join("─" * (w + 2) for w in widths) + end
+
+    out = [rule("┌", "┬", "┐"), line(columns), rule("├", "┼", "┤")]
+    for i, row in enumerate(body):
+        text = line(row)
+        code = _ANSI.get(styles[i] or "") if color and styles is not None else None
+        out.append(f"\x1b[{code}m{text}\x1b[0m" if code else text)
+    out.append(rule("└", "┴", "┘"))
+    return out
+
+
+def _print_lines(lines: Sequence[str], console: Console | None) -> None:
+    out = console.file if console is not None else sys.stdout
+    out.write("\n".join(lines) + "\n")
+
+
 def make_console() -> Console:
-    """A console for tables: colours on a TTY, a readable width when piped."""
+    """A rich console for the fsck report and the demo: colours on a TTY, a readable width when piped."""
+    from rich.console import Console
+
     # Piped output (CI logs, `| less`) still gets a table wide enough to read.
     return Console() if sys.stdout.isatty() else Console(width=200)
 
 
+RECORD_COLUMNS = (
+    "id",
+    "project",
+    "run",
+    "stream",
+    "name",
+    "state",
+    "aliases",
+    "step",
+    "score",
+    "slot",
+    "size",
+    "created",
+)
+
+
 def print_records(records: Sequence[Record], console: Console | None = None, *, title: str | None = None) -> None:
-    """Print records as a table (colours only on a TTY)."""
-    table = Table(title=title, show_lines=False)
-    for column in ("id", "name", "state", "run", "stream", "step", "score", "slot", "size", "created"):
-        table.add_column(column, justify="right" if column in ("id", "step", "score", "slot", "size") else "left")
-    styles = {"live": "green", "revived": "cyan", "evicted": "dim", "failed": "red", "pending": "yellow"}
-    for r in records:
-        table.add_row(
-            r.id,
-            r.name,
-            r.state.value,
+    """Print records as a table: project, run, stream, name, state, aliases… (colours on a TTY)."""
+    rows = [
+        [
+            str(r.id),
+            r.project,
             r.run,
             r.stream,
+            r.name,
+            r.state.value,
+            ", ".join(r.aliases) or "-",
             fmt(r.global_step),
             fmt(r.score),
             fmt(r.slot),
-            "-" if r.size is None else filesize.decimal(r.size),
-            time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(r.created_at)),
-            style=styles.get(r.state.value),
-        )
-    (console or make_console()).print(table)
+            size_text(r.size),
+            _when(r.created_at),
+        ]
+        for r in records
+    ]
+    lines = table_lines(
+        RECORD_COLUMNS,
+        rows,
+        right=("id", "step", "score", "slot", "size"),
+        styles=[r.state.value for r in records],
+        color=_color(console),
+    )
+    _print_lines([title, *lines] if title else lines, console)
+
+
+def print_runs(rows: Sequence[Mapping[str, Any]], console: Console | None = None) -> None:
+    """Print run summaries (``tracker_saver.cli.run_summaries``) as a table."""
+    cells = [
+        [
+            row["project"],
+            row["run"],
+            ", ".join(row["streams"]),
+            str(row["records"]),
+            str(row["live"]),
+            _when(row["last_save"]),
+        ]
+        for row in rows
+    ]
+    _print_lines(
+        table_lines(("project", "run", "streams", "records", "live", "last save"), cells, right=("records", "live")),
+        console,
+    )
+
+
+def print_logs(logs: Sequence[LogObject], console: Console | None = None) -> None:
+    """Print a run's log files (``tracker_saver.logs.list_logs``) as a table."""
+    cells = [[log.name, size_text(log.size), _when(log.modified), log.key] for log in logs]
+    _print_lines(table_lines(("name", "size", "modified", "key"), cells, right=("size",)), console)
+
+
+def _color(console: Console | None) -> bool:
+    return console.is_terminal if console is not None else sys.stdout.isatty()
+
+
+def print_record(record: Record) -> None:
+    """Print one record as plain ``key: value`` lines: fields, then lineage, then other metadata.
+
+    Plain text, not rich markup: a name such as ``resnet [v2]`` prints as it is.
+    """
+    data = record.to_dict()
+    width = max(len(key) for key in (*data, *record.metadata))
+    for key, value in data.items():
+        if key == "metadata":
+            continue
+        if isinstance(value, (list, tuple)):
+            value = ", ".join(map(str, value)) or None
+        print(f"{key:<{width}}  {fmt(value)}")
+    lineage = [key for key in LINEAGE_KEYS if key in record.metadata]
+    # Keys the record shows as its own fields above (slot, size, sha256…) are not repeated.
+    rest = sorted(set(record.metadata) - set(lineage) - set(data))
+    for heading, keys in (("lineage", lineage), ("metadata", rest)):
+        if keys:
+            print(f"{heading}:")
+            for key in keys:
+                print(f"  {key:<{width}}  {record.metadata[key]!r}")
 
 
 def print_report(report: Report, console: Console | None = None) -> None:
     """Print an fsck/repair report: one row per finding, then a one-line summary."""
+    from rich.table import Table
+
     console = console or make_console()
     if report.findings:
         table = Table(title="tracker-saver fsck", show_lines=False)
@@ -64,6 +250,6 @@ def print_report(report: Report, console: Console | None = None) -> None:
         styles = {"lie": "red", "orphan": "yellow", "pending": "yellow", "busy": "dim"}
         for f in report.findings:
             table.add_row(f.kind, f.stream, fmt(f.key), fmt(f.record_id), f.detail, f.fix, style=styles.get(f.kind))
-        console.print(table)
+        console.print(table, markup=False, highlight=False)
     problems = len(report.problems)
     console.print(f"{len(report.streams)} streams checked: {problems or 'no'} problem{'' if problems == 1 else 's'}")
