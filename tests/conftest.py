@@ -8,7 +8,7 @@ import pytest
 
 from tests.helpers import Target
 
-pytest_plugins = ["tests.conftest_ceph", "tests.conftest_clearml"]
+pytest_plugins = ["tests.conftest_ceph", "tests.conftest_clearml", "tests.conftest_browser"]
 
 
 @pytest.fixture(autouse=True)

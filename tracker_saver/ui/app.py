@@ -1,0 +1,457 @@
+"""The web UI's FastAPI app: a JSON API under ``/api`` over the public model functions, and the page.
+
+Like the CLI, every endpoint calls one public function of :mod:`tracker_saver.models`; the app
+adds validation, error mapping and security headers, nothing else. Errors are ``{"detail": "..."}``
+with the status of their class (see ``_STATUS``) and never carry a path, a credential or a
+traceback.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import re
+import shutil
+import sys
+import tempfile
+import traceback
+from collections.abc import Awaitable, Callable, Sequence
+from importlib import resources
+from pathlib import Path
+from typing import Annotated, Any
+from urllib.parse import urlsplit
+
+from fastapi import APIRouter, FastAPI, Request
+from fastapi import Path as PathParam
+from fastapi import Query as QueryParam
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.staticfiles import StaticFiles
+from pydantic import BaseModel, Field
+from starlette.background import BackgroundTask
+
+from tracker_saver import models
+from tracker_saver.errors import (
+    ConfigError,
+    IntegrityError,
+    RecordNotFoundError,
+    RegistryError,
+    StorageError,
+    TrackerSaverError,
+)
+from tracker_saver.masking import strip_userinfo
+from tracker_saver.records import MAX_NAME_LENGTH, MetaValue, Record, RecordState, encode_value
+from tracker_saver.registry import Registry
+
+__all__ = ["create_app"]
+
+#: The most records one page or one chart may hold.
+MAX_PAGE = 500
+MAX_CHART_POINTS = 5000
+#: States whose records are saved checkpoints: the chart's points (pinned copies would repeat them).
+CHART_STATES = (RecordState.LIVE, RecordState.REVIVED, RecordState.EVICTED)
+#: Scripts, styles and requests only from this origin; no plugins, frames or inline script.
+CSP = (
+    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
+    "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
+)
+SECURITY_HEADERS = {
+    "Content-Security-Policy": CSP,
+    "X-Content-Type-Options": "nosniff",
+    "X-Frame-Options": "DENY",
+    "Referrer-Policy": "no-referrer",
+    "Cache-Control": "no-store",
+}
+#: Most specific first: RecordNotFoundError is a RegistryError, IntegrityError a StorageError.
+_STATUS: tuple[tuple[type[Exception], int], ...] = (
+    (RecordNotFoundError, 404),
+    (ConfigError, 422),
+    (IntegrityError, 409),
+    (RegistryError, 409),
+    (StorageError, 502),
+    (TrackerSaverError, 400),
+)
+#: A quoted absolute path (it may hold spaces), a URI (``file:///…``, ``sqlite:///…``, ``s3://…``),
+#: or a bare absolute path of two or more parts.
+_LOCATION = re.compile(
+    r"(?<=')/[^']*(?=')|(?<=\")/[^\"]*(?=\")"
+    r"|\b[a-z][a-z0-9+.-]*://[^\s'\"]*[^\s'\",.;:)]"
+    r"|(?<![\w.~])/(?:[^\s'\"/]+/)+[^\s'\",;)]*",
+    re.IGNORECASE,
+)
+_STATIC = resources.files("tracker_saver.ui") / "static"
+_ORDER = r"^[-+]?[A-Za-z_][A-Za-z0-9_.-]{0,99}$"
+_ALIAS = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
+
+Text = Annotated[str | None, QueryParam(max_length=1000)]
+RecordId = Annotated[str, PathParam(min_length=1, max_length=200)]
+
+
+class ErrorOut(BaseModel):
+    """Every error: one line that says what went wrong and the fix."""
+
+    detail: str
+
+
+class RecordOut(BaseModel):
+    """A record as the UI shows it; ``metadata`` holds every typed value (±inf as ``"inf"``/``"-inf"``)."""
+
+    id: str
+    name: str
+    filename: str
+    project: str
+    run: str
+    stream: str
+    state: str
+    slot: int | None
+    key: str | None
+    uri: str | None
+    output_uri: str | None
+    sha256: str | None
+    size: int | None
+    step: int | None
+    score: float | None
+    score_name: str | None
+    metadata: dict[str, int | float | str | bool | None]
+    metadata_types: dict[str, str] = Field(description="each metadata value's stored type: int, float, str, bool, none")
+    tags: list[str]
+    aliases: list[str]
+    created_at: float
+    error: str | None
+
+
+class PageOut(BaseModel):
+    """One page of records and how many match in all."""
+
+    items: list[RecordOut]
+    total: int
+    offset: int
+    limit: int
+
+
+class DetailOut(BaseModel):
+    """A record and every record that used its slot, oldest first."""
+
+    record: RecordOut
+    history: list[RecordOut]
+
+
+class PointOut(BaseModel):
+    """One saved checkpoint on the chart."""
+
+    id: str
+    name: str
+    step: int
+    score: float
+    state: str
+
+
+class SeriesOut(BaseModel):
+    """One stream's checkpoints with a score, by step."""
+
+    project: str
+    run: str
+    stream: str
+    score_name: str | None
+    points: list[PointOut]
+
+
+class ChartOut(BaseModel):
+    """Score against step, one series per stream."""
+
+    series: list[SeriesOut]
+
+
+class RenameIn(BaseModel):
+    """A new display name; :func:`tracker_saver.models.rename_model` checks it and says what is wrong."""
+
+    name: str = Field(description=f"1 to {MAX_NAME_LENGTH} characters, not blank, no control characters")
+
+
+class TagsIn(BaseModel):
+    """Tags to add."""
+
+    tags: list[Annotated[str, Field(min_length=1, max_length=200)]] = Field(min_length=1, max_length=100)
+
+
+class AliasIn(BaseModel):
+    """A user alias, unique in the record's project (``latest`` and ``best`` are derived)."""
+
+    alias: str = Field(pattern=_ALIAS)
+
+
+def public_message(text: str) -> str:
+    """``text`` with every location (path, URI) and credential replaced: what an error page may show.
+
+    Examples:
+        >>> public_message("record 3 does not exist in sqlite:////home/me/reg.db: see ids")
+        'record 3 does not exist in <location>: see ids'
+    """
+    return _LOCATION.sub("<location>", strip_userinfo(text))
+
+
+def _finite(value: MetaValue) -> MetaValue:
+    # JSON has no infinity; a priority of ±inf is real (Ignite compares it), so show it as text.
+    if isinstance(value, float) and math.isinf(value):
+        return "inf" if value > 0 else "-inf"
+    return value
+
+
+def record_out(record: Record) -> RecordOut:
+    """The API's view of a record."""
+    score = record.score
+    name = record.metadata.get("score_name")
+    return RecordOut(
+        id=record.id,
+        name=record.name,
+        filename=record.filename,
+        project=record.project,
+        run=record.run,
+        stream=record.stream,
+        state=record.state.value,
+        slot=record.slot,
+        key=record.key,
+        uri=record.uri,
+        output_uri=record.output_uri,
+        sha256=record.sha256,
+        size=record.size,
+        step=record.global_step,
+        score=score if score is not None and math.isfinite(score) else None,
+        score_name=name if isinstance(name, str) else None,
+        metadata={k: _finite(v) for k, v in record.metadata.items()},
+        metadata_types={k: encode_value(v)[0] for k, v in record.metadata.items()},
+        tags=list(record.tags),
+        aliases=list(record.aliases),
+        created_at=record.created_at,
+        error=public_message(record.error) if record.error else None,
+    )
+
+
+def host_name(host: str) -> str:
+    """The name in a ``Host`` header, without port or IPv6 brackets, lower case.
+
+    Examples:
+        >>> host_name("LocalHost:8765"), host_name("[::1]:8765"), host_name("127.0.0.1")
+        ('localhost', '::1', '127.0.0.1')
+    """
+    if host.startswith("["):
+        return host[1:].partition("]")[0].lower()
+    return host.rpartition(":")[0].lower() if host.count(":") == 1 else host.lower()
+
+
+def split_where(where: str | None) -> list[str] | None:
+    """The CLI's ``--where`` expressions in one line, joined by ``and``.
+
+    Examples:
+        >>> split_where("score>0.9 and global_step<=20")
+        ['score>0.9', 'global_step<=20']
+    """
+    if where is None or not where.strip():
+        return None
+    return [part for part in re.split(r"\s+and\s+", where.strip(), flags=re.IGNORECASE) if part]
+
+
+def _error(status: int, detail: str) -> JSONResponse:
+    return JSONResponse({"detail": detail}, status_code=status, headers=SECURITY_HEADERS)
+
+
+def _validation_message(exc: RequestValidationError) -> str:
+    parts = []
+    for err in exc.errors():
+        where = ".".join(str(p) for p in err.get("loc", ()) if p not in ("body", "query", "path"))
+        parts.append(f"{where or 'request'}: {err.get('msg', 'invalid')}")
+    return public_message("; ".join(parts) or "invalid request")
+
+
+def create_app(
+    registry: str | os.PathLike[str] | Registry | None = None, *, allowed_hosts: Sequence[str] | None = None
+) -> FastAPI:
+    """The UI over ``registry``: the page at ``/``, the JSON API under ``/api``, the schema at ``/openapi.json``.
+
+    Args:
+        registry: which registry to show (as :func:`tracker_saver.registry.open_registry` reads it).
+        allowed_hosts: host names to answer (``["127.0.0.1", "localhost", "::1"]`` stops DNS
+            rebinding on a loopback server; any port); ``None`` answers any.
+
+    Examples:
+        >>> from fastapi.testclient import TestClient
+        >>> TestClient(create_app(":memory:")).get("/api/models").json()
+        {'items': [], 'total': 0, 'offset': 0, 'limit': 50}
+    """
+    app = FastAPI(
+        title="tracker_saver",
+        summary="Checkpoint records: find, rename, tag, alias, pin and download them",
+        version="1",
+        docs_url=None,  # Swagger and ReDoc load their scripts from a CDN: the schema stays at /openapi.json
+        redoc_url=None,
+    )
+    hosts = None if allowed_hosts is None else {h.strip("[]").lower() for h in allowed_hosts}
+
+    @app.middleware("http")
+    async def guard(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
+        # No authentication: answer only our own host names (a DNS-rebinding page uses another),
+        # and refuse writes that a page from another origin makes the browser send.
+        if hosts is not None and host_name(request.headers.get("host", "")) not in hosts:
+            return _error(400, "this server answers only its own host name: open it as http://127.0.0.1:PORT/")
+        origin = request.headers.get("origin")
+        if request.method not in ("GET", "HEAD", "OPTIONS") and origin is not None:
+            if urlsplit(origin).netloc != request.headers.get("host"):
+                return _error(403, "cross-origin request refused: use the UI from its own address")
+        response = await call_next(request)
+        for name, value in SECURITY_HEADERS.items():
+            response.headers.setdefault(name, value)
+        return response
+
+    @app.exception_handler(TrackerSaverError)
+    async def known(request: Request, exc: TrackerSaverError) -> JSONResponse:
+        status = next(code for kind, code in _STATUS if isinstance(exc, kind))
+        return _error(status, public_message(str(exc)))
+
+    @app.exception_handler(RequestValidationError)
+    async def invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        return _error(422, _validation_message(exc))
+
+    @app.exception_handler(Exception)
+    async def unexpected(request: Request, exc: Exception) -> JSONResponse:
+        traceback.print_exception(exc, file=sys.stderr)  # the server's log has the trace; the page does not
+        return _error(500, "internal error: the server log has the details")
+
+    errors: dict[int | str, dict[str, Any]] = {code: {"model": ErrorOut} for code in (400, 403, 404, 409, 422, 502)}
+    api = APIRouter(prefix="/api", responses=errors)
+
+    @api.get("/models", response_model=PageOut, summary="Records matching filters, one page, sorted")
+    def list_models(
+        project: Text = None,
+        run: Text = None,
+        stream: Text = None,
+        state: RecordState | None = None,
+        where: Annotated[
+            str | None, QueryParam(max_length=2000, description="e.g. score>0.9 and global_step<=20")
+        ] = None,
+        order_by: Annotated[str, QueryParam(pattern=_ORDER)] = "-created_at",
+        offset: Annotated[int, QueryParam(ge=0, le=10**9)] = 0,
+        limit: Annotated[int, QueryParam(ge=1, le=MAX_PAGE)] = 50,
+    ) -> PageOut:
+        filters: dict[str, Any] = {
+            "project": project or None,
+            "run": run or None,
+            "stream": stream or None,
+            "states": [state] if state is not None else None,
+            "where": split_where(where),
+        }
+        records = models.find_models(**filters, order_by=order_by, offset=offset, limit=limit, registry=registry)
+        total = models.count_models(**filters, registry=registry)
+        return PageOut(items=[record_out(r) for r in records], total=total, offset=offset, limit=limit)
+
+    @api.get("/chart", response_model=ChartOut, summary="Score against step per stream, newest points first")
+    def chart(
+        project: Text = None,
+        run: Text = None,
+        stream: Text = None,
+        state: RecordState | None = None,
+        where: Annotated[str | None, QueryParam(max_length=2000)] = None,
+        limit: Annotated[int, QueryParam(ge=1, le=MAX_CHART_POINTS)] = 2000,
+    ) -> ChartOut:
+        states = [s for s in CHART_STATES if state is None or s == state]
+        series: dict[tuple[str, str, str], SeriesOut] = {}
+        if states:
+            records = models.find_models(
+                project=project or None,
+                run=run or None,
+                stream=stream or None,
+                states=states,
+                where=split_where(where),
+                order_by="-created_at",
+                limit=limit,
+                registry=registry,
+            )
+            for r in reversed(records):
+                out = record_out(r)
+                if out.score is None or out.step is None:
+                    continue
+                key = (r.project, r.run, r.stream)
+                if key not in series:
+                    series[key] = SeriesOut(
+                        project=r.project, run=r.run, stream=r.stream, score_name=out.score_name, points=[]
+                    )
+                series[key].points.append(
+                    PointOut(id=r.id, name=r.name, step=out.step, score=out.score, state=out.state)
+                )
+        for s in series.values():
+            s.points.sort(key=lambda p: (p.step, int(p.id) if p.id.isdigit() else 0))
+        return ChartOut(series=sorted(series.values(), key=lambda s: (s.project, s.run, s.stream)))
+
+    @api.get("/models/{record_id}", response_model=DetailOut, summary="A record and the history of its slot")
+    def show(record_id: RecordId) -> DetailOut:
+        record = models.get_model(record_id, registry=registry)
+        history = models.slot_history(record, registry=registry)
+        return DetailOut(record=record_out(record), history=[record_out(r) for r in history])
+
+    @api.patch("/models/{record_id}", response_model=RecordOut, summary="Rename: later saves never overwrite it")
+    def rename(record_id: RecordId, body: RenameIn) -> RecordOut:
+        return record_out(models.rename_model(record_id, body.name, registry=registry))
+
+    @api.post("/models/{record_id}/tags", response_model=RecordOut, summary="Add tags")
+    def add_tags(record_id: RecordId, body: TagsIn) -> RecordOut:
+        return record_out(models.add_tags(record_id, body.tags, registry=registry))
+
+    @api.delete("/models/{record_id}/tags", response_model=RecordOut, summary="Remove tags")
+    def remove_tags(
+        record_id: RecordId, tag: Annotated[list[str], QueryParam(min_length=1, max_length=100)]
+    ) -> RecordOut:
+        return record_out(models.remove_tags(record_id, tag, registry=registry))
+
+    @api.post("/models/{record_id}/aliases", response_model=RecordOut, summary="Point a user alias at the record")
+    def set_alias(record_id: RecordId, body: AliasIn) -> RecordOut:
+        return record_out(models.set_alias(record_id, body.alias, registry=registry))
+
+    @api.delete("/models/{record_id}/aliases/{alias}", response_model=RecordOut, summary="Remove a user alias")
+    def remove_alias(record_id: RecordId, alias: Annotated[str, PathParam(pattern=_ALIAS)]) -> RecordOut:
+        record = models.get_model(record_id, registry=registry)
+        if alias not in record.aliases:
+            raise RecordNotFoundError(
+                f"record {record_id} has no alias {alias!r}: it has {', '.join(record.aliases) or 'none'}",
+                record_id=record_id,
+            )
+        models.remove_alias(record.project, alias, registry=registry)
+        return record_out(models.get_model(record_id, registry=registry))
+
+    @api.post("/models/{record_id}/pin", response_model=RecordOut, summary="Copy to a stable key (a pinned record)")
+    def pin(record_id: RecordId) -> RecordOut:
+        return record_out(models.pin_model(record_id, registry=registry))
+
+    @api.delete("/models/{record_id}/pin", status_code=204, summary="Delete a pinned record and its object")
+    def unpin(record_id: RecordId) -> Response:
+        models.unpin_model(record_id, registry=registry)
+        return Response(status_code=204)
+
+    @api.get(
+        "/models/{record_id}/download",
+        response_class=FileResponse,
+        responses={200: {"content": {"application/octet-stream": {}}}},
+        summary="The object's bytes, verified against the record's sha256 before the first byte is sent",
+    )
+    def download(record_id: RecordId) -> FileResponse:
+        record = models.get_model(record_id, registry=registry)
+        folder = tempfile.mkdtemp(prefix="tracker-saver-ui-")
+        try:
+            path = models.download_model(record, Path(folder), registry=registry)
+        except BaseException:
+            shutil.rmtree(folder, ignore_errors=True)
+            raise
+        return FileResponse(
+            path,
+            media_type="application/octet-stream",
+            filename=path.name,
+            headers={"X-Checkpoint-SHA256": record.sha256 or ""},
+            background=BackgroundTask(shutil.rmtree, folder, ignore_errors=True),
+        )
+
+    app.include_router(api)
+
+    @app.get("/", include_in_schema=False)
+    def index() -> Response:
+        return Response((_STATIC / "index.html").read_bytes(), media_type="text/html; charset=utf-8")
+
+    app.mount("/static", StaticFiles(directory=str(_STATIC)), name="static")
+    return app

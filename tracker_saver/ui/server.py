@@ -1,0 +1,69 @@
+"""Run the UI with uvicorn: loopback by default, a warning on stderr for any other address."""
+
+from __future__ import annotations
+
+import ipaddress
+import os
+import sys
+
+import uvicorn
+
+from tracker_saver import models
+from tracker_saver.errors import ConfigError
+from tracker_saver.registry import Registry
+from tracker_saver.ui.app import create_app
+
+__all__ = ["is_loopback", "serve"]
+
+#: The ``Host`` headers a loopback server answers: a page on another name (DNS rebinding) gets 400.
+LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+
+
+def is_loopback(host: str) -> bool:
+    """Whether ``host`` only accepts connections from this machine.
+
+    Examples:
+        >>> is_loopback("127.0.0.1"), is_loopback("localhost"), is_loopback("0.0.0.0")
+        (True, True, False)
+    """
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def serve(registry: str | os.PathLike[str] | Registry | None = None, host: str = "127.0.0.1", port: int = 8765) -> None:
+    """Serve the UI over ``registry`` until interrupted (Ctrl-C).
+
+    The UI has no authentication: anyone who can reach ``host:port`` can rename, tag, pin and
+    download every record. Keep the default loopback address and reach it from elsewhere
+    through an SSH tunnel (``ssh -L 8765:127.0.0.1:8765 HOST``).
+
+    Args:
+        registry: which registry to show (default as in :func:`tracker_saver.registry.open_registry`);
+            it must exist.
+        host: the address to bind; anything but loopback prints a warning.
+        port: the TCP port.
+
+    Raises:
+        RegistryError: there is no registry at that path.
+        ConfigError: ``port`` is not a TCP port.
+
+    Examples:
+        ``serve("runs/registry.db")`` then open http://127.0.0.1:8765/
+    """
+    if not 1 <= port <= 65535:
+        raise ConfigError(f"port {port} is not a TCP port: use 1..65535 (8765 by default)")
+    models.count_models(registry=registry)  # a missing registry fails now, naming its path, not on the first request
+    loopback = is_loopback(host)
+    if not loopback:
+        print(
+            f"WARNING: the tracker-saver UI has no authentication and listens on {host}:{port}: anyone who can "
+            "reach it can rename, tag, pin and download every record. Bind to 127.0.0.1 and use an SSH tunnel "
+            f"(ssh -L {port}:127.0.0.1:{port} HOST) unless this network is trusted.",
+            file=sys.stderr,
+        )
+    app = create_app(registry, allowed_hosts=LOOPBACK_HOSTS if loopback else None)
+    uvicorn.run(app, host=host, port=port, log_level="warning")
