@@ -29,6 +29,9 @@ test_() {
     setup
     local ceph=0
     if [ "$(id -u)" = 0 ]; then
+        # The UI's browser tests drive Debian's Chromium (never a browser Playwright downloads).
+        command -v chromium >/dev/null || { log "installing chromium"; apt-get update -qq &&
+            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
         bash scripts/ceph-s3.sh install
         if bash scripts/ceph-s3.sh running >/dev/null 2>&1; then
             # Someone started it (a developer's shell): use it, and leave it running.

@@ -1275,3 +1275,43 @@ class _Handler(http.server.BaseHTTPRequestHandler):
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
         self.wfile.write(payload)
+
+
+def main(argv: list[str] | None = None) -> None:
+    """``python -m tests.clearml_standin [--port N]``: a first look at ClearML without a server.
+
+    Serves until Ctrl-C or SIGTERM and prints, on stdout, the ``export`` line that points the
+    ClearML SDK here. A test double: it answers the calls tracker_saver and ignite make, no more.
+    """
+    import argparse
+    import signal
+    import sys
+    import tempfile
+    from pathlib import Path
+
+    from tests.conftest_clearml import clearml_config_text
+
+    parser = argparse.ArgumentParser(description="the ClearML API stand-in (a test double, not a server)")
+    parser.add_argument("--port", type=int, default=8008, help="port on 127.0.0.1 (default: 8008)")
+    port = parser.parse_args(argv).port
+    root = Path(tempfile.mkdtemp(prefix="clearml-standin-"))
+    (root / "cache").mkdir()
+    (root / "clearml.conf").write_text(clearml_config_text(root / "cache"))
+    server = ClearMLStandIn(port=port).start()
+    host = server.api_host
+    print(
+        f"export CLEARML_API_HOST={host} CLEARML_WEB_HOST={host} CLEARML_FILES_HOST={host} "
+        f"CLEARML_API_ACCESS_KEY={ACCESS_KEY} CLEARML_API_SECRET_KEY={SECRET_KEY} "
+        f"CLEARML_CONFIG_FILE={root / 'clearml.conf'} CLEARML_CACHE_DIR={root / 'cache'}",
+        flush=True,
+    )
+    print(f"ClearML stand-in (a test double) on {host}; Ctrl-C stops it", file=sys.stderr)
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+    try:
+        signal.pause()
+    finally:
+        server.stop()
+
+
+if __name__ == "__main__":
+    main()

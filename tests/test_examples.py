@@ -1,0 +1,118 @@
+"""Every script in ``examples/`` runs as a new user runs it: a subprocess in an empty folder.
+
+The list of examples is the folder listing, so a new example is run automatically; it must
+also be given its key line in ``EXAMPLES`` below (the test says so). Examples that need a
+server get the same one the other tests use: the S3 one the Ceph RGW (``s3_env``), the ClearML
+one the stand-in or a live server (``clearml_server``). In CI a missing server fails the test.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import uuid
+from dataclasses import dataclass
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+FOLDER = ROOT / "examples"
+
+
+@dataclass(frozen=True)
+class Example:
+    """What one example must print, what it needs, and what runs before it in the same folder."""
+
+    key_lines: tuple[str, ...]
+    args: tuple[str, ...] = ()
+    needs: str | None = None  # "ceph" or "clearml": the marker, and the fixture that starts the server
+    before: tuple[tuple[str, ...], ...] = ()  # commands run first in the same folder (example name + args)
+
+
+EXAMPLES: dict[str, Example] = {
+    # run twice: the second run resumes and the footprint stays at n_saved (2 best + 1 last)
+    "quickstart.py": Example(
+        key_lines=("resumed from checkpoint_36.pt (epoch 3)", "holds 3 objects"), before=(("quickstart.py",),)
+    ),
+    "query_and_load.py": Example(key_lines=("loaded record",), before=(("quickstart.py",),)),
+    "migrate_mmengine.py": Example(key_lines=("holds 4 objects",)),
+    "log_upload.py": Example(key_lines=("train.log", "loss lines")),
+    "ddp.py": Example(
+        key_lines=(
+            "rank 1: resumed from checkpoint_16.pt at epoch 2",
+            "live: checkpoint_24.pt, checkpoint_32.pt; checkpoints/ holds 2 objects",
+        ),
+        before=(("ddp.py",),),
+    ),
+    "s3_ceph.py": Example(key_lines=("created bucket", "holds 2 objects", "loaded checkpoint_40.pt"), needs="ceph"),
+    "clearml_dropin.py": Example(
+        key_lines=("holds 1 object(s)", "model epoch_model_3.pt: live, global_step=3, slot 0"), needs="clearml"
+    ),
+}
+
+MARKS = {"ceph": pytest.mark.ceph, "clearml": pytest.mark.clearml}
+
+
+def _listed() -> list[object]:
+    params: list[object] = []
+    for path in sorted(FOLDER.glob("*.py")):
+        example = EXAMPLES.get(path.name)
+        marks = [MARKS[example.needs]] if example and example.needs else []
+        params.append(pytest.param(path.name, marks=marks, id=path.stem))
+    return params
+
+
+def _run(name: str, args: tuple[str, ...], cwd: Path, env: dict[str, str]) -> str:
+    proc = subprocess.run(
+        [sys.executable, str(FOLDER / name), *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    output = proc.stdout + proc.stderr
+    assert proc.returncode == 0, f"python examples/{name} {' '.join(args)} exited {proc.returncode}:\n{output[-4000:]}"
+    return output
+
+
+@pytest.mark.parametrize("name", _listed())
+def test_the_example_runs_on_the_cpu_and_prints_what_it_did(
+    name: str, tmp_path: Path, request: pytest.FixtureRequest
+) -> None:
+    example = EXAMPLES.get(name)
+    assert example is not None, f"examples/{name} is new: give it its key line in EXAMPLES in {__file__}"
+    args = example.args
+    if example.needs == "ceph":
+        request.getfixturevalue("s3_env")  # boto3's environment points at the gateway, and only at it
+        ceph = request.getfixturevalue("ceph_s3")
+        bucket = f"ts-example-{uuid.uuid4().hex[:10]}"  # a bucket that does not exist: the example creates it
+        args = (f"s3://{bucket}/run", *args)
+        request.addfinalizer(lambda: _remove_bucket(ceph, bucket))
+    elif example.needs == "clearml":
+        request.getfixturevalue("clearml_server")  # CLEARML_* point the SDK at the stand-in (or a live server)
+    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    for command in example.before:
+        _run(command[0], command[1:], tmp_path, env)
+    output = _run(name, args, tmp_path, env)
+    for line in example.key_lines:
+        assert line in output, f"examples/{name} did not print {line!r}:\n{output[-4000:]}"
+
+
+def _remove_bucket(ceph: object, bucket: str) -> None:
+    from tests.conftest_ceph import empty_and_remove
+
+    client = ceph.client()  # type: ignore[attr-defined]
+    if bucket in {b["Name"] for b in client.list_buckets().get("Buckets", [])}:
+        empty_and_remove(client, bucket)
+
+
+def test_every_example_is_listed_and_documented() -> None:
+    names = {path.name for path in FOLDER.glob("*.py")}
+    assert not set(EXAMPLES) - names, f"EXAMPLES names scripts that are gone: {sorted(set(EXAMPLES) - names)}"
+    for path in sorted(FOLDER.glob("*.py")):
+        text = path.read_text()
+        assert text.startswith('"""'), f"examples/{path.name} must open with a docstring: what it shows, how to run it"
+        assert f"examples/{path.name}" in text, f"examples/{path.name}'s docstring must say how to run it"
