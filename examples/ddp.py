@@ -53,6 +53,8 @@ def training(local_rank: int, root: str) -> None:
         f"now at epoch {trainer.state.epoch}, loss {trainer.state.output:.4f}"
     )
     saver.close()
+
+
 # --8<-- [end:training]
 
 

@@ -93,7 +93,10 @@ def test_the_example_runs_on_the_cpu_and_prints_what_it_did(
         request.addfinalizer(lambda: _remove_bucket(ceph, bucket))
     elif example.needs == "clearml":
         request.getfixturevalue("clearml_server")  # CLEARML_* point the SDK at the stand-in (or a live server)
-    env = {**os.environ, "PYTHONUNBUFFERED": "1"}
+    # An earlier test's Task.init in this process leaves CLEARML_PROC_MASTER_ID behind; a script
+    # started with it takes itself for that process's child and gets no task of its own.
+    env = {k: v for k, v in os.environ.items() if not k.endswith("_PROC_MASTER_ID")}
+    env["PYTHONUNBUFFERED"] = "1"
     for command in example.before:
         _run(command[0], command[1:], tmp_path, env)
     output = _run(name, args, tmp_path, env)

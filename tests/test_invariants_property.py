@@ -25,6 +25,8 @@ from __future__ import annotations
 import collections
 import math
 import os
+from pathlib import Path
+from typing import Any
 
 from hypothesis import HealthCheck, settings
 from hypothesis import strategies as st
@@ -94,13 +96,18 @@ class SaverMachine(RuleBasedStateMachine):
         self.worker = None
 
     # -- invariants, read from storage and registry directly ---------------------------------
+    def _records(self, **kwargs: Any) -> list:
+        if not Path(self.target.registry).exists():
+            return []  # no saver has started yet: readers never create a registry
+        return find_models(project="p", run=self.run, registry=self.target.registry, **kwargs)
+
     def _live(self) -> list:
-        return find_models(project="p", run=self.run, live=True, registry=self.target.registry)
+        return self._records(live=True)
 
     @invariant()
     def footprint(self) -> None:
         counts = self.target.counts(self.run)
-        records = find_models(project="p", run=self.run, registry=self.target.registry)
+        records = self._records()
         for stream, n in N_SAVED.items():
             held = {r.slot for r in records if r.stream == stream and (r.state.loadable or r.state.value == "pending")}
             live = sum(r.state.loadable for r in records if r.stream == stream)
