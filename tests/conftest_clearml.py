@@ -17,6 +17,7 @@ Mark tests that need a server with ``@pytest.mark.clearml``.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import uuid
 from collections.abc import Iterator, Mapping
@@ -126,6 +127,7 @@ def clearml_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClearML
             yield ClearMLServer(api_host=host, standin=standin)
         finally:
             _close_current_task()
+            _stop_reporters()
             if standin is not None:
                 standin.stop()
 
@@ -138,6 +140,25 @@ def _close_current_task() -> None:
     task: Any = Task.current_task()
     if task is not None:
         task.close()
+
+
+def _stop_reporters() -> None:
+    """Send what every ClearML metrics reporter still holds while the server answers, then detach it.
+
+    A reporter the SDK left running (a task some test or library did not close) would otherwise
+    retry its events against the stopped stand-in at interpreter exit, with the SDK's back-off,
+    for hours: measured, a CI run that passed every test and never exited.
+    """
+    import gc
+
+    from clearml.backend_interface.metrics.reporter import Reporter
+
+    for reporter in [obj for obj in gc.get_objects() if isinstance(obj, Reporter)]:
+        with contextlib.suppress(Exception):
+            reporter.flush()
+            reporter.wait_for_events(timeout=10)
+        # Its exit hook waits, with no time limit, on this service; its thread is a daemon.
+        reporter._report_service = None
 
 
 @pytest.fixture
