@@ -6,7 +6,8 @@ all of them alike:
 * ``boto3``: raw ``client.upload_file`` of a file with boto3's default TransferConfig, the baseline;
 * ``put_file``: ``S3Storage.put_file`` of the same file (the saver's path for a file);
 * ``streamed``: the saver's path for a checkpoint: ``torch.save(state_dict)`` into
-  ``HashingWriter(storage.writer(key))``, i.e. serialize + sha256 + upload until the commit;
+  ``HashingWriter(storage.writer(key))`` with the state's ``StableMemory``, as the pipeline
+  does, i.e. serialize + sha256 + upload until the commit (tensor storages sent uncopied);
 * ``save+boto3``: what a user does with raw boto3 for a checkpoint: ``torch.save`` to a file,
   then ``upload_file``; the end-to-end baseline for ``streamed``;
 * ``spooled``: the same through the base class's spooling writer (``stream_writes=False``),
@@ -46,6 +47,7 @@ import boto3  # noqa: E402
 import torch  # noqa: E402
 from botocore.config import Config  # noqa: E402
 
+from tracker_saver.memory import StableMemory  # noqa: E402
 from tracker_saver.pipeline import HashingWriter  # noqa: E402
 from tracker_saver.storage.s3 import S3Storage  # noqa: E402
 
@@ -157,6 +159,8 @@ def main() -> None:
             "multipart_threshold": streamed.multipart_threshold,
             "multipart_chunksize": streamed.multipart_chunksize,
             "max_concurrency": streamed.max_concurrency,
+            "writer_part_size": streamed.writer_part_size,
+            "writer_concurrency": streamed.writer_concurrency,
             **options,
         },
         "sizes": {},
@@ -195,8 +199,9 @@ def _save(storage: S3Storage, key: str, state: dict[str, torch.Tensor]) -> int:
     Returns the bytes written: torch.save into a stream that cannot seek (HashingWriter has no
     ``seek``) lays the zip out slightly differently than into a file (a few hundred bytes).
     """
-    with storage.writer(key) as target:
-        hashing = HashingWriter(target)
+    stable = StableMemory.of(state)
+    with storage.writer(key, stable=stable) as target:
+        hashing = HashingWriter(target, stable=stable)
         torch.save(state, hashing)  # type: ignore[arg-type]
     _ = hashing.sha256
     stat = storage.stat(key)

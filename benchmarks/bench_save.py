@@ -26,9 +26,10 @@ Each (variant, size, round) runs in a fresh subprocess (``--one VARIANT SIZE``, 
 so one save's peak RSS is not hidden by another's high-water mark. In it: the saver is set up
 and the model built; the heap is trimmed, the peak-RSS mark reset to the current RSS
 (``/proc/self/clear_refs``) and ``ru_maxrss`` read; then one warm-up save is made and settled
-(connections open, stream claimed, slot taken: the measured save is a steady-state one),
-``os.sync()`` run (an epoch apart, the previous checkpoint is long written back), the measured
-save made and settled, and ``ru_maxrss`` read again. The warm-up counts towards the
+(connections open, stream claimed, slot taken: the measured saves are steady-state ones), and
+``--measure`` saves (default 3) are made and settled, each after ``os.sync()`` and a 0.5 s pause
+(an epoch apart, the previous checkpoint is long written back); their medians are the run's
+figures, and ``ru_maxrss`` is read again at the end. The warm-up counts towards the
 peak on purpose: a buffer a saver keeps between saves is memory training cannot use. Before
 every subprocess the parent runs ``os.sync()``, so no variant pays for the previous one's dirty
 pages. Rounds are interleaved, the order rotating each round; medians are reported.
@@ -91,6 +92,8 @@ MiB = 1024 * 1024
 BASELINE, FSYNC, CLEARML = "torch.save", "torch.save+fsync", "ClearMLSaver"
 VARIANTS = (BASELINE, FSYNC, "DiskSaver", CLEARML, "sync-local", "sync-s3", "async-local", "async-s3")
 E2E_VARIANTS = ("none", "sync-local", "async-local")
+#: Seconds between the sync before a measured save and the save.
+PAUSE_S = 0.5
 NOT_BUILT = "n/a (not built)"
 #: The issue's goals: ratios of blocked time, extra RSS over state size, e2e overhead in %.
 GOAL_ASYNC_VS_SAVE, GOAL_ASYNC_VS_CLEARML, GOAL_SYNC_VS_FSYNC, GOAL_RSS, GOAL_E2E = 0.35, 0.3, 1.2, 1.1, 3.5
@@ -262,8 +265,10 @@ def trim_heap() -> None:
         ctypes.CDLL("libc.so.6").malloc_trim(0)
 
 
-def measure_one(variant: str, size_mib: int, work: Path, bucket: str | None, warmup: int) -> dict[str, Any]:
-    """One save of ``variant`` at ``size_mib``: blocked and durable seconds, extra peak RSS."""
+def measure_one(
+    variant: str, size_mib: int, work: Path, bucket: str | None, warmup: int, measure: int
+) -> dict[str, Any]:
+    """``measure`` saves of ``variant`` at ``size_mib``: median blocked and durable seconds, extra peak RSS."""
     import gc
 
     model = Blob(size_mib * MiB)
@@ -282,12 +287,16 @@ def measure_one(variant: str, size_mib: int, work: Path, bucket: str | None, war
         # In training the previous checkpoint was written back long before the next save (an
         # epoch apart); without this, savers that keep it (torch.save to a new file) would pay for
         # its writeback and savers that delete it first (DiskSaver's remove) would not.
-        os.sync()
-        t0 = time.perf_counter()
-        run.save()
-        t1 = time.perf_counter()
-        run.settle()
-        t2 = time.perf_counter()
+        blocked, durable = [], []
+        for _ in range(measure):
+            os.sync()
+            time.sleep(PAUSE_S)  # a moment for writeback the sync started (an epoch apart in training)
+            t0 = time.perf_counter()
+            run.save()
+            t1 = time.perf_counter()
+            run.settle()
+            blocked.append(t1 - t0)
+            durable.append(time.perf_counter() - t0)
         after = peak_rss_bytes()
         run.check()
     finally:
@@ -296,8 +305,9 @@ def measure_one(variant: str, size_mib: int, work: Path, bucket: str | None, war
         "variant": variant,
         "size_mib": size_mib,
         "state_bytes": state_bytes,
-        "blocked_s": t1 - t0,
-        "durable_s": t2 - t0,
+        "blocked_s": statistics.median(blocked),
+        "durable_s": statistics.median(durable),
+        "blocked_all_s": blocked,
         "extra_rss_x": (after - before) / state_bytes,
         "rss_before_mib": before / MiB,
         "peak_reset": reset,  # False: "before" is a high-water mark that may include set-up's peak
@@ -547,7 +557,7 @@ def run_saves(args: argparse.Namespace, variants: list[str], work: Path) -> dict
         for round_ in range(args.rounds):
             for size in args.sizes:
                 for variant in rotated(runnable, round_):
-                    one = ["--one", variant, str(size), "--warmup", str(args.warmup)]
+                    one = ["--one", variant, str(size), "--warmup", str(args.warmup), "--measure", str(args.measure)]
                     if bucket and variant.endswith("-s3"):
                         one += ["--bucket", bucket]
                     tag = f"r{round_}-{size}-{variant.replace('+', '_').replace('.', '_')}"
@@ -643,13 +653,14 @@ def main() -> None:
     parser.add_argument("--sizes", type=int, nargs="*", default=[64, 256, 1024], help="state sizes in MiB")
     parser.add_argument("--rounds", type=int, default=3, help="interleaved rounds (median reported)")
     parser.add_argument("--variants", nargs="+", default=list(VARIANTS), choices=VARIANTS)
-    parser.add_argument("--warmup", type=int, default=1, help="saves made and settled before the measured one")
+    parser.add_argument("--warmup", type=int, default=1, help="saves made and settled before the measured ones")
+    parser.add_argument("--measure", type=int, default=3, help="measured saves per process (their median is one run)")
     parser.add_argument("--tmpdir", default=None, help="folder for the local variants (default: system temp)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds one subprocess may take")
     parser.add_argument("--e2e", action="store_true", help="also measure the end-to-end training overhead")
-    parser.add_argument("--e2e-epochs", type=int, default=10)
-    parser.add_argument("--e2e-samples", type=int, default=4096, help="synthetic samples per epoch (batch 256)")
-    parser.add_argument("--e2e-hidden", type=int, default=512, help="hidden width of the MLP (2 hidden layers)")
+    parser.add_argument("--e2e-epochs", type=int, default=5)
+    parser.add_argument("--e2e-samples", type=int, default=32768, help="synthetic samples per epoch (batch 256)")
+    parser.add_argument("--e2e-hidden", type=int, default=1024, help="hidden width of the MLP (2 hidden layers)")
     # The subprocess modes (internal).
     parser.add_argument("--one", nargs=2, metavar=("VARIANT", "SIZE"), help=argparse.SUPPRESS)
     parser.add_argument("--one-e2e", metavar="VARIANT", help=argparse.SUPPRESS)
@@ -658,7 +669,8 @@ def main() -> None:
     args = parser.parse_args()
 
     if args.one:
-        print(json.dumps(measure_one(args.one[0], int(args.one[1]), Path(args.workdir), args.bucket, args.warmup)))
+        result = measure_one(args.one[0], int(args.one[1]), Path(args.workdir), args.bucket, args.warmup, args.measure)
+        print(json.dumps(result))
         return
     if args.one_e2e:
         work = Path(args.workdir)
@@ -683,6 +695,7 @@ def main() -> None:
             "command": " ".join(["python", "benchmarks/bench_save.py", *sys.argv[1:]]),
             "rounds": args.rounds,
             "warmup": args.warmup,
+            "measure": args.measure,
             "machine": machine(work),
             "skipped": skipped,
             "results": {},

@@ -33,10 +33,12 @@ pytestmark = pytest.mark.ceph
 T = 6.0
 MARGIN = 4.0
 N_SAVED = 2
+#: The streaming writer's part size here: a 20 MiB save is three parts, so outages hit multipart uploads.
+PART = 8 * 1024 * 1024
 
 
 def big_model() -> torch.nn.Module:
-    """About 20 MiB of weights: every save is a streamed multipart upload (8 MiB parts)."""
+    """About 20 MiB of weights: with ``PART``-sized parts every save is a streamed multipart upload."""
     torch.manual_seed(0)
     return torch.nn.Linear(1024, 5120)
 
@@ -46,7 +48,15 @@ class Training:
 
     def __init__(self, output_uri: str, registry: str, *, timeout: float = T, **saver_options: Any) -> None:
         self.net = big_model()
-        self.saver = TrackerSaver(output_uri, project="p", run="r", registry=registry, timeout=timeout, **saver_options)
+        self.saver = TrackerSaver(
+            output_uri,
+            project="p",
+            run="r",
+            registry=registry,
+            timeout=timeout,
+            storage_options={"writer_part_size": PART},
+            **saver_options,
+        )
         self.step = 0
         self.blocks: list[tuple[int, float]] = []  # (step, seconds the training thread spent in the save)
         self.handler = Checkpoint(

@@ -275,6 +275,7 @@ def test_gateway_dying_mid_multipart_upload_keeps_the_previous_object(
         multipart_threshold=8 * MiB,
         multipart_chunksize=8 * MiB,
         max_concurrency=4,
+        writer_part_size=8 * MiB,
         max_attempts=2,
         connect_timeout=2,
     )

@@ -6,7 +6,6 @@ import hashlib
 import io
 import os
 import re
-import threading
 from pathlib import Path
 
 import pytest
@@ -19,10 +18,9 @@ boto3 = pytest.importorskip("boto3")
 
 from tracker_saver.storage.s3 import KNOWN_OPTIONS, S3Storage  # noqa: E402  (needs boto3)
 from tracker_saver.storage.s3 import options as options_mod  # noqa: E402
-from tracker_saver.storage.s3 import pipe as pipe_mod  # noqa: E402
 from tracker_saver.storage.s3 import progress as progress_mod  # noqa: E402
 from tracker_saver.storage.s3 import storage as storage_mod  # noqa: E402
-from tracker_saver.storage.s3.pipe import Pipe  # noqa: E402
+from tracker_saver.storage.s3.parts import Segments  # noqa: E402
 from tracker_saver.storage.s3.progress import Progress  # noqa: E402
 
 MiB = 1024 * 1024
@@ -211,31 +209,19 @@ def test_endpoint_comes_from_aws_endpoint_url_unless_given(offline_env, monkeypa
 # ------------------------------------------------------------------ pieces (no server)
 
 
-def test_pipe_reads_exactly_the_requested_size_until_the_end() -> None:
-    pipe = Pipe(limit=64)
-    got: list[bytes] = []
-    reader = threading.Thread(target=lambda: got.extend(iter(lambda: pipe.read(10), b"")))
-    reader.start()
-    for piece in (b"abc", b"defghijklmnopq", memoryview(b"r" * 30)):
-        pipe.write(piece)
-    pipe.close()
-    reader.join(5)
-    assert [len(g) for g in got] == [10, 10, 10, 10, 7]
-    assert b"".join(got) == b"abcdefghijklmnopq" + b"r" * 30
-
-
-def test_pipe_abort_makes_the_reader_raise_and_fail_makes_the_writer_raise(monkeypatch) -> None:
-    monkeypatch.setattr(pipe_mod, "BLOCK_BYTES", 4)
-    pipe = Pipe(limit=4)
-    pipe.abort()
-    with pytest.raises(pipe_mod.UploadAborted):
-        pipe.read(1)
-    pipe = Pipe(limit=4)
-    pipe.write(b"1234")  # fills the pipe
-    boom = StorageError("upload failed", key="k")
-    threading.Timer(0.05, pipe.fail, args=(boom,)).start()
-    with pytest.raises(StorageError, match="upload failed"):
-        pipe.write(b"5678")  # blocked on the full pipe until the uploader fails
+def test_a_part_body_reads_at_most_what_is_asked_and_seeks_back_for_a_retry() -> None:
+    # botocore reads a body once to sign it (1 MiB reads), then again to send it (16 KiB reads),
+    # and seeks to 0 to retry: every pass must see the same bytes, in order, none copied twice.
+    pieces = [memoryview(b"abc"), memoryview(b""), memoryview(b"defghijklmnopq"), memoryview(b"r" * 30)]
+    body = Segments(pieces)
+    assert len(body) == 47
+    got = list(iter(lambda: body.read(10), b""))
+    assert [len(g) for g in got] == [3, 10, 4, 10, 10, 10]  # never past a segment, never more than asked
+    assert b"".join(bytes(g) for g in got) == b"abcdefghijklmnopq" + b"r" * 30
+    assert body.tell() == 47 and body.read(10) == b""
+    assert body.seek(0) == 0 and bytes(body.read()) == b"abc"
+    assert body.seek(-5, 2) == 42 and bytes(body.read(100)) == b"r" * 5
+    assert body.seek(5) == 5 and bytes(body.read(3)) == b"fgh"
 
 
 def test_progress_bar_only_when_asked_or_on_a_terminal(monkeypatch, capsys) -> None:
@@ -285,7 +271,9 @@ def test_explicit_keys_work_without_any_environment(s3_bucket, ceph_s3, offline_
 def test_a_large_object_goes_up_in_parts_and_leaves_no_multipart_upload(
     how, s3_output_uri, ceph_s3, s3_bucket, tmp_path
 ) -> None:
-    store = open_storage(s3_output_uri, multipart_threshold=8 * MiB, multipart_chunksize=8 * MiB)
+    store = open_storage(
+        s3_output_uri, multipart_threshold=8 * MiB, multipart_chunksize=8 * MiB, writer_part_size=8 * MiB
+    )
     data = os.urandom(20 * MiB)
     if how == "put_file":
         (tmp_path / "ckpt.pt").write_bytes(data)
@@ -306,7 +294,7 @@ def test_a_large_object_goes_up_in_parts_and_leaves_no_multipart_upload(
 
 @pytest.mark.ceph
 def test_a_writer_failing_in_the_middle_of_a_multipart_upload_aborts_it(s3_output_uri, ceph_s3, s3_bucket) -> None:
-    store = open_storage(s3_output_uri, multipart_threshold=8 * MiB, multipart_chunksize=8 * MiB)
+    store = open_storage(s3_output_uri, writer_part_size=8 * MiB)
     store.put_stream("p/r/s.slot0.pt", io.BytesIO(b"previous"))
 
     class Interrupted(Exception):
@@ -327,7 +315,7 @@ def test_a_checkpoint_through_the_pipeline_writer_keeps_its_sha256(s3_output_uri
     torch = pytest.importorskip("torch")
     from tracker_saver.pipeline import HashingWriter
 
-    store = open_storage(s3_output_uri, multipart_threshold=8 * MiB, multipart_chunksize=8 * MiB)
+    store = open_storage(s3_output_uri, writer_part_size=8 * MiB)
     state = {"w": torch.arange(6 * MiB, dtype=torch.float32), "step": 3}
     with store.writer("p/r/model.slot0.pt") as target:
         hashing = HashingWriter(target)
@@ -337,6 +325,47 @@ def test_a_checkpoint_through_the_pipeline_writer_keeps_its_sha256(s3_output_uri
         data = f.read()
     assert hashlib.sha256(data).hexdigest() == hashing.sha256
     assert torch.equal(torch.load(io.BytesIO(data))["w"], state["w"])
+
+
+@pytest.mark.ceph
+@pytest.mark.parametrize("stable", [True, False], ids=["stable-memory", "copied"])
+def test_the_writer_sends_stable_tensor_memory_without_copying_and_bounds_its_copies(
+    s3_output_uri, ceph_s3, s3_bucket, stable
+) -> None:
+    """A checkpoint's CPU storages go up from where they are; other bytes are copied, at most
+    ``writer_concurrency + 1`` parts of them at once. Either way the object is torch.save's bytes."""
+    import tracemalloc
+
+    torch = pytest.importorskip("torch")
+    from tracker_saver.memory import StableMemory
+    from tracker_saver.pipeline import HashingWriter
+
+    part, concurrency = 8 * MiB, 2
+    store = open_storage(s3_output_uri, writer_part_size=part, writer_concurrency=concurrency)
+    state = {f"w{i}": torch.full((5 * MiB // 4,), float(i)) for i in range(8)}  # 40 MiB and headers: 6 parts
+    memory = StableMemory.of(state) if stable else None
+    tracemalloc.start()
+    try:
+        with store.writer("p/r/model.slot0.pt", stable=memory) as target:
+            hashing = HashingWriter(target, stable=memory)
+            torch.save(state, hashing)
+        _, peak = tracemalloc.get_traced_memory()
+    finally:
+        tracemalloc.stop()
+    if stable:
+        assert peak < 2 * MiB, f"{peak / MiB:.1f} MiB copied"
+    else:
+        assert 2 * part <= peak <= (concurrency + 1) * part + 2 * MiB, f"{peak / MiB:.1f} MiB copied"
+    head = ceph_s3.client().head_object(Bucket=s3_bucket, Key=f"{store.prefix}/p/r/model.slot0.pt")
+    assert head["ETag"].strip('"').endswith(f"-{-(-hashing.size // part)}")
+    reference = io.BytesIO()
+    torch.save(state, HashingWriter(reference))  # the same stream layout: not seekable, nameless
+    with store.get("p/r/model.slot0.pt") as f:
+        data = f.read()
+    assert data == reference.getvalue() and hashlib.sha256(data).hexdigest() == hashing.sha256
+    loaded = torch.load(io.BytesIO(data))
+    assert all(torch.equal(loaded[k], v) for k, v in state.items())
+    assert store.staged() == []
 
 
 @pytest.mark.ceph

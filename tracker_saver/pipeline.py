@@ -33,6 +33,7 @@ from tracker_saver.errors import (
     StreamBusyError,
     TrackerSaverError,
 )
+from tracker_saver.memory import StableMemory
 from tracker_saver.naming import key_ext, key_segment, run_prefix, slot_key
 from tracker_saver.records import LOADABLE, Record, RecordState, StreamId, UploadInfo
 from tracker_saver.recovery import Action, recover_slot, recover_stream
@@ -40,7 +41,7 @@ from tracker_saver.registry.base import Query, Registry, stream_query
 from tracker_saver.slots import Choice, SlotAllocator
 from tracker_saver.storage.base import Storage
 
-__all__ = ["HashingWriter", "Pipeline", "cpu_only", "is_writing", "kept_filenames", "writing"]
+__all__ = ["HashingWriter", "Pipeline", "is_writing", "kept_filenames", "writing"]
 
 log = logging.getLogger(__name__)
 
@@ -80,26 +81,26 @@ _hasher = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefi
 class HashingWriter:
     """A write-only file that hashes and counts what passes through to ``target``.
 
-    Large writes are hashed on a second thread while ``target`` writes them. By default each
-    ``write`` waits for its hash before returning, as the caller may free its buffer then.
-    With ``defer=True`` it does not (``sha256`` waits instead), so the hash also overlaps
-    whatever the caller does next; only for a caller whose large buffers outlive the writer:
-    ``torch.save`` of CPU tensors passes their storages, which the checkpoint keeps alive.
-    Small writes are copied before they are queued.
+    Large writes are hashed on a second thread while ``target`` writes them. A write of
+    ``stable`` memory (a checkpoint's CPU tensor storage, see :class:`StableMemory`) returns
+    without waiting for its hash (``sha256`` waits instead), so the hash also overlaps whatever
+    the caller does next; any other large write waits for its hash before it returns, as the
+    caller may reuse the buffer then. Small writes are hashed inline, or copied and queued
+    behind a pending hash.
 
     It has no ``name`` attribute on purpose: ClearML's ``torch.save`` binding registers only
     files it can name, so our writes never become a second, untracked upload.
 
     Examples:
         >>> import io
-        >>> writer = HashingWriter(io.BytesIO(), defer=True)
+        >>> writer = HashingWriter(io.BytesIO())
         >>> writer.write(b"abc"), writer.sha256[:12]
         (3, 'ba7816bf8f01')
     """
 
-    def __init__(self, target: BinaryIO | None = None, *, defer: bool = False) -> None:
+    def __init__(self, target: BinaryIO | None = None, *, stable: StableMemory | None = None) -> None:
         self.target = target
-        self.defer = defer
+        self.stable = stable if stable is not None else StableMemory()
         self._sha = hashlib.sha256()
         self._hashing: list[concurrent.futures.Future[None]] = []
         self.size = 0
@@ -109,7 +110,8 @@ class HashingWriter:
         view = memoryview(data)
         assert self.target is not None
         large = view.nbytes >= PARALLEL_HASH_BYTES
-        queued = (self.defer or large) and self._queue_hash(view if large else bytes(view))
+        queued = (large or bool(self._hashing)) and self._queue_hash(view if large else bytes(view))
+        wait = queued and large and view not in self.stable
         if not queued:
             self._wait()  # an earlier write's hash comes first
             self._sha.update(view)
@@ -119,7 +121,7 @@ class HashingWriter:
             self.error = exc  # torch may rewrap it; keep the original for the error message
             raise
         finally:
-            if queued and not self.defer:
+            if wait:
                 self._wait()
         self.size += view.nbytes
         return view.nbytes
@@ -147,22 +149,6 @@ class HashingWriter:
         """The hex digest of everything written so far (waits for pending hashes)."""
         self._wait()
         return self._sha.hexdigest()
-
-
-def cpu_only(checkpoint: object) -> bool:
-    """Whether every tensor in ``checkpoint`` (dicts, lists, tuples) is on the CPU.
-
-    Examples:
-        >>> cpu_only({"model": {"w": torch.zeros(2)}, "epoch": 3})
-        True
-    """
-    if isinstance(checkpoint, torch.Tensor):
-        return checkpoint.device.type == "cpu"
-    if isinstance(checkpoint, Mapping):
-        return all(cpu_only(v) for v in checkpoint.values())
-    if isinstance(checkpoint, (list, tuple)):
-        return all(cpu_only(v) for v in checkpoint)
-    return True
 
 
 def kept_filenames(checkpoint: Mapping[str, Any]) -> list[str]:
@@ -287,8 +273,9 @@ class Pipeline:
             self.slots.abandon(stream, choice)
             raise
         staged = False
-        # CPU tensors' storages outlive torch.save's writes: their hash may trail them.
-        writer = HashingWriter(defer=cpu_only(checkpoint))
+        # CPU tensors' storages outlive torch.save's writes: their hash and upload may trail them.
+        stable = StableMemory.of(checkpoint)
+        writer = HashingWriter(stable=stable)
 
         def before_commit() -> None:  # DESIGN step 6, right before the storage commit point
             nonlocal staged
@@ -297,7 +284,7 @@ class Pipeline:
             staged = True
 
         try:
-            self._write(checkpoint, info.key, writer, before_commit)
+            self._write(checkpoint, info.key, writer, before_commit, stable)
         except BaseException as exc:
             self._undo(stream, choice, record, staged, exc)
             raise
@@ -341,10 +328,15 @@ class Pipeline:
             log.warning("could not settle the records of %s after a failed save", stream.label, exc_info=True)
 
     def _write(
-        self, checkpoint: Mapping[str, Any], key: str, writer: HashingWriter, before_commit: Callable[[], None]
+        self,
+        checkpoint: Mapping[str, Any],
+        key: str,
+        writer: HashingWriter,
+        before_commit: Callable[[], None],
+        stable: StableMemory,
     ) -> None:
         try:
-            with self.storage.writer(key, before_commit=before_commit) as target:
+            with self.storage.writer(key, before_commit=before_commit, stable=stable) as target:
                 writer.target = target
                 with writing():
                     torch.save(checkpoint, writer)  # type: ignore[arg-type]

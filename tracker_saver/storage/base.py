@@ -9,9 +9,12 @@ import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from tracker_saver.naming import check_key
+
+if TYPE_CHECKING:
+    from tracker_saver.memory import StableMemory
 
 __all__ = ["ObjectStat", "Staged", "Storage", "sha256_of"]
 
@@ -89,12 +92,16 @@ class Storage(ABC):
         """Raise a clear error now if the root cannot be written (default: nothing to check)."""
 
     @contextlib.contextmanager
-    def writer(self, key: str, *, before_commit: Callable[[], None] | None = None) -> Iterator[BinaryIO]:
+    def writer(
+        self, key: str, *, before_commit: Callable[[], None] | None = None, stable: StableMemory | None = None
+    ) -> Iterator[BinaryIO]:
         """Yield a binary file; on a clean exit its bytes replace ``key`` atomically.
 
         ``before_commit`` runs once every byte is written and staged, right before the commit
         point (the rename, the PUT or the CompleteMultipartUpload); if it raises, nothing is
-        committed. On an exception the previous object stays intact.
+        committed. On an exception the previous object stays intact. ``stable`` is memory the
+        caller leaves unchanged until the writer exits: a backend may send writes of it later
+        instead of copying them (this default copies everything).
         """
         check_key(key)
         with tempfile.SpooledTemporaryFile(max_size=self.spool_bytes) as spool:

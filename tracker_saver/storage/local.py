@@ -10,11 +10,14 @@ import tempfile
 from collections.abc import Callable, Iterator
 from glob import escape as glob_escape
 from pathlib import Path
-from typing import BinaryIO
+from typing import TYPE_CHECKING, BinaryIO
 
 from tracker_saver.errors import ConfigError, StorageError
 from tracker_saver.naming import check_key
 from tracker_saver.storage.base import ObjectStat, Staged, Storage
+
+if TYPE_CHECKING:
+    from tracker_saver.memory import StableMemory
 
 __all__ = ["LocalStorage"]
 
@@ -77,8 +80,10 @@ class LocalStorage(Storage):
         return self.root / check_key(key)
 
     @contextlib.contextmanager
-    def writer(self, key: str, *, before_commit: Callable[[], None] | None = None) -> Iterator[BinaryIO]:
-        path = self._path(key)
+    def writer(
+        self, key: str, *, before_commit: Callable[[], None] | None = None, stable: StableMemory | None = None
+    ) -> Iterator[BinaryIO]:
+        path = self._path(key)  # every write goes to the file at once: ``stable`` changes nothing
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TEMP_PREFIX + path.name + ".")

@@ -4,7 +4,7 @@
 #   storage.py   S3Storage, the Storage seam on S3
 #   options.py   check the options; build the boto3 session, client and TransferConfig
 #   errors.py    the one boundary where botocore/boto3/s3transfer errors become ours; redaction
-#   pipe.py      the bounded pipe and upload thread behind the streaming writer
+#   parts.py     the streaming writer: parts uploaded in parallel while torch.save writes
 #   uploads.py   open multipart uploads (to abort) and commit hooks, through botocore events
 #   progress.py  the tqdm bar for large transfers
 # Importing this package needs boto3: open_storage turns that ModuleNotFoundError into an install hint.
@@ -12,7 +12,7 @@
 from __future__ import annotations
 
 # Re-exported (``X as X``) for code that imported them from the single module this package
-# replaced. Tunables that tests patch (LIST_PAGE_SIZE, PROGRESS_BYTES, BLOCK_BYTES) are not:
+# replaced. Tunables that tests patch (LIST_PAGE_SIZE, PROGRESS_BYTES, KEEP_BYTES) are not:
 # patch them in the module that uses them.
 from tracker_saver.storage.s3.options import (
     DEFAULT_MAX_CONCURRENCY as DEFAULT_MAX_CONCURRENCY,

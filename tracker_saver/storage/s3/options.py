@@ -29,6 +29,8 @@ __all__ = [
     "DEFAULT_MAX_CONCURRENCY",
     "DEFAULT_MULTIPART_CHUNKSIZE",
     "DEFAULT_MULTIPART_THRESHOLD",
+    "DEFAULT_WRITER_CONCURRENCY",
+    "DEFAULT_WRITER_PART_SIZE",
     "MiB",
     "S3Options",
     "attempts_for",
@@ -53,6 +55,13 @@ DEFAULT_MULTIPART_THRESHOLD = 8 * MiB
 DEFAULT_MULTIPART_CHUNKSIZE = 8 * MiB
 #: Parts in flight at once, per transfer.
 DEFAULT_MAX_CONCURRENCY = 10
+# The streaming writer's own (storage/s3/parts.py): measured against upload_file on the saver's
+# real path (docs/s3.md, "How the writer uploads"); it sends tensor memory without copying it, so
+# larger parts cost no memory there.
+#: Part size of the streaming writer; less than one part in all is one PUT.
+DEFAULT_WRITER_PART_SIZE = 32 * MiB
+#: Parts of the streaming writer in flight at once.
+DEFAULT_WRITER_CONCURRENCY = 4
 
 _BUCKET = re.compile(r"[A-Za-z0-9][A-Za-z0-9._-]{0,254}")
 _ADDRESSING_STYLES = ("auto", "path", "virtual")
@@ -169,6 +178,8 @@ class S3Options:
     multipart_threshold: int
     multipart_chunksize: int
     max_concurrency: int
+    writer_part_size: int
+    writer_concurrency: int
     retry_mode: str | None
     max_attempts: int | None
     connect_timeout: float | None
@@ -192,6 +203,8 @@ def check_options(
     multipart_threshold: object,
     multipart_chunksize: object,
     max_concurrency: object,
+    writer_part_size: object,
+    writer_concurrency: object,
     retry_mode: object,
     max_attempts: object,
     connect_timeout: object,
@@ -207,7 +220,8 @@ def check_options(
     Examples:
         >>> values = dict.fromkeys(option_names(check_options))
         >>> values.update(multipart_threshold=1, multipart_chunksize=8 << 20, max_concurrency=10,
-        ...               spool_bytes=0, stream_writes=True, retry_mode="legacy")
+        ...               writer_part_size=32 << 20, writer_concurrency=4, spool_bytes=0,
+        ...               stream_writes=True, retry_mode="legacy")
         >>> check_options(**values)
         Traceback (most recent call last):
         ...
@@ -239,6 +253,8 @@ def check_options(
     threshold = _check_int("multipart_threshold", multipart_threshold, 1)
     chunksize = _check_int("multipart_chunksize", multipart_chunksize, 5 * MiB, 5 * 1024 * MiB)
     concurrency = _check_int("max_concurrency", max_concurrency, 1, 1000)
+    part_size = _check_int("writer_part_size", writer_part_size, 5 * MiB, 5 * 1024 * MiB)
+    writers = _check_int("writer_concurrency", writer_concurrency, 1, 100)
     retries = _check_choice("retry_mode", retry_mode, _RETRY_MODES)
     attempts = None if max_attempts is None else _check_int("max_attempts", max_attempts, 1, 100)
     connect = _check_seconds("connect_timeout", connect_timeout)
@@ -263,6 +279,8 @@ def check_options(
         multipart_threshold=threshold,
         multipart_chunksize=chunksize,
         max_concurrency=concurrency,
+        writer_part_size=part_size,
+        writer_concurrency=writers,
         retry_mode=retries,
         max_attempts=attempts,
         connect_timeout=connect,

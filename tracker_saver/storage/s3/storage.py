@@ -7,7 +7,7 @@ import logging
 import os
 import tempfile
 from collections.abc import Callable, Iterator
-from typing import Any, BinaryIO
+from typing import TYPE_CHECKING, Any, BinaryIO
 
 import botocore.exceptions
 
@@ -21,6 +21,8 @@ from tracker_saver.storage.s3.options import (
     DEFAULT_MAX_CONCURRENCY,
     DEFAULT_MULTIPART_CHUNKSIZE,
     DEFAULT_MULTIPART_THRESHOLD,
+    DEFAULT_WRITER_CONCURRENCY,
+    DEFAULT_WRITER_PART_SIZE,
     check_options,
     connect,
     option_names,
@@ -28,10 +30,13 @@ from tracker_saver.storage.s3.options import (
     refuse_unknown,
     transfer_config,
 )
-from tracker_saver.storage.s3.pipe import streamed
+from tracker_saver.storage.s3.parts import PartWriter
 from tracker_saver.storage.s3.progress import Progress
 from tracker_saver.storage.s3.uploads import UploadTracker
 from tracker_saver.storage.s3.watch import watch
+
+if TYPE_CHECKING:
+    from tracker_saver.memory import StableMemory
 
 __all__ = ["KNOWN_OPTIONS", "LIST_PAGE_SIZE", "PROBE_NAME", "S3Storage"]
 
@@ -65,9 +70,14 @@ class S3Storage(Storage):
             ``"path"`` for any endpoint that is not AWS, botocore's choice on AWS.
         aws_access_key_id, aws_secret_access_key, aws_session_token: explicit credentials;
             default: boto3's credential chain (environment, profile, instance role).
-        multipart_threshold: objects of at least this many bytes go up as a multipart upload.
-        multipart_chunksize: part size in bytes (5 MiB to 5 GiB).
-        max_concurrency: parts in flight per transfer.
+        multipart_threshold: ``put_file``/``put_stream``: objects of at least this many bytes go up
+            as a multipart upload (boto3's default, 8 MiB).
+        multipart_chunksize: ``put_file``/``put_stream``: part size in bytes (5 MiB to 5 GiB;
+            boto3's default, 8 MiB).
+        max_concurrency: ``put_file``/``put_stream``: parts in flight (boto3's default, 10).
+        writer_part_size: the streaming ``writer``'s part size (5 MiB to 5 GiB; default 32 MiB);
+            a checkpoint smaller than one part goes up as one PUT.
+        writer_concurrency: the streaming ``writer``'s parts in flight (default 4).
         retry_mode: botocore's ``"standard"`` (default) or ``"adaptive"``.
         timeout: seconds a call may wait on an endpoint that stopped answering (refused,
             frozen or 5xx) before it raises ``StorageError``; default 60. Retries stop once
@@ -82,7 +92,7 @@ class S3Storage(Storage):
             Our own sha256, verified on every load, makes botocore's CRC32 redundant CPU work.
         spool_bytes: ``get`` keeps a downloaded object in memory up to this size, then spills
             it to a temp file; with ``stream_writes=False`` the same holds for ``writer``.
-        stream_writes: ``writer`` streams to S3 while the caller writes (default), instead
+        stream_writes: ``writer`` uploads parts while the caller writes (default), instead
             of spooling the whole object first.
         progress: show a tqdm bar for transfers of at least 64 MiB: ``None`` (default) when
             stderr is a terminal, ``True`` always, ``False`` never.
@@ -116,6 +126,8 @@ class S3Storage(Storage):
         multipart_threshold: int = DEFAULT_MULTIPART_THRESHOLD,
         multipart_chunksize: int = DEFAULT_MULTIPART_CHUNKSIZE,
         max_concurrency: int = DEFAULT_MAX_CONCURRENCY,
+        writer_part_size: int = DEFAULT_WRITER_PART_SIZE,
+        writer_concurrency: int = DEFAULT_WRITER_CONCURRENCY,
         retry_mode: str | None = None,
         max_attempts: int | None = None,
         connect_timeout: float | None = None,
@@ -141,6 +153,8 @@ class S3Storage(Storage):
             multipart_threshold=multipart_threshold,
             multipart_chunksize=multipart_chunksize,
             max_concurrency=max_concurrency,
+            writer_part_size=writer_part_size,
+            writer_concurrency=writer_concurrency,
             retry_mode=retry_mode,
             max_attempts=max_attempts,
             connect_timeout=connect_timeout,
@@ -154,6 +168,8 @@ class S3Storage(Storage):
         self.multipart_threshold = options.multipart_threshold
         self.multipart_chunksize = options.multipart_chunksize
         self.max_concurrency = options.max_concurrency
+        self.writer_part_size = options.writer_part_size
+        self.writer_concurrency = options.writer_concurrency
         self.spool_bytes = options.spool_bytes
         self.stream_writes = options.stream_writes
         self.progress = options.progress
@@ -279,37 +295,47 @@ class S3Storage(Storage):
             progress.close()
 
     @contextlib.contextmanager
-    def writer(self, key: str, *, before_commit: Callable[[], None] | None = None) -> Iterator[BinaryIO]:
+    def writer(
+        self, key: str, *, before_commit: Callable[[], None] | None = None, stable: StableMemory | None = None
+    ) -> Iterator[BinaryIO]:
         """Yield a binary file; on a clean exit its bytes replace ``key`` atomically.
 
         ``before_commit`` runs at the commit point: right before the PUT, or the
         CompleteMultipartUpload once every part is uploaded (so after the body has returned).
 
-        With ``stream_writes`` (default) the bytes go up while they are written: an upload
-        thread reads them through a bounded pipe (at most about a dozen parts in memory, no
-        temp file), and the multipart upload is completed only on a clean exit. If the
-        body raises, the upload is aborted and the previous object stays. If the upload fails
-        first, the next write raises and the body's exception is replaced by the mapped
-        ``StorageError``.
-
-        Note:
-            The body runs on the caller's thread; the upload, and ``before_commit``, on the
-            upload thread.
+        With ``stream_writes`` (default) the bytes go up while they are written
+        (:class:`PartWriter`): each part of ``writer_part_size`` bytes is uploaded on one of
+        ``writer_concurrency`` threads, and less than one part in all is one PUT. Writes of
+        ``stable`` memory are sent without copying them. If the body raises, the multipart
+        upload is aborted and the previous object stays. If an upload fails first, the next write
+        raises, and the body's exception is replaced by the mapped ``StorageError``.
         """
-        s3_key = self._s3_key(key)
-        with self._uploads.commit_hook(s3_key, before_commit), self._writer(key) as target:
-            yield target
-
-    @contextlib.contextmanager
-    def _writer(self, key: str) -> Iterator[BinaryIO]:
         if not self.stream_writes:
-            with super().writer(key) as spool:
+            with super().writer(key, before_commit=before_commit) as spool:
                 yield spool
             return
-        # Room for what s3transfer holds in memory anyway, so the writer rarely waits on it.
-        limit = 2 * max(self.multipart_chunksize, self.multipart_threshold)
-        with streamed(lambda reader: self.put_stream(key, reader), limit=limit, name=f"s3-upload {key}") as pipe:
-            yield pipe
+        progress = Progress(f"upload {key}", None, self.progress)
+        with self._uploads.commit_hook(self._s3_key(key), before_commit), self._transfer("uploading to", key) as s3_key:
+            parts = PartWriter(
+                self._client,
+                self.bucket,
+                s3_key,
+                part_size=self.writer_part_size,
+                concurrency=self.writer_concurrency,
+                stable=stable,
+                progress=progress,
+            )
+            try:
+                yield parts  # type: ignore[misc]
+                parts.commit()
+            except BaseException:
+                failure = parts.error
+                if failure is not None:  # the body failed because an upload did (its write raised)
+                    raise failure from failure.__cause__
+                raise
+            finally:
+                parts.close()  # no part in flight may outlive the caller's memory
+                progress.close()
 
     def get(self, key: str) -> contextlib.AbstractContextManager[BinaryIO]:
         s3_key = self._s3_key(key)
