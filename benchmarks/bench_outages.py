@@ -97,7 +97,7 @@ N_SAVED = 2
 STREAMS = ("best_checkpoint", "checkpoint")
 PROJECT = "bench"
 #: S3 options: the last stream's 11 MiB checkpoints go up as 3 parts; the timeouts are the saver's.
-S3_UPLOAD = {k: v for k, v in S3_OPTIONS.items() if k.startswith(("multipart", "max_concurrency"))}
+S3_UPLOAD = {k: v for k, v in S3_OPTIONS.items() if k.startswith(("multipart", "max_concurrency", "writer_"))}
 
 
 def log(message: str) -> None:

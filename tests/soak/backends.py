@@ -35,6 +35,8 @@ S3_OPTIONS: dict[str, Any] = {
     "multipart_threshold": 5 * MiB,
     "multipart_chunksize": 5 * MiB,
     "max_concurrency": 2,
+    "writer_part_size": 5 * MiB,  # the checkpoint writer's parts: the same 3
+    "writer_concurrency": 2,
     "max_attempts": 8,
     "connect_timeout": 2,
     "read_timeout": 20,

@@ -39,7 +39,7 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Callable, Iterator
+from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 import torch
@@ -161,10 +161,10 @@ def tap_storage(storage: Storage, crash: Crash, pad_bytes: int) -> None:
     inner = storage.writer
 
     @contextlib.contextmanager
-    def writer(key: str, *, before_commit: Callable[[], None] | None = None) -> Iterator[BinaryIO]:
+    def writer(key: str, **kwargs: Any) -> Iterator[BinaryIO]:
         # about half of the checkpoint: ~2 KiB of model and trainer state, plus the last stream's pad
         half = (pad_bytes + 2000) // 2 if key.rsplit("/", 1)[-1].startswith("checkpoint.") else 1000
-        with inner(key, before_commit=before_commit) as target:
+        with inner(key, **kwargs) as target:
             yield _Tap(target, crash, half)  # type: ignore[misc]
         crash.at("commit:after")  # the rename / PUT / CompleteMultipartUpload returned
 

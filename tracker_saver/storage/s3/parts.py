@@ -24,13 +24,13 @@ KEEP_BYTES = 64 * 1024
 class Segments:
     """A read-only, seekable file over a list of memoryviews: one request body, read without copying.
 
-    ``read`` returns memoryview slices, never more than asked for; botocore reads the body once to
-    sign it and again to send it, and seeks back to the start to retry.
+    ``read`` returns memoryview slices, never more than asked for nor past a segment's end;
+    botocore reads the body once to sign it and again to send it, and seeks back to retry.
 
     Examples:
         >>> body = Segments([memoryview(b"hello "), memoryview(b"world")])
-        >>> len(body), bytes(body.read(8)), bytes(body.read())
-        (11, b'hello wo', b'rld')
+        >>> len(body), bytes(body.read(8)), bytes(body.read(2)), bytes(body.read())
+        (11, b'hello ', b'wo', b'rld')
         >>> body.seek(3), bytes(body.read(4)), bytes(body.read(4))
         (3, b'lo ', b'worl')
     """
