@@ -272,3 +272,30 @@ def test_interpreter_exit_flushes_or_gives_up_within_the_limit(local_target, han
         assert states == [] and "not durable: model_1.pt" in done.stderr, done.stderr
     else:
         assert states == [RecordState.LIVE], done.stderr
+
+
+@pytest.mark.ceph
+def test_interpreter_exit_flushes_a_multipart_upload_to_s3(s3_output_uri, tmp_path) -> None:
+    """At an atexit flush concurrent.futures takes no new work: the writer's parts still go up."""
+    from tracker_saver.storage import open_storage
+
+    body = """
+        saver = TrackerSaver(
+            out, project="p", run="r", registry=registry, async_upload=True,
+            storage_options={"writer_part_size": 5 << 20},
+        )
+        net = torch.nn.Linear(1024, 3000)  # 12 MiB: three parts
+        trainer = Engine(lambda e, b: None)
+        trainer.add_event_handler(Events.EPOCH_COMPLETED, Checkpoint({"model": net}, saver, n_saved=1))
+        trainer.run([0], max_epochs=1)
+        print("training done", flush=True)
+    """
+    registry = str(tmp_path / "registry.db")
+    done = subprocess.run(
+        [sys.executable, "-c", _script(body), s3_output_uri, registry],
+        cwd=ROOT, env=process_env(), capture_output=True, text=True, timeout=120,
+    )  # fmt: skip
+    assert done.returncode == 0 and "training done" in done.stdout, done.stderr
+    [record] = find_models(project="p", registry=registry)
+    assert record.state == RecordState.LIVE, done.stderr
+    assert open_storage(s3_output_uri).digest(record.key) == (record.size, record.sha256)

@@ -201,7 +201,15 @@ class PartWriter:
             self._slots.release()
             self._raise_failure()
         number = len(self._futures) + 1
-        self._futures.append(self._pool.submit(self._upload_part, number, segments))
+        try:
+            future = self._pool.submit(self._upload_part, number, segments)
+        except RuntimeError:  # concurrent.futures takes no new work at interpreter shutdown (an atexit flush)
+            future = concurrent.futures.Future()
+            try:
+                future.set_result(self._upload_part(number, segments))
+            except Exception as exc:  # recorded as the failure: the next write or commit raises it
+                future.set_exception(exc)
+        self._futures.append(future)
 
     def _upload_part(self, number: int, segments: list[memoryview]) -> dict[str, Any]:
         try:
