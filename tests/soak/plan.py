@@ -39,7 +39,7 @@ POINTS: dict[str, str] = {
     "create:before": "pre-upload callbacks ran; no pending record yet (before serialize)",
     "create:after": "the pending record exists; not a byte written",
     "pickle:mid": "inside torch.save's pickling, before its bytes reach the staged write",
-    "write:mid": "half of the checkpoint's bytes are in the staged write (temp file / upload pipe)",
+    "write:mid": "half of the checkpoint's bytes are in the staged write (temp file / multipart parts)",
     "upload:mid": "S3 only: a part of the multipart upload is stored, the upload is not complete",
     "stage:before": "every byte staged (temp file fsynced / parts uploaded); before the registry's stage",
     "stage:after": "digest noted and the slot's previous record evicted; before the storage commit point",
