@@ -159,6 +159,7 @@ class Worker:
         )  # fmt: skip
         ready = self._read()
         assert ready is not None and ready.get("ready"), self.stderr()
+        self.restored: dict[str, list[str]] = {s: [f for _, f in saved] for s, saved in ready["saved"].items()}
         self.last: dict[str, Any] = {}
 
     def _read(self) -> dict[str, Any] | None:

@@ -10,7 +10,8 @@ reports:
   and exactly ``min(commits, n_saved)`` while none of its saves failed or was skipped (Ignite
   counts those in ``_saved`` too, so after one it removes earlier than ``n_saved`` would) and
   no fresh ``Checkpoint`` took over its records (Ignite never tells the saver ``n_saved``, so a
-  rerun reuses the inherited slots before it adds one: never more than ``n_saved``);
+  rerun reuses the inherited slots before it adds one: never more than ``n_saved``; a restore
+  that finds nothing to restore starts a fresh ``Checkpoint`` too);
 * truth: every live record's object has its size and sha256, with or without recovery;
 * never lose the last good checkpoint: once a save of a stream committed, the stream has a
   loadable record whenever a process is running (start-up recovery included);
@@ -60,8 +61,10 @@ class SaverMachine(RuleBasedStateMachine):
     @rule(restore=st.sampled_from(["none", "resume", "ignite"]))
     def start(self, restore: str) -> None:
         self.worker = Worker(self.target, run=self.run, restore=restore, timeout=0.5)
-        if restore == "none":
-            self.inexact.update(s for s in N_SAVED if self.commits[s])
+        # A restore that put nothing back into Ignite's list (``none``, or ``ignite`` after a kill left
+        # no live ``checkpoint`` to restore from) is a fresh Checkpoint: it inherits the earlier records
+        # and reuses their slots (a same-named save replaces its slot, as DiskSaver overwrites a file).
+        self.inexact.update(s for s in N_SAVED if self.commits[s] and not self.worker.restored[s])
 
     @precondition(lambda self: self.worker is not None)
     @rule(
@@ -138,6 +141,31 @@ class SaverMachine(RuleBasedStateMachine):
             for filename in self.worker.saved(stream):
                 if self.outcome.get((stream, filename), True):
                     assert (stream, filename) in live, (stream, filename, sorted(live))
+
+
+def test_a_kill_before_any_checkpoint_commit_then_an_ignite_restore_inherits_a_same_named_record(
+    local_target: Target,
+) -> None:
+    """The sequence Hypothesis once shrank to (issue 25), replayed step by step on every run.
+
+    The kill leaves no live ``checkpoint``, so the ``ignite`` restore finds nothing and both
+    Checkpoints start fresh at epoch 0; the next ``best`` save has the very filename of the inherited
+    record, and takes its slot, as ``DiskSaver`` would overwrite the file: one object, not two.
+    """
+    SaverMachine.target = local_target
+    machine = SaverMachine()
+    try:
+        machine.start(restore="none")
+        machine.epoch(fault="kill-serialize", score=math.inf, stream="checkpoint")
+        machine.start(restore="ignite")
+        assert machine.worker is not None and machine.worker.restored == {"best_checkpoint": [], "checkpoint": []}
+        machine.epoch(fault=None, score=math.inf, stream="best_checkpoint")
+        assert local_target.counts(machine.run) == {"best_checkpoint": 1, "checkpoint": 1}
+        for check in (machine.footprint, machine.truth, machine.last_good_checkpoint,
+                      machine.ignite_keeps_only_live_records):  # fmt: skip
+            check()
+    finally:
+        machine.teardown()
 
 
 def test_random_sequences_keep_every_invariant(local_target: Target) -> None:

@@ -26,7 +26,8 @@ that stream's save in this epoch, through real mechanisms only:
 
 Each save prints ``{"call": stream, "filename": ..., "ok": bool}`` once it returns or raises,
 preceded by ``{"call": stream, "filename": ...}`` when it starts; each epoch ends with one JSON
-line: Ignite's ``_saved`` per stream and the error, if any. A killed process prints no more.
+line: Ignite's ``_saved`` per stream and the error, if any. A killed process prints no more. The
+``ready`` line also has ``saved``: what the restore put back into Ignite's lists.
 """
 
 from __future__ import annotations
@@ -198,7 +199,7 @@ def main(config: dict[str, Any]) -> None:
     trainer.add_event_handler(Events.EPOCH_COMPLETED, best)
     trainer.add_event_handler(Events.EPOCH_COMPLETED, last)
     saver.attach(trainer)  # async saving: each epoch's run ends with its saves durable
-    print(json.dumps({"ready": True, "epoch": trainer.state.epoch}), flush=True)
+    print(json.dumps({"ready": True, "epoch": trainer.state.epoch, "saved": _saved(best, last)}), flush=True)
     for line in sys.stdin:
         command = json.loads(line)
         scores.append(float(command["score"]))
@@ -211,9 +212,13 @@ def main(config: dict[str, Any]) -> None:
             trainer.state.epoch += 1  # the next line is the next epoch, as after Ignite's raise
         _fault.update(stream=None, kind=None)
         _unlock()  # async saving: the locked save has run by now (attach flushed at the end of the run)
-        saved = {"best_checkpoint": [list(i) for i in best._saved], "checkpoint": [list(i) for i in last._saved]}
-        print(json.dumps({"saved": saved, "error": error, "epoch": trainer.state.epoch}), flush=True)
+        print(json.dumps({"saved": _saved(best, last), "error": error, "epoch": trainer.state.epoch}), flush=True)
     saver.close()
+
+
+def _saved(best: Checkpoint, last: Checkpoint) -> dict[str, list[list[Any]]]:
+    """Ignite's ``_saved`` of both streams, as ``[priority, filename]`` pairs."""
+    return {"best_checkpoint": [list(i) for i in best._saved], "checkpoint": [list(i) for i in last._saved]}
 
 
 if __name__ == "__main__":
