@@ -17,8 +17,8 @@ reports:
   loadable record whenever a process is running (start-up recovery included);
 * Ignite's view: every checkpoint Ignite keeps whose save committed is live, never reused.
 
-``TRACKER_SAVER_PROPERTY_EXAMPLES`` sets the number of sequences (CI: 6; each runs a few
-processes, about 3 s apiece).
+``TRACKER_SAVER_PROPERTY_EXAMPLES`` sets the number of sequences (default 6; each runs a few
+processes, about 3 s apiece). With ``CI`` set the sequences are the same every run.
 """
 
 from __future__ import annotations
@@ -171,7 +171,10 @@ def test_a_kill_before_any_checkpoint_commit_then_an_ignite_restore_inherits_a_s
 def test_random_sequences_keep_every_invariant(local_target: Target) -> None:
     SaverMachine.target = local_target
     examples = int(os.environ.get("TRACKER_SAVER_PROPERTY_EXAMPLES", "6"))
+    # CI draws the same sequences every run, so a submission never fails by the luck of the draw;
+    # a developer's run draws new ones (and replays failures from .hypothesis/), as does the
+    # longer search in docs/fault-injection.md.
     config = settings(max_examples=examples, stateful_step_count=8, deadline=None,
-                      suppress_health_check=list(HealthCheck))  # fmt: skip
+                      derandomize=bool(os.environ.get("CI")), suppress_health_check=list(HealthCheck))  # fmt: skip
     SaverMachine.TestCase.settings = config
     SaverMachine.TestCase().runTest()
