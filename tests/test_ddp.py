@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import socket
-import time
 from datetime import timedelta
 from pathlib import Path
 from typing import Any
@@ -30,15 +29,17 @@ from tracker_saver.errors import ConfigError, RegistryError, StorageError, Track
 GROUP_TIMEOUT = timedelta(seconds=30)
 
 
-def _parallel(worker: Any, *args: Any) -> float:
-    """Run ``worker(local_rank, *args)`` on 2 gloo processes; the seconds it took."""
+def _parallel(worker: Any, *args: Any) -> None:
+    """Run ``worker(local_rank, *args)`` on 2 gloo processes.
+
+    A rank left waiting in a collective fails at ``GROUP_TIMEOUT`` with gloo's own timeout error,
+    which no test expects: that, not a wall-clock assert (flaky on a loaded machine), catches a hang.
+    """
     with socket.socket() as free:  # other tests may run a process group at the same time
         free.bind(("127.0.0.1", 0))
         port = free.getsockname()[1]
-    started = time.monotonic()
     with idist.Parallel(backend="gloo", nproc_per_node=2, master_port=port, timeout=GROUP_TIMEOUT) as parallel:
         parallel.run(worker, *args)
-    return time.monotonic() - started
 
 
 def _report(folder: str, **seen: Any) -> None:
@@ -76,7 +77,7 @@ def _train_with_rank_paths(local_rank: int, root: str) -> None:
 
 
 def test_only_the_saving_rank_writes_and_a_ddp_model_is_saved_unwrapped(tmp_path: Path) -> None:
-    took = _parallel(_train_with_rank_paths, str(tmp_path))
+    _parallel(_train_with_rank_paths, str(tmp_path))
     rank0, rank1 = _reports(tmp_path)
     assert rank0 == {"registry_opened": True, "pipeline": True}
     assert rank1 == {"registry_opened": False, "pipeline": False}
@@ -89,7 +90,6 @@ def test_only_the_saving_rank_writes_and_a_ddp_model_is_saved_unwrapped(tmp_path
     assert objects == ["model.slot0.pt", "model.slot1.pt"]  # footprint: n_saved
     state = torch.load(tmp_path / "output0" / "p" / "ddp" / "model.slot0.pt", weights_only=True)
     assert sorted(state) == ["bias", "weight"]  # unwrapped, as Ignite saves: no "module." prefix
-    assert took < 25
 
 
 # -- a failure on the saving rank reaches every rank ----------------------------------------
@@ -124,7 +124,7 @@ def _train_until_a_save_fails(local_rank: int, root: str, async_upload: bool, sa
 
 
 def test_a_failed_save_on_rank_0_raises_a_clear_error_on_every_rank(tmp_path: Path) -> None:
-    took = _parallel(_train_until_a_save_fails, str(tmp_path), False, 0)
+    _parallel(_train_until_a_save_fails, str(tmp_path), False, 0)
     rank0, rank1 = _reports(tmp_path)
     assert rank0["error"] == rank1["error"] == "CallbackError"
     assert "the upload quota is exhausted" in rank0["message"]
@@ -134,17 +134,15 @@ def test_a_failed_save_on_rank_0_raises_a_clear_error_on_every_rank(tmp_path: Pa
     assert rank0["epoch"] == rank1["epoch"] == 2
     records = find_models(project="p", run="fail", registry=str(tmp_path / "registry.db"))
     assert [r.state for r in records] == [RecordState.LIVE]  # the last good checkpoint is kept
-    assert took < 25
 
 
 def test_an_async_save_failure_on_rank_1_reaches_every_rank_at_the_flush(tmp_path: Path) -> None:
-    took = _parallel(_train_until_a_save_fails, str(tmp_path), True, 1)
+    _parallel(_train_until_a_save_fails, str(tmp_path), True, 1)
     rank0, rank1 = _reports(tmp_path)
     assert rank0["error"] == rank1["error"] == "CallbackError"
     assert rank0["message"].startswith("the background checkpoint saves failed on rank 1: CallbackError: ")
     assert "the upload quota is exhausted" in rank0["message"] and "in the background" not in rank0["message"]
     assert "the upload quota is exhausted" in rank1["message"]
-    assert took < 25
 
 
 # -- single-process checks of the distributed arguments --------------------------------------
@@ -187,7 +185,7 @@ def _train_or_resume(local_rank: int, root: str, max_epochs: int) -> None:
 
 def test_a_restart_resumes_on_both_ranks(tmp_path: Path) -> None:
     _parallel(_train_or_resume, str(tmp_path), 2)
-    took = _parallel(_train_or_resume, str(tmp_path), 4)
+    _parallel(_train_or_resume, str(tmp_path), 4)
     rank0, rank1 = _reports(tmp_path)
     assert rank0["loaded"] == rank1["loaded"] == "checkpoint_4.pt"
     assert rank0["start"] == rank1["start"] == 2
@@ -197,7 +195,6 @@ def test_a_restart_resumes_on_both_ranks(tmp_path: Path) -> None:
     live = [r.name for r in records if r.state is RecordState.LIVE]
     assert live == ["checkpoint_6.pt", "checkpoint_8.pt"]
     assert len(list((tmp_path / "output" / "p" / "resume").iterdir())) == 2  # footprint across the restart
-    assert took < 25
 
 
 def test_a_rank_that_does_not_save_never_creates_a_registry(tmp_path: Path) -> None:
