@@ -3,7 +3,7 @@
 #
 #   scripts/ceph-s3.sh install    install the Ceph packages (Debian/Ubuntu, needs root)
 #   scripts/ceph-s3.sh start      start mon + osd + radosgw, create the S3 user, print env
-#   scripts/ceph-s3.sh stop       stop all daemons and remove the state dir
+#   scripts/ceph-s3.sh stop       stop all daemons, remove the state dir and the tests' lock files
 #   scripts/ceph-s3.sh env        print the `export` lines the tests need
 #   scripts/ceph-s3.sh running    exit 0 if this state dir's gateway is up and answering
 #   scripts/ceph-s3.sh stop-rgw   stop only radosgw (tests kill the gateway mid-upload)
@@ -343,12 +343,9 @@ cmd_install() {
         log "ceph packages already installed"
         return 0
     fi >/dev/null
-    local sudo=()
-    [[ $(id -u) == 0 ]] || sudo=(sudo)
     log "installing ceph packages"
-    "${sudo[@]}" apt-get update &&
-        "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y --no-install-recommends \
-            ceph-mon ceph-osd radosgw curl uuid-runtime </dev/null >&2
+    bash "$(dirname "${BASH_SOURCE[0]}")/apt.sh" install --no-install-recommends \
+        ceph-mon ceph-osd radosgw curl uuid-runtime >&2
 }
 
 check_tools() {
@@ -402,6 +399,8 @@ cmd_stop() {
         log "keeping $DIR (CEPH_S3_KEEP=1)"
     else
         wipe_dir
+        # the test sessions' lock files beside it (tests/conftest_ceph.py): nothing is left in /tmp
+        rm -f "$DIR.lock" "$DIR.use.lock" "$DIR.gate.lock" "$DIR.started-by-pytest"
     fi
 }
 

@@ -17,8 +17,7 @@ log() { printf '%s\n' "dev.sh: $*" >&2; }
 
 setup() {
     if ! "$PYTHON" -m venv --help >/dev/null 2>&1 || ! "$PYTHON" -c 'import ensurepip' 2>/dev/null; then
-        log "installing python3-venv"
-        apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq python3-venv python3-pip >/dev/null
+        bash scripts/apt.sh install python3-venv python3-pip
     fi
     [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
     # constraints.txt pins torch to the local CPU wheel: nothing may pull a CUDA build.
@@ -30,8 +29,7 @@ test_() {
     local ceph=0
     if [ "$(id -u)" = 0 ]; then
         # The UI's browser tests drive Debian's Chromium (never a browser Playwright downloads).
-        command -v chromium >/dev/null || { log "installing chromium"; apt-get update -qq &&
-            DEBIAN_FRONTEND=noninteractive apt-get install -y -qq chromium >/dev/null; }
+        command -v chromium >/dev/null || bash scripts/apt.sh install chromium
         bash scripts/ceph-s3.sh install
         if bash scripts/ceph-s3.sh running >/dev/null 2>&1; then
             # Someone started it (a developer's shell): use it, and leave it running.
@@ -46,14 +44,17 @@ test_() {
         log "not root: Ceph RGW cannot be started; run with -m 'not ceph' (CI runs as root)"
     fi
     local status=0
-    "$VENV/bin/python" -m pytest --durations=15 "$@" || status=$?
+    # Tests wait on servers and subprocesses much of the time: WORKERS pytest-xdist processes keep
+    # both cores busy (-n 0 runs them in this process, as plain pytest does).
+    "$VENV/bin/python" -m pytest -n "${WORKERS:-3}" --durations=25 "$@" || status=$?
     [ "$ceph" = 1 ] && { bash scripts/ceph-s3.sh stop; trap - EXIT; }
     return "$status"
 }
 
 case "${1:-}" in
     setup) setup ;;
-    demo) setup; shift; "$VENV/bin/tracker-saver" demo "$@" ;;
+    # torch writes its compile cache (/tmp/torchinductor_<user>) when it imports torch._dynamo: keep it in the venv.
+    demo) setup; shift; TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$PWD/$VENV/torchinductor} "$VENV/bin/tracker-saver" demo "$@" ;;
     test) shift; test_ "$@" ;;
     *) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

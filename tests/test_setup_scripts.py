@@ -1,0 +1,91 @@
+"""The set-up scripts a new user runs first: they wait for apt's lock instead of failing.
+
+Run with the real ``apt-get`` and the real dpkg lock (root only, as CI runs): the test holds
+``/var/lib/dpkg/lock-frontend`` the way dpkg does (an fcntl lock) for a few seconds.
+"""
+
+from __future__ import annotations
+
+import fcntl
+import os
+import shutil
+import subprocess
+import threading
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.helpers import ROOT
+
+LOCK = Path("/var/lib/dpkg/lock-frontend")
+
+
+@pytest.fixture
+def apt_as_root() -> None:
+    if not (hasattr(os, "geteuid") and os.geteuid() == 0 and shutil.which("apt-get") and LOCK.exists()):
+        if os.environ.get("CI"):
+            pytest.fail("CI runs as root on Debian: apt-get and the dpkg lock must be there", pytrace=False)
+        pytest.skip("needs root and Debian's apt-get")
+
+
+def _hold_dpkg_lock(seconds: float) -> threading.Timer:
+    """Take dpkg's frontend lock now and let it go after ``seconds`` (join the timer to wait)."""
+    fd = os.open(LOCK, os.O_RDWR)
+    deadline = time.monotonic() + 120  # another test of this file, in another xdist worker, may hold it
+    while True:
+        try:
+            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            break
+        except OSError:
+            if time.monotonic() > deadline:
+                os.close(fd)
+                pytest.fail("another apt-get or dpkg held the dpkg lock for 120 s")
+            time.sleep(0.1)
+    release = threading.Timer(seconds, os.close, args=(fd,))  # closing the descriptor drops the lock
+    release.start()
+    return release
+
+
+def _apt(*args: str, wait: int) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        ["bash", str(ROOT / "scripts" / "apt.sh"), *args],
+        capture_output=True, text=True, timeout=120, env={**os.environ, "APT_LOCK_WAIT": str(wait)},
+    )  # fmt: skip
+
+
+def test_apt_get_waits_for_the_dpkg_lock_and_says_so(apt_as_root: None) -> None:
+    release = _hold_dpkg_lock(4)
+    t0 = time.monotonic()
+    # Installing a package that is installed changes nothing, but apt-get still takes the lock.
+    done = _apt("get", "install", "-y", "-qq", "coreutils", wait=60)
+    assert done.returncode == 0, done.stderr
+    assert time.monotonic() - t0 >= 3.5
+    assert "waiting for another apt-get or dpkg to finish" in done.stderr
+    release.join()
+
+
+def test_apt_get_gives_up_after_apt_lock_wait_with_the_fix(apt_as_root: None) -> None:
+    release = _hold_dpkg_lock(5)
+    done = _apt("get", "install", "-y", "coreutils", wait=2)
+    assert done.returncode == 100
+    assert "gave up after 2 s" in done.stderr and "raise APT_LOCK_WAIT" in done.stderr
+    release.join()
+
+
+def test_apt_install_of_installed_packages_needs_no_lock(apt_as_root: None) -> None:
+    release = _hold_dpkg_lock(3)
+    t0 = time.monotonic()
+    done = _apt("install", "coreutils", "bash", wait=60)
+    assert done.returncode == 0 and done.stderr == ""
+    assert time.monotonic() - t0 < 2
+    release.join()
+
+
+def test_every_set_up_script_installs_through_apt_sh() -> None:
+    for script in ("dev.sh", "ceph-s3.sh"):
+        text = (ROOT / "scripts" / script).read_text()
+        assert "apt-get" not in text.replace("apt-get or dpkg", ""), (
+            f"{script} calls apt-get without waiting for its lock"
+        )
+        assert "apt.sh" in text
