@@ -1284,6 +1284,7 @@ def main(argv: list[str] | None = None) -> None:
     ClearML SDK here. A test double: it answers the calls tracker_saver and ignite make, no more.
     """
     import argparse
+    import shutil
     import signal
     import sys
     import tempfile
@@ -1311,6 +1312,7 @@ def main(argv: list[str] | None = None) -> None:
         signal.pause()
     finally:
         server.stop()
+        shutil.rmtree(root, ignore_errors=True)  # its clearml.conf and cache: nothing is left in /tmp
 
 
 if __name__ == "__main__":

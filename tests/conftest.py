@@ -1,4 +1,7 @@
-"""Fixtures for every test: a local backend; Ceph and ClearML come from their plugin modules."""
+"""Fixtures for every test: a local backend; Ceph and ClearML come from their plugin modules.
+
+The private HOME and temporary folder of every test and doctest are in the root ``conftest.py``.
+"""
 
 from __future__ import annotations
 
@@ -9,13 +12,6 @@ import pytest
 from tests.helpers import Target
 
 pytest_plugins = ["tests.conftest_ceph", "tests.conftest_clearml", "tests.conftest_browser"]
-
-
-@pytest.fixture(autouse=True)
-def _private_home(tmp_path_factory, monkeypatch):
-    """No test may touch the developer's ~/.tracker_saver or a registry from the environment."""
-    monkeypatch.setenv("HOME", str(tmp_path_factory.mktemp("home")))
-    monkeypatch.delenv("TRACKER_SAVER_REGISTRY", raising=False)
 
 
 @pytest.fixture

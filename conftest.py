@@ -1,0 +1,37 @@
+"""Every test and doctest runs with a private HOME and a private temporary folder.
+
+A test run leaves nothing behind but pytest's own folder: ``tempfile.mkdtemp()`` in a doctest, a
+subprocess's scratch files and torch's inductor cache (``/tmp/torchinductor_<user>``, made when
+torch imports ``torch._dynamo``) all land in one folder per pytest process, removed at its end.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import tempfile
+
+import pytest
+
+_scratch: list[str] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    # pytest's own folder stays where it always is (``/tmp/pytest-of-<user>``), kept for a look.
+    os.environ.setdefault("PYTEST_DEBUG_TEMPROOT", tempfile.gettempdir())
+    scratch = tempfile.mkdtemp(prefix="tracker-saver-tests-")
+    _scratch.append(scratch)
+    os.environ["TMPDIR"] = scratch  # subprocesses inherit it
+    tempfile.tempdir = scratch
+
+
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for scratch in _scratch:
+        shutil.rmtree(scratch, ignore_errors=True)
+
+
+@pytest.fixture(autouse=True)
+def _private_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> None:
+    """No test may touch the developer's ~/.tracker_saver or a registry from the environment."""
+    monkeypatch.setenv("HOME", str(tmp_path_factory.mktemp("home")))
+    monkeypatch.delenv("TRACKER_SAVER_REGISTRY", raising=False)
