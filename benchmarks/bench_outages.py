@@ -7,9 +7,9 @@ repeats ``--outages`` outages, cycling through ``--kinds`` (and, per kind, throu
 
 * ``rgw-stopped``, ``rgw-frozen``: S3 on the Ceph RGW of ``scripts/ceph-s3.sh`` + SQLite registry;
   radosgw stopped (``stop-rgw``/``start-rgw``) or frozen (SIGSTOP/SIGCONT). Only when Ceph is up
-  (``source /tmp/ceph-env.sh``). The gateway is touched only while this process holds the pytest
-  sessions' lock (``tests/conftest_ceph.py``) exclusively; an outage that cannot get it within
-  ``--lock-wait`` seconds is skipped. radosgw is always left running and unfrozen.
+  (``eval "$(bash scripts/ceph-s3.sh start)"``). The gateway is touched only while this process
+  holds the gateway-use lock of ``tests/conftest_ceph.py`` exclusively (no test in another process
+  is using it then); an outage that cannot get it within ``--lock-wait`` seconds is skipped. radosgw is always left running and unfrozen.
 * ``clearml-stopped``, ``clearml-hanging``, ``clearml-500``, ``clearml-503``: the ClearML registry
   on the in-process stand-in (``tests/clearml_standin.py``), a local output folder. The SDK talks to
   the stand-in through a small TCP proxy here: *stopped* closes its port and every connection (the
@@ -37,7 +37,7 @@ them, its median over the calls made while the service was down); a *hang* is on
 longer than ``--timeout`` + ``--margin``, or an outage whose later save did not succeed. An outage
 in which no error reached the training thread is *silent* (DESIGN: nothing only logged).
 
-    source /tmp/ceph-env.sh   # optional: adds the rgw-* kinds
+    eval "$(bash scripts/ceph-s3.sh start)"   # optional: adds the rgw-* kinds
     python benchmarks/bench_outages.py --outages 24 --timeout 4
 
 Prints a table per kind and mode, one JSON line, then the summary line
@@ -597,7 +597,7 @@ def main(argv: list[str] | None = None, *, ceph: Any = None) -> int:
     """Run the outages, print the table, the JSON line and the summary line; the exit status.
 
     ``ceph``: the gateway (``tests.conftest_ceph.CephS3``) to use for the rgw-* kinds, as a pytest
-    session holds it; else the environment's (``source /tmp/ceph-env.sh``).
+    session holds it; else the environment's (``eval "$(bash scripts/ceph-s3.sh start)"``).
     """
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--outages", type=int, default=24, help="how many outages in all")
@@ -619,7 +619,7 @@ def main(argv: list[str] | None = None, *, ceph: Any = None) -> int:
         if unknown:
             parser.error(f"unknown kinds {unknown}: choose from {', '.join(KINDS)}")
         if not ceph_up and any(KINDS[k] == "s3" for k in kinds):
-            parser.error("the rgw-* kinds need Ceph: source /tmp/ceph-env.sh (or scripts/ceph-s3.sh start)")
+            parser.error('the rgw-* kinds need Ceph: eval "$(bash scripts/ceph-s3.sh start)"')
     else:
         kinds = [k for k in KINDS if ceph_up or KINDS[k] != "s3"]
     modes = [m.strip() for m in args.modes.split(",") if m.strip()]

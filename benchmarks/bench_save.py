@@ -49,7 +49,7 @@ Goals checked (from the async/speed issue; ``MISS`` marks a missed one):
 * e2e ``async-local``: overhead <= 3.5 % (when each upload finishes within an epoch);
 * S3 throughput (saver path >= 0.95x raw ``upload_file``) is ``benchmarks/bench_s3_upload.py``'s.
 
-Run (S3 variants only with a gateway, e.g. ``source /tmp/ceph-env.sh`` or
+Run (S3 variants only with a gateway, e.g.
 ``eval "$(scripts/ceph-s3.sh start)"``)::
 
     python benchmarks/bench_save.py --sizes 64 256 1024 --rounds 3 --e2e

@@ -10,6 +10,9 @@ Where the gateway comes from, in this order:
    up, else starts it with ``scripts/ceph-s3.sh start``. Sessions on one machine share it
    (a flock on ``<CEPH_S3_DIR>.lock``); the last session out stops a gateway that a session
    started, never one that the developer started.
+
+However it came, the tests of several processes (pytest-xdist workers, other sessions) share it:
+a test that stops radosgw waits until the others' Ceph tests are done (:class:`_GatewayUse`).
 3. Otherwise the Ceph tests are skipped, with the reason; but when ``CI`` is set they FAIL:
    CI always runs them.
 
@@ -43,6 +46,8 @@ from typing import Any
 import pytest
 
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "ceph-s3.sh"
+#: How long a test that stops the gateway waits for the Ceph tests running in other processes.
+STOP_WAIT_S = 900
 
 
 def _state_dir() -> Path:
@@ -87,6 +92,72 @@ class _SessionLock:
         os.close(self._fd)  # releases the lock
 
 
+class _GatewayUse:
+    """Which tests use the gateway right now, so that a test (or the soak) stops it only between them.
+
+    Tests run in several processes at once (pytest-xdist workers, other sessions, the soak). Each
+    Ceph test holds a shared flock on ``<state dir>.use.lock`` while it runs (:func:`pytest_runtest_protocol`);
+    a test that stops or freezes radosgw takes it exclusively for that time, waiting until the tests
+    in other processes have finished theirs. A second lock, ``<state dir>.gate.lock``, is the
+    turnstile: the stopper holds it exclusively while it waits, so new tests wait behind it instead of
+    starving it (flock(2) gives no preference to a waiting exclusive lock).
+    """
+
+    def __init__(self) -> None:
+        self._use = os.open(f"{_state_dir()}.use.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        self._gate = os.open(f"{_state_dir()}.gate.lock", os.O_RDWR | os.O_CREAT, 0o600)
+
+    def shared(self) -> None:
+        """Use the gateway (waiting while another process has it stopped); ends an exclusive hold."""
+        fcntl.flock(self._use, fcntl.LOCK_UN)  # an exclusive hold first, or a waiting stopper deadlocks
+        fcntl.flock(self._gate, fcntl.LOCK_SH)
+        fcntl.flock(self._use, fcntl.LOCK_SH)
+        fcntl.flock(self._gate, fcntl.LOCK_UN)
+
+    def release(self) -> None:
+        fcntl.flock(self._use, fcntl.LOCK_UN)
+
+    def exclusive(self, timeout: float) -> bool:
+        """Hold the gateway alone within ``timeout`` seconds; on failure, use it shared again."""
+        fcntl.flock(self._use, fcntl.LOCK_UN)  # this test's own use must not block it
+        deadline = time.monotonic() + timeout
+        for fd in (self._gate, self._use):
+            while True:
+                try:
+                    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                    break
+                except BlockingIOError:
+                    if time.monotonic() >= deadline:
+                        self.shared()
+                        return False
+                    time.sleep(0.1)
+        return True
+
+
+_gateway_use: list[_GatewayUse] = []
+
+
+def gateway_use() -> _GatewayUse:
+    """This process's :class:`_GatewayUse` (made on first use: only Ceph tests make its lock files)."""
+    if not _gateway_use:
+        _gateway_use.append(_GatewayUse())
+    return _gateway_use[0]
+
+
+@pytest.hookimpl(hookwrapper=True)
+def pytest_runtest_protocol(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """A Ceph test uses the gateway from its set-up to its teardown (module buckets included)."""
+    if item.get_closest_marker("ceph") is None:
+        yield
+        return
+    use = gateway_use()
+    use.shared()
+    try:
+        yield
+    finally:
+        use.release()
+
+
 def _parse_exports(text: str) -> dict[str, str]:
     """The ``export NAME=value`` lines printed by ``ceph-s3.sh`` (values are shell-quoted by %q)."""
     import shlex
@@ -123,7 +194,7 @@ class CephS3:
     region: str
     started_here: bool = False
     script_env: dict[str, str] = field(default_factory=dict)
-    lock: _SessionLock | None = None
+    lock: _GatewayUse | None = None
 
     def env(self) -> dict[str, str]:
         return {
@@ -207,8 +278,8 @@ class CephS3:
         """Stop radosgw inside the block; it is always running again after it."""
         if not self.can_restart:
             _unavailable("this test stops the gateway: it needs one started by scripts/ceph-s3.sh")
-        if self.lock is not None and not self.lock.exclusive():
-            _unavailable("this test stops the gateway, and another pytest session is using it")
+        if self.lock is not None and not self.lock.exclusive(timeout=STOP_WAIT_S):
+            _unavailable(f"this test stops the gateway, and tests in other processes used it for {STOP_WAIT_S} s")
         try:
             yield
         finally:
@@ -272,7 +343,7 @@ def _gateway(lock: _SessionLock) -> Iterator[CephS3]:
             access_key=os.environ["AWS_ACCESS_KEY_ID"],
             secret_key=os.environ["AWS_SECRET_ACCESS_KEY"],
             region=os.environ.get("AWS_DEFAULT_REGION", "us-east-1"),
-            lock=lock,
+            lock=gateway_use(),
         )
         lock.shared()
         if not _answers(gw.endpoint_url):
@@ -313,7 +384,7 @@ def _gateway(lock: _SessionLock) -> Iterator[CephS3]:
         region=env.get("AWS_DEFAULT_REGION", "us-east-1"),
         started_here=started_here,
         script_env=env,
-        lock=lock,
+        lock=gateway_use(),
     )
     print(
         f"\nceph_s3: gateway at {gw.endpoint_url} ({'started' if started_here else 'reused'} in {time.monotonic() - t0:.1f} s)"

@@ -283,9 +283,9 @@ class KillingStandIn(ClearMLStandIn):
 class Gateway:
     """Stops and starts the Ceph RGW of ``scripts/ceph-s3.sh`` (mon and osd keep running).
 
-    It holds the pytest sessions' shared lock (``tests/conftest_ceph.py``) exclusively while the
-    gateway is down, so it never stops a gateway another session is using: ``stop`` answers
-    ``False`` then, and the soak counts the gateway fault as skipped.
+    It holds the gateway-use lock of ``tests/conftest_ceph.py`` exclusively while the gateway is
+    down, so it never stops a gateway that tests in another process are using: when they go on
+    using it for a minute, ``stop`` answers ``False`` and the soak counts the gateway fault as skipped.
     """
 
     def __init__(self, ceph: Any) -> None:
@@ -295,7 +295,7 @@ class Gateway:
         """Stop radosgw; ``False`` (and nothing stopped) when it may not be stopped now."""
         if not self.ceph.can_restart:
             return False
-        if self.ceph.lock is not None and not self.ceph.lock.exclusive(timeout=5):
+        if self.ceph.lock is not None and not self.ceph.lock.exclusive(timeout=60):
             return False
         try:
             self.ceph.stop_rgw()
@@ -315,16 +315,16 @@ class Gateway:
 
 def ceph_from_env() -> Any:
     """The gateway the environment names (``TRACKER_SAVER_CEPH=1``, as ``scripts/ceph-s3.sh env`` exports)."""
-    from tests.conftest_ceph import CephS3, _SessionLock
+    from tests.conftest_ceph import CephS3, gateway_use
 
     missing = [n for n in ("AWS_ENDPOINT_URL", "AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY") if not os.environ.get(n)]
     if os.environ.get("TRACKER_SAVER_CEPH") != "1" or missing:
         raise SystemExit(
-            "--backend s3 needs a running Ceph RGW: source /tmp/ceph-env.sh or "
+            "--backend s3 needs a running Ceph RGW: "
             'eval "$(bash scripts/ceph-s3.sh start)" (exports AWS_ENDPOINT_URL, the keys and TRACKER_SAVER_CEPH=1)'
         )
-    lock = _SessionLock()
-    lock.shared()
+    lock = gateway_use()
+    lock.shared()  # for the whole soak: tests in other processes never stop the gateway under it
     return CephS3(
         endpoint_url=os.environ["AWS_ENDPOINT_URL"],
         access_key=os.environ["AWS_ACCESS_KEY_ID"],
