@@ -8,12 +8,14 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from tracker_saver.demo import cli_command
 
 SCRIPT = Path(sys.executable).absolute().parent / "tracker-saver"
 
 
-def test_demo_trains_and_shows_three_slot_objects_and_the_registry(tmp_path) -> None:
+def test_demo_trains_and_shows_three_slot_objects_and_the_registry(tmp_path: Path) -> None:
     # The venv is not activated, as after `bash scripts/dev.sh demo`: its bin folder is not on PATH.
     path = os.pathsep.join(p for p in os.environ["PATH"].split(os.pathsep) if Path(p) != SCRIPT.parent)
     done = subprocess.run(
@@ -35,7 +37,9 @@ def test_demo_trains_and_shows_three_slot_objects_and_the_registry(tmp_path) -> 
     assert not hint.startswith("try: tracker-saver ")  # not on PATH: the bare name is `command not found`
 
 
-def test_the_hint_names_the_script_beside_python_by_a_path_that_works_here(tmp_path, monkeypatch) -> None:
+def test_the_hint_names_the_script_beside_python_by_a_path_that_works_here(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
     bin_dir = tmp_path / "venv" / "bin"
     bin_dir.mkdir(parents=True)
     (bin_dir / "tracker-saver").write_text("#!/bin/sh\n")
@@ -51,6 +55,6 @@ def test_the_hint_names_the_script_beside_python_by_a_path_that_works_here(tmp_p
     assert cli_command() == "tracker-saver"  # activated: PATH finds that very script
 
 
-def test_without_a_script_beside_python_the_hint_is_python_m(tmp_path, monkeypatch) -> None:
+def test_without_a_script_beside_python_the_hint_is_python_m(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(sys, "executable", str(tmp_path / "odd dir" / "python3"))
     assert cli_command() == f"'{tmp_path}/odd dir/python3' -m tracker_saver"

@@ -24,6 +24,7 @@ parses with the real parser, and every ``pip install`` shown installs from the c
 from __future__ import annotations
 
 import contextlib
+import functools
 import io
 import os
 import re
@@ -168,6 +169,22 @@ def test_every_shell_block_calls_the_venvs_scripts_by_their_path() -> None:
     assert not bare, (
         "dev.sh never activates .venv, and Debian has no `python` nor sudo as root: call "
         ".venv/bin/python, .venv/bin/tracker-saver (from the clone's root):\n" + "\n".join(bare)
+    )
+
+
+def test_a_block_sources_only_files_it_writes_itself() -> None:
+    bad = []
+    for block in BLOCKS:
+        earlier = ""
+        for line in commands(block):
+            for sourced in re.findall(r"(?:^|[;&]|&&)\s*(?:source|\.)\s+(\S+)", line):
+                made_here = re.search(rf">\s*{re.escape(sourced)}(\s|$)", earlier)
+                if not made_here and sourced != ".venv/bin/activate":  # dev.sh makes that one
+                    bad.append(f"{block.where}: source {sourced}")
+            earlier += line + "\n"
+    assert not bad, (
+        "these blocks source a file that nothing on the page creates; print the environment instead, "
+        'e.g. eval "$(bash scripts/ceph-s3.sh start)":\n' + "\n".join(bad)
     )
 
 
@@ -341,7 +358,7 @@ def test_the_shell_block_runs_as_written(
         ):
             pytest.skip("the gateway of the ceph tests is not scripts/ceph-s3.sh's own: `start` would start another")
         for bucket in run.buckets:
-            request.addfinalizer(lambda bucket=bucket: _remove_bucket(ceph, bucket))
+            request.addfinalizer(functools.partial(_remove_bucket, ceph, bucket))
     home, env = sandbox(tmp_path)
     script, out = tmp_path / "block.sh", tmp_path / "output.txt"
     script.write_text(_script(block, run))

@@ -342,7 +342,9 @@ def test_patterns_that_reach_outside_root_are_refused(work, tmp_path, pattern) -
     assert not (tmp_path / "out").exists()  # refused before anything was created
 
 
-def test_roots_logs_folder_is_the_runs_logs_folder_not_logs_logs(work, train_log, tmp_path) -> None:
+def test_roots_logs_folder_is_the_runs_logs_folder_not_logs_logs(
+    work: Path, train_log: logging.Logger, tmp_path: Path
+) -> None:
     assert log_key("p", "r", "logs/train.log") == "p/r/logs/train.log" == KEY
     assert log_key("p", "r", "logs/logs/old.log") == "p/r/logs/logs/old.log"  # only root's own logs/ folder
     assert log_key("p", "r", "logs") == "p/r/logs/logs"  # a file named logs keeps its name
@@ -353,7 +355,7 @@ def test_roots_logs_folder_is_the_runs_logs_folder_not_logs_logs(work, train_log
     assert download_logs("p", "r", tmp_path / "dl", output_uri=tmp_path / "out") == [tmp_path / "dl" / "train.log"]
 
 
-def test_two_files_that_would_share_a_key_are_refused_and_neither_is_uploaded(work, tmp_path) -> None:
+def test_two_files_that_would_share_a_key_are_refused_and_neither_is_uploaded(work: Path, tmp_path: Path) -> None:
     (work / "train.log").write_text("root's\n")
     (work / "logs" / "train.log").write_text("logs/'s\n")
     uploader = LogUploader(tmp_path / "out", project="p", run="r", root=work, files=["*.log", "logs/*.log"])
