@@ -10,6 +10,7 @@ The rules, each a test below:
 * Every test a page names (``tests/test_x.py::test_y`` or a bare ``test_y``) exists.
 * The API reference documents every name of ``tracker_saver.__all__``.
 * Every ``python -m MODULE`` a page tells people to run can run as a script.
+* Every shell block runs as written, or is marked ``<!-- not-run: WHY -->``: ``tests/test_docs_shell.py``.
 """
 
 from __future__ import annotations

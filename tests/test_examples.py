@@ -1,7 +1,8 @@
 """Every script in ``examples/`` runs as a new user runs it: a subprocess in an empty folder.
 
 The list of examples is the folder listing, so a new example is run automatically; it must
-also be given its key line in ``EXAMPLES`` below (the test says so). Examples that need a
+also be given its key line in ``EXAMPLES`` below (the test says so). What each one leaves in its
+folder must be exactly what the "writes" column of ``docs/examples.md`` says. Examples that need a
 server get the same one the other tests use: the S3 one the Ceph RGW (``s3_env``), the ClearML
 one the stand-in or a live server (``clearml_server``). In CI a missing server fails the test.
 """
@@ -9,6 +10,7 @@ one the stand-in or a live server (``clearml_server``). In CI a missing server f
 from __future__ import annotations
 
 import os
+import re
 import subprocess
 import sys
 import uuid
@@ -19,6 +21,7 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDER = ROOT / "examples"
+PAGE = ROOT / "docs" / "examples.md"
 
 
 @dataclass(frozen=True)
@@ -97,11 +100,28 @@ def test_the_example_runs_on_the_cpu_and_prints_what_it_did(
     # started with it takes itself for that process's child and gets no task of its own.
     env = {k: v for k, v in os.environ.items() if not k.endswith("_PROC_MASTER_ID")}
     env["PYTHONUNBUFFERED"] = "1"
+    before: set[str] = set()  # what other examples left here first is not this one's
     for command in example.before:
         _run(command[0], command[1:], tmp_path, env)
+        if command[0] != name:
+            before = {path.name for path in tmp_path.iterdir()}
     output = _run(name, args, tmp_path, env)
     for line in example.key_lines:
         assert line in output, f"examples/{name} did not print {line!r}:\n{output[-4000:]}"
+    written = {path.name for path in tmp_path.iterdir()} - before
+    assert written == documented_writes(name), (
+        f"examples/{name} wrote {sorted(written)} in its folder; the writes column of docs/examples.md "
+        f"says {sorted(documented_writes(name))}"
+    )
+
+
+def documented_writes(name: str) -> set[str]:
+    """The top-level names that the example's row of docs/examples.md says it writes (`./x/...`)."""
+    for row in PAGE.read_text().splitlines():
+        cells = [cell.strip() for cell in row.strip().strip("|").split("|")]
+        if cells[0] == f"`examples/{name}`":
+            return {span[2:].split("/")[0] for span in re.findall(r"`(\./[^`]+)`", cells[2])}
+    raise AssertionError(f"docs/examples.md has no row for examples/{name}")
 
 
 def _remove_bucket(ceph: object, bucket: str) -> None:

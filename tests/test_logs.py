@@ -84,7 +84,7 @@ def logging_trainer(log: logging.Logger, fail_at: int | None = None) -> Engine:
     return Engine(step)
 
 
-KEY = "p/r/logs/logs/train.log"
+KEY = "p/r/logs/train.log"
 
 
 # -- periodic, changed-only and final uploads ---------------------------------------------------
@@ -144,15 +144,15 @@ def test_only_files_that_changed_are_uploaded_again(work, tmp_path) -> None:
     puts = count_puts(uploader.storage)
     uploader.upload()
     uploader.flush()
-    assert dict(puts) == {"p/r/logs/logs/a.log": 1, "p/r/logs/logs/b.log": 1}
+    assert dict(puts) == {"p/r/logs/a.log": 1, "p/r/logs/b.log": 1}
     with open(work / "logs" / "a.log", "a") as f:
         f.write("a2\n")
     uploader.upload()
     uploader.flush()
     uploader.upload()
     uploader.flush()
-    assert dict(puts) == {"p/r/logs/logs/a.log": 2, "p/r/logs/logs/b.log": 1}
-    assert fetch(uploader.storage, "p/r/logs/logs/a.log") == b"a1\na2\n"
+    assert dict(puts) == {"p/r/logs/a.log": 2, "p/r/logs/b.log": 1}
+    assert fetch(uploader.storage, "p/r/logs/a.log") == b"a1\na2\n"
     uploader.upload(final=True)  # hashes confirm that nothing changed: no upload
     uploader.close()
     assert sum(puts.values()) == 3
@@ -315,9 +315,9 @@ def test_tensorboard_event_files_are_found_by_the_default_globs(work, tmp_path) 
     uploader.upload(final=True)
     uploader.close()
     assert [o.name for o in list_logs("p", "r", output_uri=tmp_path / "out")] == [
-        "logs/train.log",
         "runs/Dec01_12-00-00_host/events.out.tfevents.1764590400.host.4242.0",
         "runs/Dec01_12-00-00_host/val/events.out.tfevents.1764590401.host.4242.1",
+        "train.log",
     ]
     assert fetch(uploader.storage, log_key("p", "r", events.relative_to(work))) == events.read_bytes()
 
@@ -340,6 +340,31 @@ def test_patterns_that_reach_outside_root_are_refused(work, tmp_path, pattern) -
     with pytest.raises(ConfigError, match="reaches outside root="):
         LogUploader(tmp_path / "out", root=work, files=[pattern])
     assert not (tmp_path / "out").exists()  # refused before anything was created
+
+
+def test_roots_logs_folder_is_the_runs_logs_folder_not_logs_logs(
+    work: Path, train_log: logging.Logger, tmp_path: Path
+) -> None:
+    assert log_key("p", "r", "logs/train.log") == "p/r/logs/train.log" == KEY
+    assert log_key("p", "r", "logs/logs/old.log") == "p/r/logs/logs/old.log"  # only root's own logs/ folder
+    assert log_key("p", "r", "logs") == "p/r/logs/logs"  # a file named logs keeps its name
+    train_log.info("one line")
+    uploader = LogUploader(tmp_path / "out", project="p", run="r", root=work)
+    uploader.close()
+    assert [o.key for o in open_storage(tmp_path / "out").list("p/r/")] == [KEY]
+    assert download_logs("p", "r", tmp_path / "dl", output_uri=tmp_path / "out") == [tmp_path / "dl" / "train.log"]
+
+
+def test_two_files_that_would_share_a_key_are_refused_and_neither_is_uploaded(work: Path, tmp_path: Path) -> None:
+    (work / "train.log").write_text("root's\n")
+    (work / "logs" / "train.log").write_text("logs/'s\n")
+    uploader = LogUploader(tmp_path / "out", project="p", run="r", root=work, files=["*.log", "logs/*.log"])
+    uploader.upload()
+    with pytest.raises(ConfigError, match=r"would both upload to 'p/r/logs/train.log' .*narrow files="):
+        uploader.flush()
+    with pytest.raises(ConfigError, match="would both upload to"):  # the final upload meets it too
+        uploader.close()
+    assert list_logs("p", "r", output_uri=tmp_path / "out") == []
 
 
 def test_file_names_that_are_not_safe_keys_become_safe_keys(work, tmp_path) -> None:
@@ -423,8 +448,8 @@ def test_logs_leave_the_checkpoint_streams_footprint_and_fsck_alone(work, train_
     slot_objects = [o.key for o in saver.storage.list("p/r/") if "/logs/" not in o.key]
     assert slot_objects == ["p/r/model.slot0.pt", "p/r/model.slot1.pt"]
     assert [o.name for o in list_logs("p", "r", output_uri=tmp_path / "out")] == [
-        "logs/best_model.slot0.pt",
-        "logs/train.log",
+        "best_model.slot0.pt",
+        "train.log",
     ]
     reg = open_registry(registry)
     report = check(reg, deep=True)
@@ -450,9 +475,9 @@ def test_list_and_download_logs_find_the_output_uri_in_the_registry(work, train_
     assert (obj.key, obj.size) == (KEY, (work / "logs" / "train.log").stat().st_size)
     assert obj == list_logs("p", "r", output_uri=tmp_path / "out")[0]
     paths = download_logs("p", "r", tmp_path / "dl", registry=registry)
-    assert paths == [tmp_path / "dl" / "logs" / "train.log"]
+    assert paths == [tmp_path / "dl" / "train.log"]
     assert paths[0].read_bytes() == (work / "logs" / "train.log").read_bytes()
-    assert sorted(p.name for p in (tmp_path / "dl" / "logs").iterdir()) == ["train.log"]  # no temp file left
+    assert sorted(p.name for p in (tmp_path / "dl").iterdir()) == ["train.log"]  # no temp file left
     with pytest.raises(ConfigError, match="the registry has no record of it; pass output_uri="):
         list_logs("p", "never-ran", registry=registry)
     with pytest.raises(RegistryError, match="no registry at"):
@@ -549,5 +574,6 @@ def test_the_runnable_example_runs(tmp_path) -> None:
         timeout=120,
     )
     assert done.returncode == 0, done.stderr
-    assert "logs/train.log" in done.stdout
-    assert [o.name for o in list_logs("example", "log-upload", output_uri=tmp_path / "out")][0] == "logs/train.log"
+    assert "train.log: " in done.stdout and "logs/logs/" not in done.stdout
+    assert [o.name for o in list_logs("example", "log-upload", output_uri=tmp_path / "out")] == ["train.log"]
+    assert (tmp_path / "out" / "example" / "log-upload" / "logs" / "train.log").is_file()

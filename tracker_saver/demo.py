@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import os
+import shlex
+import shutil
+import sys
 import time
 from pathlib import Path
 
@@ -17,7 +20,7 @@ from tracker_saver.console import make_console, print_records
 from tracker_saver.models import find_models
 from tracker_saver.saver import TrackerSaver
 
-__all__ = ["make_data", "run_demo", "small_cnn"]
+__all__ = ["cli_command", "make_data", "run_demo", "small_cnn"]
 
 
 def make_data(n: int, *, seed: int) -> TensorDataset:
@@ -44,6 +47,29 @@ def small_cnn() -> nn.Module:
         nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
         nn.Flatten(), nn.Linear(16 * 3 * 3, 4),
     )  # fmt: skip
+
+
+def cli_command() -> str:
+    """How to type ``tracker-saver`` in this shell: the script installed beside this Python.
+
+    ``bash scripts/dev.sh demo`` runs a venv that it does not activate, so the bare name is
+    ``command not found``: the script's own path works, relative to the current folder when it is
+    under it (``.venv/bin/tracker-saver``). The bare name only when PATH finds that very script;
+    ``python -m tracker_saver`` when this Python has no such script (run from a source tree).
+
+    Examples:
+        >>> cli_command().endswith(("tracker-saver", "-m tracker_saver"))
+        True
+    """
+    script = Path(sys.executable).absolute().parent / "tracker-saver"
+    if not script.is_file():
+        return f"{shlex.quote(sys.executable)} -m tracker_saver"
+    found = shutil.which("tracker-saver")
+    if found is not None and Path(found).resolve() == script.resolve():
+        return "tracker-saver"
+    if script.is_relative_to(Path.cwd()):
+        script = script.relative_to(Path.cwd())
+    return shlex.quote(str(script))
 
 
 def run_demo(
@@ -100,5 +126,6 @@ def run_demo(
     )
     if top:
         console.print(f"\nbest live checkpoint: {top[0].name} (score {top[0].score:.4f}) in {top[0].uri}")
-    console.print(f"\ntry: tracker-saver --registry {saver.registry.uri} models list --where 'score>0.5' --sort -score")
+    where = shlex.quote(os.fspath(registry or out / "registry.db"))
+    console.print(f"\ntry: {cli_command()} --registry {where} models list --where 'score>0.5' --sort -score")
     saver.close()

@@ -37,7 +37,7 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 from tracker_saver.background import Background
 from tracker_saver.errors import ConfigError, RegistryError, StorageError
 from tracker_saver.masking import strip_userinfo
-from tracker_saver.naming import check_key, check_name, key_segment, run_prefix
+from tracker_saver.naming import check_key, check_name, log_key, logs_prefix
 from tracker_saver.outage import DEFAULT_TIMEOUT_S
 from tracker_saver.registry import Query, Registry
 from tracker_saver.registry.shared import shared_registry
@@ -93,39 +93,6 @@ class LogObject:
     def name(self) -> str:
         """The file's path under the run's ``logs/`` folder (``train.log``, ``runs/x/events...``)."""
         return self.key.split("/logs/", 1)[-1]
-
-
-def logs_prefix(project: str, run: str) -> str:
-    """The folder of a run's log objects, with a trailing ``/``: beside its slot keys, never among them.
-
-    Examples:
-        >>> logs_prefix("mnist", "resnet (lr=0.1)")
-        'mnist/resnet-lr=0.1-65aaf658/logs/'
-    """
-    return run_prefix(check_name("project", project), check_name("run", run)) + "logs/"
-
-
-def log_key(project: str, run: str, relative: str | os.PathLike[str]) -> str:
-    """The storage key of the log file at ``relative`` (a path under the uploader's ``root``).
-
-    Each path segment becomes a safe key segment (:func:`tracker_saver.naming.key_segment`), so
-    no file name can make a key escape output_uri.
-
-    Examples:
-        >>> log_key("mnist", "r1", "runs/Jan01/events.out.tfevents.1.host")
-        'mnist/r1/logs/runs/Jan01/events.out.tfevents.1.host'
-        >>> log_key("mnist", "r1", "../etc/passwd")  # doctest: +ELLIPSIS
-        Traceback (most recent call last):
-        ...
-        tracker_saver.errors.ConfigError: log file '../etc/passwd' is not inside the uploader's root: ...
-    """
-    parts = Path(relative).parts
-    if not parts or Path(relative).is_absolute() or any(p in ("", ".", "..") for p in parts):
-        raise ConfigError(
-            f"log file {os.fspath(relative)!r} is not inside the uploader's root: "
-            "log files are uploaded by their path relative to root="
-        )
-    return check_key(logs_prefix(project, run) + "/".join(key_segment(p) for p in parts))
 
 
 def _check_patterns(files: object) -> tuple[str, ...]:
@@ -251,7 +218,7 @@ class LogUploader:
         >>> uploader.attach(trainer)
         >>> _ = trainer.run([1, 2, 3], max_epochs=1)
         >>> [o.name for o in list_logs("demo", "r1", output_uri=work / "bucket")]
-        ['logs/train.log']
+        ['train.log']
         >>> log.removeHandler(handler); handler.close(); uploader.close()
     """
 
@@ -425,20 +392,26 @@ class LogUploader:
         return {log_key(self.project, self.run, p.relative_to(self.root)): s.sha256 for p, s in sent}
 
     # -- the worker side -----------------------------------------------------------------------
-    def _files(self) -> list[Path]:
-        found: dict[Path, None] = {}
+    def _files(self) -> dict[str, Path]:
+        """The matched files by key; two files for one key would overwrite each other: an error."""
+        found: dict[str, Path] = {}
         for pattern in self.patterns:
             for path in sorted(self.root.glob(pattern)):
                 if path.is_file() and not (self._skip is not None and path.resolve().is_relative_to(self._skip)):
-                    found[path] = None
-        return list(found)
+                    key = log_key(self.project, self.run, path.relative_to(self.root))
+                    if found.setdefault(key, path) != path:
+                        raise ConfigError(
+                            f"log files {str(found[key])!r} and {str(path)!r} would both upload to {key!r} "
+                            "(root's logs/ folder is the run's logs/ folder): narrow files= so that one of them matches"
+                        )
+        return found
 
     def _upload_all(self, final: bool) -> None:
         errors: list[Exception] = []
         with tempfile.TemporaryDirectory(prefix="tracker-saver-logs-") as folder:
-            for path in self._files():
+            for key, path in self._files().items():
                 try:
-                    self._upload_one(path, final, folder)
+                    self._upload_one(path, key, final, folder)
                 except Exception as exc:  # one file's failure must not keep the others from going up
                     errors.append(exc)
         if errors:
@@ -446,8 +419,7 @@ class LogUploader:
                 errors[0].add_note(f"another log file failed too: {type(other).__name__}: {other}")
             raise errors[0]
 
-    def _upload_one(self, path: Path, final: bool, folder: str) -> None:
-        key = log_key(self.project, self.run, path.relative_to(self.root))
+    def _upload_one(self, path: Path, key: str, final: bool, folder: str) -> None:
         try:
             stat = path.stat()
         except FileNotFoundError:

@@ -1,4 +1,4 @@
-"""Parse Ignite's checkpoint filenames into typed metadata and build safe slot keys; pure.
+"""Parse Ignite's checkpoint filenames into typed metadata and build safe slot and log keys; pure.
 
 Ignite's default ``filename_pattern`` is ``{filename_prefix}_{name}_{global_step}_{score_name}={score}.{ext}``,
 where each part is present only when it applies. Ignite passes the save handler
@@ -25,10 +25,12 @@ from __future__ import annotations
 
 import hashlib
 import math
+import os
 import posixpath
 import re
 import unicodedata
 from numbers import Number
+from pathlib import PurePath
 from typing import Any
 
 from tracker_saver.errors import ConfigError
@@ -42,6 +44,8 @@ __all__ = [
     "key_ext",
     "key_path",
     "key_segment",
+    "log_key",
+    "logs_prefix",
     "parse_filename",
     "pinned_key",
     "run_prefix",
@@ -214,6 +218,45 @@ def run_prefix(project: str, run: str) -> str:
         'mnist/resnet-lr0.1/'
     """
     return slot_key(project, run, "x", 0, ".pt").rsplit("/", 1)[0] + "/"
+
+
+def logs_prefix(project: str, run: str) -> str:
+    """The folder of a run's log objects, with a trailing ``/``: beside its slot keys, never among them.
+
+    Examples:
+        >>> logs_prefix("mnist", "resnet (lr=0.1)")
+        'mnist/resnet-lr=0.1-65aaf658/logs/'
+    """
+    return run_prefix(check_name("project", project), check_name("run", run)) + "logs/"
+
+
+def log_key(project: str, run: str, relative: str | os.PathLike[str]) -> str:
+    """The storage key of the log file at ``relative`` (a path under the uploader's ``root``).
+
+    Root's own ``logs/`` folder is the run's ``logs/`` folder: ``logs/train.log`` goes to
+    ``<project>/<run>/logs/train.log``, never ``logs/logs/``; any other path goes under it as it is
+    (``runs/…``). Each path segment becomes a safe key segment (:func:`key_segment`), so no file
+    name can make a key escape output_uri.
+
+    Examples:
+        >>> log_key("mnist", "r1", "logs/train.log")
+        'mnist/r1/logs/train.log'
+        >>> log_key("mnist", "r1", "runs/Jan01/events.out.tfevents.1.host")
+        'mnist/r1/logs/runs/Jan01/events.out.tfevents.1.host'
+        >>> log_key("mnist", "r1", "../etc/passwd")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        tracker_saver.errors.ConfigError: log file '../etc/passwd' is not inside the uploader's root: ...
+    """
+    parts = PurePath(relative).parts
+    if not parts or PurePath(relative).is_absolute() or any(p in ("", ".", "..") for p in parts):
+        raise ConfigError(
+            f"log file {os.fspath(relative)!r} is not inside the uploader's root: "
+            "log files are uploaded by their path relative to root="
+        )
+    if parts[0] == "logs" and len(parts) > 1:
+        parts = parts[1:]
+    return check_key(logs_prefix(project, run) + "/".join(key_segment(p) for p in parts))
 
 
 def split_basename(basename: str) -> tuple[str, str]:
