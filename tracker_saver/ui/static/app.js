@@ -43,6 +43,14 @@ function fmtTime(seconds) {
   return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
 }
 
+function timeCell(seconds) {
+  // Date and time each stay whole: a narrow column wraps between them, never inside the date.
+  const td = el("td", null, "created");
+  const [day, time] = fmtTime(seconds).split(" ");
+  td.append(el("span", day), " ", el("span", time));
+  return td;
+}
+
 function fmtScore(r) {
   if (r.score === null || r.score === undefined) return "";
   return (r.score_name ? r.score_name + " " : "") + Number(r.score).toFixed(4);
@@ -110,9 +118,9 @@ function renderRows(page) {
     const name = el("td", null, "name");
     name.append(el("span", r.name, "record-name"));
     for (const alias of r.aliases) name.append(el("span", alias, "chip alias"));
-    tr.append(name, el("td", r.project), el("td", r.run), el("td", r.stream), el("td", r.step, "num"),
-      el("td", fmtScore(r), "num"), el("td", r.state, "state state-" + r.state), el("td", fmtSize(r.size), "num"),
-      el("td", fmtTime(r.created_at)));
+    tr.append(name, el("td", r.project, "text"), el("td", r.run, "text"), el("td", r.stream, "text"),
+      el("td", r.step, "num"), el("td", fmtScore(r), "num"), el("td", r.state, "state state-" + r.state),
+      el("td", fmtSize(r.size), "num"), timeCell(r.created_at));
     tr.addEventListener("click", () => openRecord(r.id, true));
     tr.addEventListener("keydown", (e) => { if (e.key === "Enter") openRecord(r.id, true); });
     if (r.id === view.record) tr.classList.add("selected");
@@ -308,6 +316,8 @@ async function openRecord(id, push) {
   showError($("d-message"), null);
   try {
     renderDetails(await api(`/api/models/${encodeURIComponent(id)}`));
+    // In a narrow window the panel sits above the list (app.css): bring it into view on a click.
+    if (push && getComputedStyle($("details")).position !== "sticky") $("details").scrollIntoView({ block: "start" });
   } catch (error) {
     $("details").hidden = false;
     showError($("d-message"), error);
