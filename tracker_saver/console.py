@@ -25,6 +25,7 @@ __all__ = [
     "print_logs",
     "print_record",
     "print_records",
+    "print_repair",
     "print_report",
     "print_runs",
 ]
@@ -253,3 +254,19 @@ def print_report(report: Report, console: Console | None = None) -> None:
         console.print(table, markup=False, highlight=False)
     problems = len(report.problems)
     console.print(f"{len(report.streams)} streams checked: {problems or 'no'} problem{'' if problems == 1 else 's'}")
+
+
+def print_repair(report: Report, *, dry_run: bool = False) -> None:
+    """After ``repair`` echoed its actions: the check it made afterwards, or, after a dry run, one line.
+
+    A dry run changed nothing, so it shows no "after repair" table: its actions above are the plan.
+    """
+    if dry_run and report.actions:
+        actions, problems = len(report.actions), len(report.problems)
+        print(
+            f"dry run: nothing changed; repair would take the {actions} action{'' if actions == 1 else 's'} "
+            f"above for {problems} problem{'' if problems == 1 else 's'} (tracker-saver fsck lists them)"
+        )
+        return
+    print("after repair:" if report.actions else "nothing to repair")
+    print_report(report)
