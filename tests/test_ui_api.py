@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import select
+import signal
 import socket
 import subprocess
 import sys
@@ -259,6 +261,29 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def test_the_ui_command_says_its_url_and_how_to_stop_it_once_it_listens(ui_training):
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tracker_saver", "ui", "--registry", ui_training.registry, "--port", str(port)],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stderr is not None and proc.stdout is not None
+        ready, _, _ = select.select([proc.stderr], [], [], 60)
+        assert ready, "the UI printed nothing within 60 s"
+        line = proc.stderr.readline()
+        assert line == f"tracker-saver UI at http://127.0.0.1:{port}/ (press Ctrl+C to stop it)\n"
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as page:  # it listens when it says so
+            assert page.status == 200
+        proc.send_signal(signal.SIGINT)  # what Ctrl+C sends
+        assert proc.wait(20) == 0
+        assert proc.stdout.read() == "" and proc.stderr.read() == ""
+    finally:
+        proc.kill()
+        proc.wait(20)
 
 
 @pytest.mark.parametrize(("host", "warns"), [("127.0.0.1", False), ("0.0.0.0", True)])
