@@ -29,6 +29,7 @@ from schemathesis.specs.openapi.checks import (
 from tests.conftest_browser import Training
 from tests.helpers import ROOT
 from tracker_saver import models
+from tracker_saver.cli import main as cli_main
 from tracker_saver.errors import ConfigError, RegistryError
 from tracker_saver.ui.app import create_app
 from tracker_saver.ui.server import LOOPBACK_HOSTS, serve
@@ -53,6 +54,16 @@ def test_models_page_lists_every_record_with_its_semantic_name_and_total(client,
     assert first["name"] == "best_model_1_val_acc=0.5000.pt"
     assert (first["step"], first["score"], first["score_name"], first["state"]) == (1, 0.5, "val_acc", "evicted")
     assert {i["state"] for i in body["items"]} == {"live", "evicted"}
+
+
+def test_ids_and_created_at_are_the_same_values_of_the_same_types_as_in_the_cli_json(client, ui_training, capsys):
+    assert cli_main(["models", "list", "--registry", ui_training.registry, "--sort", "id", "--json"]) == 0
+    cli = [(r["id"], r["created_at"]) for r in json.loads(capsys.readouterr().out)]
+    api = [(i["id"], i["created_at"]) for i in client.get("/api/models", params={"order_by": "id"}).json()["items"]]
+    assert api == cli and len(cli) == 8
+    assert all(isinstance(i, str) and isinstance(c, float) for i, c in api)
+    detail = client.get(f"/api/models/{api[0][0]}").json()["record"]
+    assert (detail["id"], detail["created_at"]) == cli[0]
 
 
 def test_where_expressions_joined_by_and_filter_like_the_cli(client, ui_training):

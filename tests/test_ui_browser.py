@@ -5,6 +5,7 @@ from __future__ import annotations
 import hashlib
 import os
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
@@ -13,6 +14,7 @@ from playwright.sync_api import expect
 from tests.conftest_browser import Page, Training, UiServer
 from tests.helpers import ROOT, SCORES, attach, model, trainer_engine
 from tracker_saver import TrackerSaver, models
+from tracker_saver.console import TIME_FORMAT
 from tracker_saver.ui.app import CHART_STATES
 
 pytestmark = pytest.mark.browser
@@ -134,6 +136,21 @@ def test_a_name_with_markup_is_shown_as_text_and_runs_nothing(browser_page, ui_s
     response = page.request.get(ui_server.url + "/")
     assert "script-src 'self'" in response.headers["content-security-policy"]
     assert response.headers["x-content-type-options"] == "nosniff"
+
+
+def test_the_details_panel_shows_created_as_the_table_and_the_cli_do(browser_page, ui_server, ui_training):
+    record = models.find_models(stream="best_model", states=["live"], registry=ui_training.registry)[0]
+    when = time.strftime(TIME_FORMAT, time.localtime(record.created_at))  # `models show` and the CLI's tables
+    page = open_page(browser_page, ui_server, f"?record={record.id}")
+    expect(page.locator("#d-title")).to_have_text(record.name)
+    terms, values = page.locator("#d-fields dt").all_text_contents(), page.locator("#d-fields dd").all_text_contents()
+    fields = dict(zip(terms, values, strict=True))
+    assert fields["created"] == when
+    assert page.locator(f"#rows tr[data-id='{record.id}'] td.created").text_content() == when
+    panel = page.text_content("#details") or ""
+    assert str(int(record.created_at)) not in panel  # no raw epoch, not even in the metadata table
+    assert "created_at" not in page.locator("#d-metadata th").all_text_contents()
+    assert browser_page.errors == []
 
 
 def test_download_button_saves_verified_bytes_and_refuses_corrupted_ones(

@@ -20,6 +20,7 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LINEAGE_KEYS",
+    "TIME_FORMAT",
     "fmt",
     "make_console",
     "print_logs",
@@ -61,8 +62,13 @@ def fmt(value: object) -> str:
     return str(value)
 
 
+#: How every human view shows a time (tables, ``models show``, and the UI's app.js the same):
+#: local time to the second. ``--json`` and the UI's API give seconds since the epoch.
+TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
+
+
 def _when(created_at: float | None) -> str:
-    return "-" if created_at is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(created_at))
+    return "-" if created_at is None else time.strftime(TIME_FORMAT, time.localtime(created_at))
 
 
 def size_text(size: int | None) -> str:
@@ -228,6 +234,8 @@ def print_record(record: Record) -> None:
             continue
         if isinstance(value, (list, tuple)):
             value = ", ".join(map(str, value)) or None
+        elif key == "created_at":
+            value = _when(value)
         print(f"{key:<{width}}  {fmt(value)}")
     lineage = [key for key in LINEAGE_KEYS if key in record.metadata]
     # Keys the record shows as its own fields above (slot, size, sha256…) are not repeated.

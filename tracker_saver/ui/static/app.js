@@ -5,6 +5,8 @@
 const FILTERS = ["project", "run", "stream", "state", "where"];
 const POLL_MS = 2000;
 const SVG = "http://www.w3.org/2000/svg";
+// Record fields the details panel lists above the metadata (as `tracker-saver models show` does).
+const RECORD_FIELDS = ["id", "state", "filename", "slot", "uri", "key", "sha256", "size", "created_at", "error"];
 const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"];
 
 const view = { order: "-created_at", offset: 0, limit: 50, record: null };
@@ -36,6 +38,7 @@ function fmtSize(bytes) {
   return (i === 0 ? String(n) : n.toFixed(1)) + " " + units[i];
 }
 
+// Dates read as in the CLI's tables and `models show`: YYYY-MM-DD HH:MM:SS in local time (docs/ui.md).
 function fmtTime(seconds) {
   if (!seconds) return "";
   const d = new Date(seconds * 1000);
@@ -276,6 +279,7 @@ function renderDetails(detail) {
   const meta = $("d-metadata").tBodies[0];
   meta.replaceChildren();
   for (const key of Object.keys(r.metadata).sort()) {
+    if (RECORD_FIELDS.includes(key)) continue; // the registry keeps these as metadata too: shown once, above
     const tr = el("tr");
     const value = r.metadata[key];
     tr.append(el("th", key), el("td", value === null ? "—" : `${value}`), el("td", r.metadata_types[key] || "", "muted"));
