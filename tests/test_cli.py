@@ -16,7 +16,7 @@ import pytest
 
 from tests.helpers import ROOT, SCORES, attach, model, trainer_engine
 from tracker_saver.cli import build_parser, main, reference_markdown, walk_commands
-from tracker_saver.console import LINEAGE_KEYS
+from tracker_saver.console import LINEAGE_KEYS, TIME_FORMAT
 from tracker_saver.logs import logs_prefix
 
 BEST = ["best_model_6_val_acc=0.9500.pt", "best_model_4_val_acc=0.9000.pt"]
@@ -111,7 +111,7 @@ def test_global_options_go_after_the_command_too(trained, capsys) -> None:
     before = _json(capsys, "--registry", trained, "models", "list")
     after = _json(capsys, "models", "list", "--registry", trained)
     assert before == after and len(after) == 5
-    assert isinstance(after[0]["id"], int)  # JSON ids are numbers
+    assert isinstance(after[0]["id"], str)  # JSON ids are strings, as in the UI's API
 
 
 def test_models_list_live_json(trained, capsys) -> None:
@@ -165,6 +165,17 @@ def test_show_prints_fields_aliases_and_lineage(trained, capsys) -> None:
     section = out.split("lineage:\n")[1].split("metadata:\n")[0]
     assert [line.split()[0] for line in section.splitlines()] == lineage
     assert "sha256" not in out.split("metadata:\n")[1]  # a field is not repeated as metadata
+
+
+def test_show_prints_created_at_as_the_table_does_and_json_keeps_seconds(trained, capsys) -> None:
+    record = _json(capsys, "models", "show", "p/r/best_model@best", "--registry", trained)
+    assert isinstance(record["id"], str) and isinstance(record["created_at"], float)
+    when = time.strftime(TIME_FORMAT, time.localtime(record["created_at"]))
+    assert main(["models", "show", record["id"], "--registry", trained]) == 0
+    assert f"created_at   {when}\n" in capsys.readouterr().out
+    assert main(["models", "list", "--registry", trained, "--filename", record["filename"]]) == 0
+    (row,) = [line for line in capsys.readouterr().out.splitlines() if record["filename"] in line]
+    assert row.split("│")[-2].strip() == when
 
 
 def test_get_streams_the_object_and_verifies_it(trained, tmp_path, capsys) -> None:

@@ -851,7 +851,7 @@ def test_where_values_and_keys_with_sql_metacharacters_match_exactly_and_never_r
 def test_the_cli_where_with_sql_metacharacters_lists_exactly_the_matching_records(value, sql_registry, capsys) -> None:
     registry, records = sql_registry
     schema = _schema(registry)
-    expected = [int(r.id) for r in records if r.metadata.get("note") == value]
+    expected = [r.id for r in records if r.metadata.get("note") == value]
     assert cli_main(["--registry", registry, "models", "list", "--where", f"note='{value}'", "--json"]) == 0
     assert [r["id"] for r in json.loads(capsys.readouterr().out)] == expected and len(expected) == 1
     assert cli_main(["--registry", registry, "models", "list", "--where", f"note = {value} OR 1=1", "--json"]) == 0

@@ -6,6 +6,8 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import select
+import signal
 import socket
 import subprocess
 import sys
@@ -27,6 +29,7 @@ from schemathesis.specs.openapi.checks import (
 from tests.conftest_browser import Training
 from tests.helpers import ROOT
 from tracker_saver import models
+from tracker_saver.cli import main as cli_main
 from tracker_saver.errors import ConfigError, RegistryError
 from tracker_saver.ui.app import create_app
 from tracker_saver.ui.server import LOOPBACK_HOSTS, serve
@@ -51,6 +54,16 @@ def test_models_page_lists_every_record_with_its_semantic_name_and_total(client,
     assert first["name"] == "best_model_1_val_acc=0.5000.pt"
     assert (first["step"], first["score"], first["score_name"], first["state"]) == (1, 0.5, "val_acc", "evicted")
     assert {i["state"] for i in body["items"]} == {"live", "evicted"}
+
+
+def test_ids_and_created_at_are_the_same_values_of_the_same_types_as_in_the_cli_json(client, ui_training, capsys):
+    assert cli_main(["models", "list", "--registry", ui_training.registry, "--sort", "id", "--json"]) == 0
+    cli = [(r["id"], r["created_at"]) for r in json.loads(capsys.readouterr().out)]
+    api = [(i["id"], i["created_at"]) for i in client.get("/api/models", params={"order_by": "id"}).json()["items"]]
+    assert api == cli and len(cli) == 8
+    assert all(isinstance(i, str) and isinstance(c, float) for i, c in api)
+    detail = client.get(f"/api/models/{api[0][0]}").json()["record"]
+    assert (detail["id"], detail["created_at"]) == cli[0]
 
 
 def test_where_expressions_joined_by_and_filter_like_the_cli(client, ui_training):
@@ -259,6 +272,29 @@ def _free_port() -> int:
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def test_the_ui_command_says_its_url_and_how_to_stop_it_once_it_listens(ui_training):
+    port = _free_port()
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tracker_saver", "ui", "--registry", ui_training.registry, "--port", str(port)],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+        text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stderr is not None and proc.stdout is not None
+        ready, _, _ = select.select([proc.stderr], [], [], 60)
+        assert ready, "the UI printed nothing within 60 s"
+        line = proc.stderr.readline()
+        assert line == f"tracker-saver UI at http://127.0.0.1:{port}/ (press Ctrl+C to stop it)\n"
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as page:  # it listens when it says so
+            assert page.status == 200
+        proc.send_signal(signal.SIGINT)  # what Ctrl+C sends
+        assert proc.wait(20) == 0
+        assert proc.stdout.read() == "" and proc.stderr.read() == ""
+    finally:
+        proc.kill()
+        proc.wait(20)
 
 
 @pytest.mark.parametrize(("host", "warns"), [("127.0.0.1", False), ("0.0.0.0", True)])

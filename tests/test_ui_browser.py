@@ -5,14 +5,16 @@ from __future__ import annotations
 import hashlib
 import os
 import sqlite3
+import time
 from pathlib import Path
 
 import pytest
 from playwright.sync_api import expect
 
 from tests.conftest_browser import Page, Training, UiServer
-from tests.helpers import ROOT
-from tracker_saver import models
+from tests.helpers import ROOT, SCORES, attach, model, trainer_engine
+from tracker_saver import TrackerSaver, models
+from tracker_saver.console import TIME_FORMAT
 from tracker_saver.ui.app import CHART_STATES
 
 pytestmark = pytest.mark.browser
@@ -136,6 +138,21 @@ def test_a_name_with_markup_is_shown_as_text_and_runs_nothing(browser_page, ui_s
     assert response.headers["x-content-type-options"] == "nosniff"
 
 
+def test_the_details_panel_shows_created_as_the_table_and_the_cli_do(browser_page, ui_server, ui_training):
+    record = models.find_models(stream="best_model", states=["live"], registry=ui_training.registry)[0]
+    when = time.strftime(TIME_FORMAT, time.localtime(record.created_at))  # `models show` and the CLI's tables
+    page = open_page(browser_page, ui_server, f"?record={record.id}")
+    expect(page.locator("#d-title")).to_have_text(record.name)
+    terms, values = page.locator("#d-fields dt").all_text_contents(), page.locator("#d-fields dd").all_text_contents()
+    fields = dict(zip(terms, values, strict=True))
+    assert fields["created"] == when
+    assert page.locator(f"#rows tr[data-id='{record.id}'] td.created").text_content() == when
+    panel = page.text_content("#details") or ""
+    assert str(int(record.created_at)) not in panel  # no raw epoch, not even in the metadata table
+    assert "created_at" not in page.locator("#d-metadata th").all_text_contents()
+    assert browser_page.errors == []
+
+
 def test_download_button_saves_verified_bytes_and_refuses_corrupted_ones(
     browser_page, ui_server, ui_training, tmp_path
 ):
@@ -177,4 +194,52 @@ def test_screenshot_of_the_models_view_with_details(browser_page, ui_server, ui_
     page.screenshot(path=str(target), full_page=True)
     data = target.read_bytes()
     assert data.startswith(b"\x89PNG\r\n\x1a\n") and len(data) > 20_000
+    assert browser_page.errors == []
+
+
+def boxes_overlap(a: dict[str, float], b: dict[str, float]) -> bool:
+    return (
+        a["x"] < b["x"] + b["width"]
+        and b["x"] < a["x"] + a["width"]
+        and (a["y"] < b["y"] + b["height"] and b["y"] < a["y"] + a["height"])
+    )
+
+
+@pytest.mark.parametrize("width", [1024, 1400, 1920])
+def test_the_details_panel_never_covers_the_created_column(browser_page, ui_server, ui_training, width):
+    # Names people type (DESIGN: "resnet (lr=0.1) [v2]: #3") make the table wider than p/r does.
+    saver = TrackerSaver(
+        ui_training.target.output_uri,
+        project="mnist-sweeps",
+        run="resnet50 (lr=0.1, wd=1e-4) [v2]: #3",
+        registry=ui_training.registry,
+    )
+    net = model()
+    trainer = trainer_engine(net)
+    attach(trainer, saver, {"model": net}, n_saved=2, prefix="best_validation", scores=SCORES)
+    trainer.run([0], max_epochs=3)
+    saver.close()
+    record = models.find_models(project="mnist-sweeps", states=["live"], registry=ui_training.registry)[0]
+    page = browser_page.page
+    page.set_viewport_size({"width": width, "height": 900})
+    page = open_page(browser_page, ui_server, f"?record={record.id}")
+    page.wait_for_selector("#details:not([hidden]) #d-history tbody tr")
+    header = page.locator("#models th:has(button[data-key=created_at])")
+    column = header.evaluate("th => th.cellIndex + 1")
+    created = page.locator(f"#rows td:nth-child({column})")
+    expect(created).to_have_count(models.count_models(registry=ui_training.registry))
+    panel, table = page.locator("#details").bounding_box(), page.locator("#models").bounding_box()
+    assert panel is not None and table is not None and panel["width"] >= 300
+    assert not boxes_overlap(table, panel), f"the table at {table} is under the panel at {panel}"
+    assert page.evaluate("document.documentElement.scrollWidth") <= width  # no sideways scrolling
+    cells = [header, *created.all()]
+    for cell in cells:
+        cell.scroll_into_view_if_needed()  # the same page position for both boxes: a sticky panel moves
+        box, panel = cell.bounding_box(), page.locator("#details").bounding_box()
+        assert box is not None and panel is not None
+        assert not boxes_overlap(box, panel), f"{cell.text_content()!r} at {box} is under the panel at {panel}"
+        assert box["x"] >= 0 and box["x"] + box["width"] <= width, f"{box} is outside the {width} px window"
+        # Nothing else covers it either: the cell itself is what a click at its centre reaches.
+        centre = {"x": box["x"] + box["width"] / 2, "y": box["y"] + box["height"] / 2}
+        assert cell.evaluate("(el, p) => el.contains(document.elementFromPoint(p.x, p.y))", centre)
     assert browser_page.errors == []

@@ -333,11 +333,10 @@ def _cmd_repair(args: argparse.Namespace) -> int:
     if as_json:
         _dump(report.to_dict())
     else:
-        from tracker_saver.console import print_report
+        from tracker_saver.console import print_repair
 
-        print("nothing to repair" if not report.actions else "after repair:")
-        print_report(report)
-    return 1 if report.problems and not args.dry_run else 0
+        print_repair(report, dry_run=args.dry_run)
+    return 1 if report.problems else 0  # a dry run exits as fsck does
 
 
 def _cmd_demo(args: argparse.Namespace) -> int:

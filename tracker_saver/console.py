@@ -20,11 +20,13 @@ if TYPE_CHECKING:
 
 __all__ = [
     "LINEAGE_KEYS",
+    "TIME_FORMAT",
     "fmt",
     "make_console",
     "print_logs",
     "print_record",
     "print_records",
+    "print_repair",
     "print_report",
     "print_runs",
 ]
@@ -60,8 +62,13 @@ def fmt(value: object) -> str:
     return str(value)
 
 
+#: How every human view shows a time (tables, ``models show``, and the UI's app.js the same):
+#: local time to the second. ``--json`` and the UI's API give seconds since the epoch.
+TIME_FORMAT = "%Y-%m-%d %H:%M:%S"
+
+
 def _when(created_at: float | None) -> str:
-    return "-" if created_at is None else time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(created_at))
+    return "-" if created_at is None else time.strftime(TIME_FORMAT, time.localtime(created_at))
 
 
 def size_text(size: int | None) -> str:
@@ -227,6 +234,8 @@ def print_record(record: Record) -> None:
             continue
         if isinstance(value, (list, tuple)):
             value = ", ".join(map(str, value)) or None
+        elif key == "created_at":
+            value = _when(value)
         print(f"{key:<{width}}  {fmt(value)}")
     lineage = [key for key in LINEAGE_KEYS if key in record.metadata]
     # Keys the record shows as its own fields above (slot, size, sha256…) are not repeated.
@@ -253,3 +262,19 @@ def print_report(report: Report, console: Console | None = None) -> None:
         console.print(table, markup=False, highlight=False)
     problems = len(report.problems)
     console.print(f"{len(report.streams)} streams checked: {problems or 'no'} problem{'' if problems == 1 else 's'}")
+
+
+def print_repair(report: Report, *, dry_run: bool = False) -> None:
+    """After ``repair`` echoed its actions: the check it made afterwards, or, after a dry run, one line.
+
+    A dry run changed nothing, so it shows no "after repair" table: its actions above are the plan.
+    """
+    if dry_run and report.actions:
+        actions, problems = len(report.actions), len(report.problems)
+        print(
+            f"dry run: nothing changed; repair would take the {actions} action{'' if actions == 1 else 's'} "
+            f"above for {problems} problem{'' if problems == 1 else 's'} (tracker-saver fsck lists them)"
+        )
+        return
+    print("after repair:" if report.actions else "nothing to repair")
+    print_report(report)

@@ -4,7 +4,9 @@
 differs), pending records of a dead writer, revivable records (not live, bytes still in their
 slot), orphans (slot objects no record claims), leftover temp files and multipart uploads, and
 streams holding more objects than live records. Sizes are compared first; an object is hashed
-only when a decision needs it, or for every loadable record with ``deep=True``.
+only when a decision needs it, or for every loadable record with ``deep=True``. An output_uri
+that cannot be opened or read (an endpoint down, refused credentials) makes each of its
+streams an ``unreachable`` finding, and the check goes on with the other output_uris.
 
 ``repair`` fixes what it can without losing a valid checkpoint, through the start-up recovery
 code (:func:`tracker_saver.recovery.recover_slot`), holding each stream's claim. A stream
@@ -23,15 +25,16 @@ import re
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from tracker_saver.claims import new_holder, release_local
-from tracker_saver.errors import StreamBusyError
+from tracker_saver.errors import ConfigError, StorageError, StreamBusyError
+from tracker_saver.masking import strip_userinfo
 from tracker_saver.naming import run_prefix, slot_key
 from tracker_saver.records import LOADABLE, Record, RecordState, StreamId
 from tracker_saver.recovery import plan_slot, recover_slot
-from tracker_saver.registry.base import Query, Registry
+from tracker_saver.registry.base import Query, Registry, busy, stream_query
 from tracker_saver.storage import Storage, open_storage
 from tracker_saver.storage.base import ObjectStat, Staged
 
@@ -46,7 +49,7 @@ STALE_AFTER_S = 3600.0
 _SLOT_OBJECT = re.compile(r"\.slot\d+\.(pt|pth|ckpt|bin|tar)$")
 
 #: Finding kinds that are problems (``busy`` only says a stream was skipped).
-PROBLEMS = ("lie", "pending", "revivable", "orphan", "staged", "over-slots")
+PROBLEMS = ("lie", "pending", "revivable", "orphan", "staged", "over-slots", "unreachable")
 
 
 @dataclass(frozen=True)
@@ -120,6 +123,12 @@ def _staged_finding(label: str, item: Staged, now: float, stale_after_s: float) 
     return Finding("staged", label, detail, fix, item.key, ref=item.ref, started=item.started)
 
 
+def _unreachable_finding(label: str, uri: str, why: str) -> Finding:
+    # `why` is our own message (storage errors mask credentials); the uri loses any user:password@.
+    detail = f"output_uri {strip_userinfo(uri)} could not be read, so the stream was not checked: {why}"
+    return Finding("unreachable", label, detail, "none: make it reachable, then run fsck again")
+
+
 #: How each change of a recovery plan reads as a finding: (kind, why, what repair does).
 _PLANNED = {
     "promoted": ("pending", "its bytes are complete in its slot (the writer died before registering)", "promote it"),
@@ -189,39 +198,79 @@ def _check(
         if record.output_uri is not None:
             sid = StreamId(record.output_uri, record.project, record.run, record.stream)
             grouped[(record.output_uri, record.project, record.run)][sid].append(record)
-    report, places, storages, now = Report(), {}, {}, time.time()
+    report, places, now = Report(), {}, time.time()
+    storages: dict[str, Storage | str] = {}
     for (uri, project, run), streams in sorted(grouped.items()):
         if uri not in storages:
-            for_uri = getattr(registry, "storage_options_for", None)  # a tracker that knows its S3 credentials
-            storages[uri] = open_storage(uri, **(for_uri(uri, options) if for_uri else options))
+            storages[uri] = _open(registry, uri, options)  # once per output_uri, even when it fails
         storage = storages[uri]
-        prefix = run_prefix(project, run)
-        # Only the run's own folder: a project "a/b" lives under project "a"'s folder.
-        objects = {o.key: o for o in storage.list(prefix) if _SLOT_OBJECT.search(o.key) and _in_folder(o.key, prefix)}
-        staged = [s for s in storage.staged(prefix) if _in_folder(s.key, prefix)]
-        known: set[str] = set()
-        for sid, records in sorted(streams.items(), key=lambda kv: kv[0].label):
-            holder = registry.holder(sid)
-            report.streams.append(sid.label)
-            places[sid.label] = _Place(storage, sid)
-            if holder is not None:
-                detail = f"written by {holder.describe()} now: its unfinished saves are not checked"
-                report.findings.append(Finding("busy", sid.label, detail, "none: run repair when it has stopped"))
-            report.findings += _check_stream(storage, sid, records, objects, busy=holder is not None, deep=deep)
-            stream_prefix = _stream_prefix(sid)
-            known |= {k for k in objects if k.startswith(stream_prefix)}
-            for item in staged:
-                if item.key.startswith(stream_prefix) and (holder is None or now - item.started >= stale_after_s):
-                    report.findings.append(_staged_finding(sid.label, item, now, stale_after_s))
-        if query.stream is None:  # slot objects and staged writes of no stream the registry knows
-            where = f"{storage.uri}/{prefix}"
-            places[where] = _Place(storage, None)
-            for key in sorted(set(objects) - known):
-                report.findings.append(Finding("orphan", where, f"{objects[key].size} bytes of no known stream",
-                                               "delete it with --delete-orphans", key))  # fmt: skip
-            for item in staged:
-                if not any(item.key.startswith(_stream_prefix(s)) for s in streams):
-                    report.findings.append(_staged_finding(where, item, now, stale_after_s))
+        if isinstance(storage, str):
+            why = storage
+        else:
+            try:
+                found, found_places = _check_run(registry, storage, project, run, streams, query, deep, now,
+                                                 stale_after_s)  # fmt: skip
+            except StorageError as exc:  # an endpoint down, refused credentials: the other runs still get checked
+                why = str(exc)
+            else:
+                report.streams += found.streams
+                report.findings += found.findings
+                places.update(found_places)
+                continue
+        for sid in sorted(streams, key=lambda s: s.label):
+            report.findings.append(_unreachable_finding(sid.label, uri, why))
+    return report, places
+
+
+def _open(registry: Registry, uri: str, options: Mapping[str, Any]) -> Storage | str:
+    """The storage of an output_uri, or why it cannot be opened (bad options, no boto3)."""
+    for_uri = getattr(registry, "storage_options_for", None)  # a tracker that knows its S3 credentials
+    try:
+        return open_storage(uri, **(for_uri(uri, options) if for_uri else options))
+    except (ConfigError, StorageError, ModuleNotFoundError) as exc:
+        return str(exc)
+
+
+def _check_run(
+    registry: Registry,
+    storage: Storage,
+    project: str,
+    run: str,
+    streams: Mapping[StreamId, list[Record]],
+    query: Query,
+    deep: bool,
+    now: float,
+    stale_after_s: float,
+) -> tuple[Report, dict[str, _Place]]:
+    """One run's folder at one output_uri: its streams, and what no stream claims."""
+    report, places = Report(), {}
+    prefix = run_prefix(project, run)
+    # Only the run's own folder: a project "a/b" lives under project "a"'s folder.
+    objects = {o.key: o for o in storage.list(prefix) if _SLOT_OBJECT.search(o.key) and _in_folder(o.key, prefix)}
+    staged = [s for s in storage.staged(prefix) if _in_folder(s.key, prefix)]
+    known: set[str] = set()
+    for sid, records in sorted(streams.items(), key=lambda kv: kv[0].label):
+        holder = registry.holder(sid)
+        report.streams.append(sid.label)
+        places[sid.label] = _Place(storage, sid)
+        if holder is not None:
+            detail = f"written by {holder.describe()} now: its unfinished saves are not checked"
+            report.findings.append(Finding("busy", sid.label, detail, "none: run repair when it has stopped"))
+        report.findings += _check_stream(storage, sid, records, objects, busy=holder is not None, deep=deep)
+        stream_prefix = _stream_prefix(sid)
+        known |= {k for k in objects if k.startswith(stream_prefix)}
+        for item in staged:
+            if item.key.startswith(stream_prefix) and (holder is None or now - item.started >= stale_after_s):
+                report.findings.append(_staged_finding(sid.label, item, now, stale_after_s))
+    if query.stream is None:  # slot objects and staged writes of no stream the registry knows
+        where = f"{storage.uri}/{prefix}"
+        places[where] = _Place(storage, None)
+        for key in sorted(set(objects) - known):
+            report.findings.append(Finding("orphan", where, f"{objects[key].size} bytes of no known stream",
+                                           "delete it with --delete-orphans", key))  # fmt: skip
+        for item in staged:
+            if not any(item.key.startswith(_stream_prefix(s)) for s in streams):
+                report.findings.append(_staged_finding(where, item, now, stale_after_s))
     return report, places
 
 
@@ -265,9 +314,14 @@ def repair(
     older than ``stale_after_s`` are removed; orphans are deleted only with ``delete_orphans``.
     Each stream is repaired holding its claim; one that a live process writes is skipped.
 
+    With ``dry_run`` it changes nothing and echoes each action it would take (``would …``):
+    recovery's plan for each slot after the demotions, and a slot object that the plan leaves
+    no record for (an orphan the next check reports). A stream on an unreachable output_uri is
+    skipped.
+
     Returns:
-        The check made afterwards (with ``dry_run``: the check before), with the actions
-        taken (``would …`` with ``dry_run``).
+        The check made afterwards (with ``dry_run``: the check before, so its problems are
+        what ``check`` reports), with the actions taken (``would …`` with ``dry_run``).
     """
     query = Query(project=project, run=run, stream=stream)
     before, places = _check(registry, query, deep, storage_options or {}, stale_after_s)
@@ -281,13 +335,18 @@ def repair(
 
     todo: dict[str, list[Finding]] = defaultdict(list)
     for finding in before.problems:
-        todo[finding.stream].append(finding)
+        if finding.kind == "unreachable":  # nothing to repair it with
+            act(f"skip {finding.stream}: {finding.detail}")
+        else:
+            todo[finding.stream].append(finding)
     for label, findings in todo.items():
         place = places[label]
         holder = new_holder(place)  # alive while this repair runs
         try:
             if place.stream is not None and not dry_run:
                 registry.claim(place.stream, holder)
+            elif place.stream is not None and (writer := registry.holder(place.stream)) is not None:
+                raise busy(place.stream, writer)  # what the claim would say
         except StreamBusyError as exc:
             act(f"skip {label}: {exc}")
             continue
@@ -315,18 +374,18 @@ def _repair_place(
     dry_run: bool,
 ) -> None:
     storage, sid = place.storage, place.stream
+    settled = {f.key for f in findings if f.kind in ("lie", "pending", "revivable")}  # recover_slot's keys
     if sid is not None:
         for f in findings:
             if f.kind == "lie" and f.record_id is not None:
                 act(f"demote record {f.record_id} to evicted in {sid.label} ({f.detail})",
                     lambda rid=f.record_id: registry.evict(rid))  # fmt: skip
         slots = sorted({f.slot for f in findings if f.kind in ("lie", "pending", "revivable") and f.slot is not None})
-        if dry_run:
-            for f in findings:
-                if f.kind in ("pending", "revivable"):
-                    act(f"{f.fix}: {f.detail} in {sid.label}")
-        else:
-            for slot in slots:
+        demoted = {f.record_id for f in findings if f.kind == "lie"}
+        for slot in slots:
+            if dry_run:
+                _plan_slot(registry, storage, sid, slot, demoted, act)
+            else:
                 for action in recover_slot(storage, registry, sid, slot, restored=RecordState.REVIVED):
                     act(f"{action} in {sid.label}")
     now = time.time()
@@ -336,6 +395,27 @@ def _repair_place(
                 act(f"delete orphan {storage.url(f.key)} ({f.detail})", lambda key=f.key: storage.delete(key))
             else:
                 act(f"keep orphan {storage.url(f.key)}: pass --delete-orphans to delete it")
+        elif f.kind == "staged" and f.key in settled and f.key is not None:  # recover_slot removes it, claim held
+            act(f"remove {f.detail} to {storage.url(f.key)} with the settling of its slot")
         elif f.kind == "staged" and f.key and f.ref and f.started is not None and now - f.started >= stale_after_s:
             item = Staged(f.key, f.ref, f.started)
             act(f"remove {f.detail} to {storage.url(f.key)}", lambda item=item: storage.abort_staged(item))
+
+
+#: A change of recovery's plan, as a dry run says it would make it.
+_WOULD = {"promoted": "promote", "restored": "revive", "failed": "fail"}
+
+
+def _plan_slot(
+    registry: Registry, storage: Storage, sid: StreamId, slot: int, demoted: set[str | None], act: Callable[..., None]
+) -> None:
+    """A dry run of :func:`recover_slot` on one slot, as it runs after the demotions of the slot's lies."""
+    records = registry.query(stream_query(sid, slot=slot))
+    records = [replace(r, state=RecordState.EVICTED) if r.id in demoted else r for r in records]
+    plan = plan_slot(storage, records)
+    for record, change in plan:
+        act(f"{_WOULD[change]} record {record.id} ({record.filename!r}, slot {slot}) in {sid.label}")
+    kept = any(r.state in LOADABLE for r in records) or any(change != "failed" for _, change in plan)
+    key = next((r.key for r in records if r.key), None)
+    if not kept and key is not None and storage.stat(key) is not None:
+        act(f"leave {storage.url(key)} with no record: an orphan, kept until a repair with --delete-orphans")

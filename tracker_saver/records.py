@@ -330,14 +330,15 @@ class Record:
         return value if isinstance(value, int) and not isinstance(value, bool) else None
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (used by ``--json`` and the UI); a SQLite id is an int.
+        """A JSON-ready dict (used by ``--json``): ``id`` a string, as in the UI's API, whatever the
+        registry (a ClearML id is not a number); ``created_at`` seconds since the epoch.
 
         Examples:
             >>> Record("12", "p", "r", "s", "s_1.pt", "s_1.pt", RecordState.LIVE, 0, "k", "u").to_dict()["id"]
-            12
+            '12'
         """
         return {
-            "id": int(self.id) if self.id.isdigit() else self.id,
+            "id": self.id,
             "project": self.project,
             "run": self.run,
             "stream": self.stream,

@@ -61,7 +61,8 @@ class Query:
 def record_field(record: Record, key: str) -> MetaValue:
     """The value ``key`` names on a record: one of its own fields, else a metadata key.
 
-    A SQLite id is an int (``id=12`` matches record ``"12"``), as ``Record.to_dict`` shows it.
+    A SQLite id compares as an int (``id=12`` matches record ``"12"``, ``id>9`` is numeric), though
+    ``Record.to_dict`` and the UI's API give every id as a string.
     """
     if key in RECORD_FIELDS:
         value = getattr(record, key)

@@ -2,8 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import ipaddress
 import os
+import socket
 import sys
 
 import uvicorn
@@ -34,8 +36,29 @@ def is_loopback(host: str) -> bool:
         return False
 
 
+def page_url(host: str, port: int) -> str:
+    """The address to open for a server bound to ``host:port`` (an IPv6 address in brackets).
+
+    Examples:
+        >>> page_url("127.0.0.1", 8765), page_url("::1", 8765)
+        ('http://127.0.0.1:8765/', 'http://[::1]:8765/')
+    """
+    name = host.strip("[]")
+    return f"http://[{name}]:{port}/" if ":" in name else f"http://{name}:{port}/"
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, which says on stderr where it listens, once it does, and how to stop it."""
+
+    async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+        await super().startup(sockets)  # returns once listening (it exits on a busy port)
+        port = self.servers[0].sockets[0].getsockname()[1] if self.servers else self.config.port
+        print(f"tracker-saver UI at {page_url(self.config.host, port)} (press Ctrl+C to stop it)", file=sys.stderr,
+              flush=True)  # fmt: skip
+
+
 def serve(registry: str | os.PathLike[str] | Registry | None = None, host: str = "127.0.0.1", port: int = 8765) -> None:
-    """Serve the UI over ``registry`` until interrupted (Ctrl-C).
+    """Serve the UI over ``registry`` until interrupted (Ctrl+C); once it listens, stderr says its URL.
 
     The UI has no authentication: anyone who can reach ``host:port`` can rename, tag, pin and
     download every record. Keep the default loopback address and reach it from elsewhere
@@ -66,4 +89,6 @@ def serve(registry: str | os.PathLike[str] | Registry | None = None, host: str =
             file=sys.stderr,
         )
     app = create_app(registry, allowed_hosts=LOOPBACK_HOSTS if loopback else None)
-    uvicorn.run(app, host=host, port=port, log_level="warning")
+    server = _Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+    with contextlib.suppress(KeyboardInterrupt):  # Ctrl+C is how it stops: uvicorn shuts down, then re-raises it
+        server.run()

@@ -5,6 +5,8 @@
 const FILTERS = ["project", "run", "stream", "state", "where"];
 const POLL_MS = 2000;
 const SVG = "http://www.w3.org/2000/svg";
+// Record fields the details panel lists above the metadata (as `tracker-saver models show` does).
+const RECORD_FIELDS = ["id", "state", "filename", "slot", "uri", "key", "sha256", "size", "created_at", "error"];
 const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"];
 
 const view = { order: "-created_at", offset: 0, limit: 50, record: null };
@@ -36,11 +38,20 @@ function fmtSize(bytes) {
   return (i === 0 ? String(n) : n.toFixed(1)) + " " + units[i];
 }
 
+// Dates read as in the CLI's tables and `models show`: YYYY-MM-DD HH:MM:SS in local time (docs/ui.md).
 function fmtTime(seconds) {
   if (!seconds) return "";
   const d = new Date(seconds * 1000);
   const pad = (x) => String(x).padStart(2, "0");
   return `${d.getFullYear()}-${pad(d.getMonth() + 1)}-${pad(d.getDate())} ${pad(d.getHours())}:${pad(d.getMinutes())}:${pad(d.getSeconds())}`;
+}
+
+function timeCell(seconds) {
+  // Date and time each stay whole: a narrow column wraps between them, never inside the date.
+  const td = el("td", null, "created");
+  const [day, time] = fmtTime(seconds).split(" ");
+  td.append(el("span", day), " ", el("span", time));
+  return td;
 }
 
 function fmtScore(r) {
@@ -110,9 +121,9 @@ function renderRows(page) {
     const name = el("td", null, "name");
     name.append(el("span", r.name, "record-name"));
     for (const alias of r.aliases) name.append(el("span", alias, "chip alias"));
-    tr.append(name, el("td", r.project), el("td", r.run), el("td", r.stream), el("td", r.step, "num"),
-      el("td", fmtScore(r), "num"), el("td", r.state, "state state-" + r.state), el("td", fmtSize(r.size), "num"),
-      el("td", fmtTime(r.created_at)));
+    tr.append(name, el("td", r.project, "text"), el("td", r.run, "text"), el("td", r.stream, "text"),
+      el("td", r.step, "num"), el("td", fmtScore(r), "num"), el("td", r.state, "state state-" + r.state),
+      el("td", fmtSize(r.size), "num"), timeCell(r.created_at));
     tr.addEventListener("click", () => openRecord(r.id, true));
     tr.addEventListener("keydown", (e) => { if (e.key === "Enter") openRecord(r.id, true); });
     if (r.id === view.record) tr.classList.add("selected");
@@ -268,6 +279,7 @@ function renderDetails(detail) {
   const meta = $("d-metadata").tBodies[0];
   meta.replaceChildren();
   for (const key of Object.keys(r.metadata).sort()) {
+    if (RECORD_FIELDS.includes(key)) continue; // the registry keeps these as metadata too: shown once, above
     const tr = el("tr");
     const value = r.metadata[key];
     tr.append(el("th", key), el("td", value === null ? "—" : `${value}`), el("td", r.metadata_types[key] || "", "muted"));
@@ -308,6 +320,8 @@ async function openRecord(id, push) {
   showError($("d-message"), null);
   try {
     renderDetails(await api(`/api/models/${encodeURIComponent(id)}`));
+    // In a narrow window the panel sits above the list (app.css): bring it into view on a click.
+    if (push && getComputedStyle($("details")).position !== "sticky") $("details").scrollIntoView({ block: "start" });
   } catch (error) {
     $("details").hidden = false;
     showError($("d-message"), error);
