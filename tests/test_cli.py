@@ -260,6 +260,11 @@ def test_runs_logs_needs_project_slash_run(capsys) -> None:
     assert "argument PROJECT/RUN: 'just-a-run' is not PROJECT/RUN, e.g. mnist/r1" in capsys.readouterr().err
 
 
+def test_counts_of_one_read_in_the_singular(trained: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["fsck", "--registry", trained]) == 0
+    assert capsys.readouterr().out.strip().endswith("1 stream checked: no problems")
+
+
 # ============================================================================ bad input: one clear line
 
 

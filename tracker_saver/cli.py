@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterator, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from tracker_saver.errors import TrackerSaverError
+from tracker_saver.wording import plural
 
 if TYPE_CHECKING:
     from tracker_saver.records import Record
@@ -140,7 +141,7 @@ def _cmd_models_get(args: argparse.Namespace) -> int:
     if _wants_json(args):
         _dump({"record": record.to_dict(), "path": str(path)})
     else:
-        print(f"{_label(record)}: {record.size} bytes, sha256 verified, written to {path}")
+        print(f"{_label(record)}: {plural(record.size or 0, 'byte')}, sha256 verified, written to {path}")
     return 0
 
 

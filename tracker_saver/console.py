@@ -11,6 +11,8 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tracker_saver.wording import plural
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -68,13 +70,13 @@ def size_text(size: int | None) -> str:
     """A byte count for people, in decimal units as ``ls -h --si`` shows them.
 
     Examples:
-        >>> size_text(999), size_text(1893), size_text(None)
-        ('999 bytes', '1.9 kB', '-')
+        >>> size_text(999), size_text(1), size_text(1893), size_text(None)
+        ('999 bytes', '1 byte', '1.9 kB', '-')
     """
     if size is None:
         return "-"
     if size < 1000:
-        return f"{size} bytes"
+        return plural(size, "byte")
     value, unit = size / 1000, "kB"
     for bigger in ("MB", "GB", "TB"):
         if value < 1000:
@@ -252,4 +254,5 @@ def print_report(report: Report, console: Console | None = None) -> None:
             table.add_row(f.kind, f.stream, fmt(f.key), fmt(f.record_id), f.detail, f.fix, style=styles.get(f.kind))
         console.print(table, markup=False, highlight=False)
     problems = len(report.problems)
-    console.print(f"{len(report.streams)} streams checked: {problems or 'no'} problem{'' if problems == 1 else 's'}")
+    found = plural(problems, "problem") if problems else "no problems"
+    console.print(f"{plural(len(report.streams), 'stream')} checked: {found}")

@@ -33,6 +33,7 @@ from tracker_saver.registry import Query, Registry
 from tracker_saver.registry.shared import shared_registry
 from tracker_saver.storage import Storage, open_storage
 from tracker_saver.storage.base import sha256_of
+from tracker_saver.wording import plural
 
 __all__ = [
     "MAX_NAME_LENGTH",
@@ -418,8 +419,8 @@ def download_model(
             os.fsync(out.fileno())
         if size != record.size or sha.hexdigest() != record.sha256:
             raise IntegrityError(
-                f"record {record.id} ({record.name!r}): {record.uri} has {size} bytes with sha256 "
-                f"{sha.hexdigest()[:12]}…, the record says {record.size} bytes, {str(record.sha256)[:12]}…: "
+                f"record {record.id} ({record.name!r}): {record.uri} has {plural(size, 'byte')} with sha256 "
+                f"{sha.hexdigest()[:12]}…, the record says {plural(record.size or 0, 'byte')}, {str(record.sha256)[:12]}…: "
                 "the object was probably overwritten or corrupted; nothing was written; download another record",
                 key=record.key,
                 record_id=record.id,
@@ -471,8 +472,8 @@ def pin_model(
     if size != source.size or sha256 != source.sha256:
         storage.delete(key)
         raise IntegrityError(
-            f"record {source.id} ({source.name!r}): the copy at {storage.url(key)} has {size} bytes with sha256 "
-            f"{sha256[:12]}…, the record says {source.size} bytes, {str(source.sha256)[:12]}…: its slot was "
+            f"record {source.id} ({source.name!r}): the copy at {storage.url(key)} has {plural(size, 'byte')} with sha256 "
+            f"{sha256[:12]}…, the record says {plural(source.size or 0, 'byte')}, {str(source.sha256)[:12]}…: its slot was "
             "overwritten while pinning (or is corrupted); the copy was deleted; pin another record",
             key=key,
             record_id=source.id,
@@ -533,8 +534,8 @@ def open_verified(
         size, sha256 = sha256_of(src)
         if size != record.size or sha256 != record.sha256:
             raise IntegrityError(
-                f"record {record.id} ({record.name!r}): {record.uri} has {size} bytes with sha256 "
-                f"{sha256[:12]}…, the record says {record.size} bytes, {str(record.sha256)[:12]}…: "
+                f"record {record.id} ({record.name!r}): {record.uri} has {plural(size, 'byte')} with sha256 "
+                f"{sha256[:12]}…, the record says {plural(record.size or 0, 'byte')}, {str(record.sha256)[:12]}…: "
                 "the slot was probably overwritten or corrupted; load another record",
                 key=record.key,
                 record_id=record.id,
