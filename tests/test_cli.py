@@ -175,6 +175,19 @@ def test_get_streams_the_object_and_verifies_it(trained, tmp_path, capsys) -> No
     assert hashlib.sha256(data).hexdigest() == out["record"]["sha256"] and len(data) == out["record"]["size"]
 
 
+def test_get_into_a_folder_names_the_file_a_safe_slug_with_the_checkpoints_extension(
+    trained: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first, second = (str(r["id"]) for r in _json(capsys, "models", "list", "--registry", trained, "--live"))
+    for ref, name in ((first, "runner-up"), (second, "quickstart_ the one we ship")):
+        assert main(["models", "rename", ref, name, "--registry", trained]) == 0
+    capsys.readouterr()
+    for ref, expected in ((first, "runner-up.pt"), (second, "quickstart_the_one_we_ship.pt")):
+        out = _json(capsys, "models", "get", ref, str(tmp_path / "dl") + "/", "--registry", trained)
+        assert Path(out["path"]) == tmp_path / "dl" / expected
+    assert sorted(p.name for p in (tmp_path / "dl").iterdir()) == ["quickstart_the_one_we_ship.pt", "runner-up.pt"]
+
+
 def test_get_refuses_a_corrupted_object_and_leaves_no_file(trained, local_target, tmp_path, capsys) -> None:
     record = _json(capsys, "models", "show", "p/r/best_model@best", "--registry", trained)
     slot_file = Path(local_target.output_uri) / record["key"]

@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from tracker_saver.errors import ConfigError, IntegrityError, RecordNotFoundError, RegistryError, SerializationError
-from tracker_saver.naming import pinned_key, safe_filename
+from tracker_saver.naming import key_ext, pinned_key, safe_filename
 from tracker_saver.query import parse_order, parse_where
 from tracker_saver.records import (
     DERIVED_ALIASES,
@@ -378,7 +378,8 @@ def download_model(
     Args:
         record_or_ref: a record, or a reference as :func:`resolve_model` reads it.
         dest: a file path, or an existing folder (or a path ending in ``/``): then the file is
-            ``dest/<record name>``, made safe as a file name.
+            ``dest/<record name>`` as a safe slug (letters, digits, ``._-=``) with the extension
+            of the checkpoint's filename: ``the one we ship`` is ``the_one_we_ship.pt``.
         registry: where to resolve a reference.
         storage_options: options for the record's storage (S3 endpoint, profile, …).
 
@@ -400,7 +401,7 @@ def download_model(
     assert record.key is not None
     target = Path(dest).expanduser()
     if target.is_dir() or os.fspath(dest).endswith(("/", os.sep)):
-        target = target / safe_filename(record.name)
+        target = target / safe_filename(record.name, key_ext(record.filename))
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-" + target.name[:100] + ".")
