@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
+import tracker_saver
 from tests.helpers import ROOT, SCORES, attach, model, trainer_engine
-from tracker_saver.cli import build_parser, main, reference_markdown, walk_commands
+from tracker_saver.cli import build_parser, main
+from tracker_saver.cli_reference import reference_markdown, walk_commands
 from tracker_saver.console import LINEAGE_KEYS
 from tracker_saver.logs import logs_prefix
 
@@ -89,6 +91,16 @@ def test_help_and_listing_import_neither_torch_nor_ignite_nor_rich(trained) -> N
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out == f"tracker-saver {version('tracker-saver')}\n"
+    assert _cli("--version").stdout.strip() == f"tracker-saver {tracker_saver.__version__}"
 
 
 # ============================================================================ models list

@@ -156,11 +156,12 @@ RECORD_COLUMNS = (
     "slot",
     "size",
     "created",
+    "output_uri",
 )
 
 
 def print_records(records: Sequence[Record], console: Console | None = None, *, title: str | None = None) -> None:
-    """Print records as a table: project, run, stream, name, state, aliases… (colours on a TTY)."""
+    """Print records as a table: project, run, stream, name, state, aliases… output_uri (colours on a TTY)."""
     rows = [
         [
             str(r.id),
@@ -175,6 +176,7 @@ def print_records(records: Sequence[Record], console: Console | None = None, *, 
             fmt(r.slot),
             size_text(r.size),
             _when(r.created_at),
+            r.output_uri or "-",
         ]
         for r in records
     ]
@@ -189,7 +191,7 @@ def print_records(records: Sequence[Record], console: Console | None = None, *, 
 
 
 def print_runs(rows: Sequence[Mapping[str, Any]], console: Console | None = None) -> None:
-    """Print run summaries (``tracker_saver.cli.run_summaries``) as a table."""
+    """Print run summaries (``tracker_saver.find.run_summaries``) as a table, one row per run and output_uri."""
     cells = [
         [
             row["project"],
@@ -198,13 +200,12 @@ def print_runs(rows: Sequence[Mapping[str, Any]], console: Console | None = None
             str(row["records"]),
             str(row["live"]),
             _when(row["last_save"]),
+            row["output_uri"] or "-",
         ]
         for row in rows
     ]
-    _print_lines(
-        table_lines(("project", "run", "streams", "records", "live", "last save"), cells, right=("records", "live")),
-        console,
-    )
+    columns = ("project", "run", "streams", "records", "live", "last save", "output_uri")
+    _print_lines(table_lines(columns, cells, right=("records", "live")), console)
 
 
 def print_logs(logs: Sequence[LogObject], console: Console | None = None) -> None:
