@@ -56,7 +56,10 @@ print(f"{saver.storage.uri} holds {len(objects)} objects: {', '.join(obj.key for
 # --8<-- [start:load]
 # In another process, give load_checkpoint the same endpoint settings: the same AWS_* environment,
 # or storage_options={"endpoint_url": ..., "profile": ...} as given to TrackerSaver.
-latest = find_models(project="examples", run="s3-ceph", live=True, order_by="-global_step", registry=registry)[0]
+# output_uri: the same project and run at another bucket are other streams, never this run's checkpoints.
+latest = find_models(
+    output_uri=output_uri, project="examples", run="s3-ceph", live=True, order_by="-global_step", registry=registry
+)[0]
 load_checkpoint(latest, {"model": model}, registry=registry)
 print(f"loaded {latest.name} from {latest.uri}")
 # --8<-- [end:load]

@@ -14,8 +14,10 @@ from pathlib import Path
 
 import pytest
 
+import tracker_saver
 from tests.helpers import ROOT, SCORES, attach, model, trainer_engine
-from tracker_saver.cli import build_parser, main, reference_markdown, walk_commands
+from tracker_saver.cli import build_parser, main
+from tracker_saver.cli_reference import reference_markdown, walk_commands
 from tracker_saver.console import LINEAGE_KEYS, TIME_FORMAT
 from tracker_saver.logs import logs_prefix
 
@@ -89,6 +91,16 @@ def test_help_and_listing_import_neither_torch_nor_ignite_nor_rich(trained) -> N
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:
+    from importlib.metadata import version
+
+    with pytest.raises(SystemExit) as done:
+        main(["--version"])
+    assert done.value.code == 0
+    assert capsys.readouterr().out == f"tracker-saver {version('tracker-saver')}\n"
+    assert _cli("--version").stdout.strip() == f"tracker-saver {tracker_saver.__version__}"
 
 
 # ============================================================================ models list
@@ -186,6 +198,19 @@ def test_get_streams_the_object_and_verifies_it(trained, tmp_path, capsys) -> No
     assert hashlib.sha256(data).hexdigest() == out["record"]["sha256"] and len(data) == out["record"]["size"]
 
 
+def test_get_into_a_folder_names_the_file_a_safe_slug_with_the_checkpoints_extension(
+    trained: str, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    first, second = (str(r["id"]) for r in _json(capsys, "models", "list", "--registry", trained, "--live"))
+    for ref, name in ((first, "runner-up"), (second, "quickstart_ the one we ship")):
+        assert main(["models", "rename", ref, name, "--registry", trained]) == 0
+    capsys.readouterr()
+    for ref, expected in ((first, "runner-up.pt"), (second, "quickstart_the_one_we_ship.pt")):
+        out = _json(capsys, "models", "get", ref, str(tmp_path / "dl") + "/", "--registry", trained)
+        assert Path(out["path"]) == tmp_path / "dl" / expected
+    assert sorted(p.name for p in (tmp_path / "dl").iterdir()) == ["quickstart_the_one_we_ship.pt", "runner-up.pt"]
+
+
 def test_get_refuses_a_corrupted_object_and_leaves_no_file(trained, local_target, tmp_path, capsys) -> None:
     record = _json(capsys, "models", "show", "p/r/best_model@best", "--registry", trained)
     slot_file = Path(local_target.output_uri) / record["key"]
@@ -269,6 +294,11 @@ def test_runs_logs_needs_project_slash_run(capsys) -> None:
     with pytest.raises(SystemExit):
         main(["runs", "logs", "just-a-run"])
     assert "argument PROJECT/RUN: 'just-a-run' is not PROJECT/RUN, e.g. mnist/r1" in capsys.readouterr().err
+
+
+def test_counts_of_one_read_in_the_singular(trained: str, capsys: pytest.CaptureFixture[str]) -> None:
+    assert main(["fsck", "--registry", trained]) == 0
+    assert capsys.readouterr().out.strip().endswith("1 stream checked: no problems")
 
 
 # ============================================================================ bad input: one clear line

@@ -7,7 +7,16 @@ import math
 import pytest
 
 from tracker_saver.errors import ConfigError
-from tracker_saver.naming import check_key, check_name, key_ext, key_segment, parse_filename, slot_key, split_basename
+from tracker_saver.naming import (
+    check_key,
+    check_name,
+    key_ext,
+    key_segment,
+    parse_filename,
+    safe_filename,
+    slot_key,
+    split_basename,
+)
 
 
 @pytest.mark.parametrize(
@@ -80,3 +89,24 @@ def test_slot_must_be_a_non_negative_int() -> None:
         slot_key("p", "r", "s", -1, ".pt")
     with pytest.raises(ConfigError, match="extension"):
         slot_key("p", "r", "s", 0, "./../x")
+
+
+@pytest.mark.parametrize(
+    ("name", "ext", "expected"),
+    [
+        ("runner-up", ".pt", "runner-up.pt"),
+        ("quickstart_ the one we ship", ".pt", "quickstart_the_one_we_ship.pt"),
+        ("best_model_6_val_acc=0.9500.pt", ".pt", "best_model_6_val_acc=0.9500.pt"),
+        ("final.PT", ".pt", "final.pt"),
+        ("../../etc/passwd", ".ckpt", "etc_passwd.ckpt"),
+        ("-rf .hidden", ".pt", "rf_.hidden.pt"),
+        ("résnet (lr=0.1) [v2]: #3", ".pth", "resnet_lr=0.1_v2_3.pth"),
+        ("模型", ".pt", "checkpoint.pt"),
+        ("a\nb\x00c", "", "a_b_c"),
+    ],
+)
+def test_a_download_file_name_is_a_safe_slug_with_the_checkpoints_extension(name: str, ext: str, expected: str) -> None:
+    got = safe_filename(name, ext)
+    assert got == expected
+    assert set(got) <= set("abcdefghijklmnopqrstuvwxyzABCDEFGHIJKLMNOPQRSTUVWXYZ0123456789._-=")
+    assert not got.startswith((".", "-")) and len(got) <= 200 + len(ext)

@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from tracker_saver.errors import ConfigError
-from tracker_saver.query import Condition, Order, matches, parse_order, parse_where
+from tracker_saver.query import Condition, Order, check_key, matches, parse_order, parse_where
 
 
 def test_cli_expressions_parse_to_typed_conditions() -> None:
@@ -61,3 +61,34 @@ def test_record_fields_compare_as_text_and_ranges_need_numbers() -> None:
         parse_where("score>abc")
     with pytest.raises(ConfigError, match="'run' is text"):
         parse_where("run>=3")
+
+
+def test_one_text_holds_several_conditions_joined_by_and() -> None:
+    assert parse_where("score<0.3 and prefix=best") == (Condition("score", "<", 0.3), Condition("prefix", "==", "best"))
+    assert parse_where(["score>0.1 AND global_step in 1,2", "name != 'this and that'"]) == (
+        Condition("score", ">", 0.1),
+        Condition("global_step", "in", [1, 2]),
+        Condition("name", "!=", "this and that"),
+    )
+    assert parse_where("prefix=android") == (Condition("prefix", "==", "android"),)  # a word, not the joiner
+    assert parse_where("") == parse_where("  ") == parse_where([" "]) == ()
+
+
+@pytest.mark.parametrize("bad", ["score>0.1 and", "and score>0.1", "score>0.1 and and prefix=best"])
+def test_an_and_with_nothing_beside_it_is_refused(bad: str) -> None:
+    with pytest.raises(ConfigError, match=r"has an empty condition next to 'and': join conditions as"):
+        parse_where(bad)
+
+
+def test_an_unknown_key_is_named_with_the_closest_and_the_known_keys() -> None:
+    check_key("where", "score", ())  # a key every saved record carries
+    check_key("sort", "state", ())  # a record field
+    check_key("where", "lr (warm-up)", {"lr (warm-up)"})  # a callback's key that a record holds
+    with pytest.raises(
+        ConfigError,
+        match=r"^unknown where key 'scor' \(did you mean 'score'\?\): it is not a record field, and no record in the "
+        r"registry has it as metadata; known keys: basename, created_at, .*, lr, .*, score, ",
+    ):
+        check_key("where", "scor", {"lr"})
+    with pytest.raises(ConfigError, match=r"^unknown sort key 'nosuchkey': .*known keys: .*\bid\b"):
+        check_key("sort", "nosuchkey", ())

@@ -97,7 +97,8 @@ def test_every_module_says_its_one_job_in_one_line(name: str) -> None:
 
 GENERIC = ("tracker_saver.saver", "tracker_saver.pipeline", "tracker_saver.slots", "tracker_saver.records",
            "tracker_saver.naming", "tracker_saver.recovery", "tracker_saver.registry.base",
-           "tracker_saver.storage.base", "tracker_saver.models", "tracker_saver.resume")  # fmt: skip
+           "tracker_saver.storage.base", "tracker_saver.models", "tracker_saver.find", "tracker_saver.resume",
+           "tracker_saver.registry.sqlite_query")  # fmt: skip
 
 
 @pytest.mark.parametrize("name", GENERIC)

@@ -11,21 +11,25 @@ from __future__ import annotations
 import argparse
 import json
 import sys
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
 from tracker_saver.errors import TrackerSaverError
+from tracker_saver.wording import plural
 
 if TYPE_CHECKING:
     from tracker_saver.records import Record
     from tracker_saver.registry.base import Registry
 
-__all__ = ["build_parser", "main", "reference_markdown"]
+__all__ = ["build_parser", "main", "package_version"]
 
 PROG = "tracker-saver"
 
 #: The message for ``tracker-saver ui`` without the ``ui`` extra installed.
 UI_HINT = "tracker-saver ui needs the ui extra: pip install 'tracker-saver[ui]'"
+
+#: How an --output-uri option is spelled, in its help.
+_URI_HELP = "(a folder or s3://BUCKET/PREFIX, as TrackerSaver was given it)"
 
 #: Modules whose absence means the ``ui`` extra is not installed (not a bug in the UI).
 _UI_MODULES = ("fastapi", "uvicorn", "starlette", "tracker_saver.ui")
@@ -36,6 +40,34 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+class _Version(argparse.Action):
+    """``--version``: looked up only when asked, so other commands do not pay for it."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> NoReturn:
+        print(f"{PROG} {package_version()}")  # on stdout, as argparse's own version action
+        parser.exit()
+
+
+def package_version() -> str:
+    """The installed distribution's version, else the package's ``__version__`` (a source tree).
+
+    Examples:
+        >>> package_version() == __import__("tracker_saver").__version__
+        True
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tracker-saver")
+    except PackageNotFoundError:
+        import tracker_saver
+
+        return str(getattr(tracker_saver, "__version__", "unknown"))
 
 
 # -- helpers the commands share ----------------------------------------------------------------
@@ -67,7 +99,7 @@ def _dump(value: Any) -> None:
 def _resolve(args: argparse.Namespace, registry: Registry) -> Record:
     from tracker_saver.models import resolve_model
 
-    return resolve_model(args.ref, registry=registry)
+    return resolve_model(args.ref, output_uri=getattr(args, "output_uri", None), registry=registry)
 
 
 def _label(record: Record) -> str:
@@ -87,6 +119,7 @@ def _print_record(args: argparse.Namespace, record: Record, text: str) -> int:
 
 def _filters(args: argparse.Namespace) -> dict[str, Any]:
     return {
+        "output_uri": args.output_uri,
         "project": args.project,
         "run": args.run,
         "stream": args.stream,
@@ -140,7 +173,7 @@ def _cmd_models_get(args: argparse.Namespace) -> int:
     if _wants_json(args):
         _dump({"record": record.to_dict(), "path": str(path)})
     else:
-        print(f"{_label(record)}: {record.size} bytes, sha256 verified, written to {path}")
+        print(f"{_label(record)}: {plural(record.size or 0, 'byte')}, sha256 verified, written to {path}")
     return 0
 
 
@@ -226,34 +259,10 @@ def _cmd_models_history(args: argparse.Namespace) -> int:
 # -- runs --------------------------------------------------------------------------------------
 
 
-def run_summaries(records: Sequence[Record]) -> list[dict[str, Any]]:
-    """One row per (project, run): streams, records, loadable records, last save time.
-
-    Examples:
-        >>> run_summaries([])
-        []
-    """
-    runs: dict[tuple[str, str], dict[str, Any]] = {}
-    for r in records:
-        row = runs.setdefault(
-            (r.project, r.run),
-            {"project": r.project, "run": r.run, "streams": [], "records": 0, "live": 0, "last_save": None},
-        )
-        if r.stream not in row["streams"]:
-            row["streams"].append(r.stream)
-        row["records"] += 1
-        row["live"] += int(r.state.loadable)
-        if row["last_save"] is None or r.created_at > row["last_save"]:
-            row["last_save"] = r.created_at
-    for row in runs.values():
-        row["streams"].sort()
-    return sorted(runs.values(), key=lambda row: (row["project"], row["run"]))
-
-
 def _cmd_runs_list(args: argparse.Namespace) -> int:
-    from tracker_saver.models import find_models
+    from tracker_saver.find import find_models, run_summaries
 
-    rows = run_summaries(find_models(project=args.project, registry=_registry(args)))
+    rows = run_summaries(find_models(project=args.project, output_uri=args.output_uri, registry=_registry(args)))
     if _wants_json(args):
         _dump(rows)
         return 0
@@ -419,6 +428,7 @@ def build_parser() -> argparse.ArgumentParser:
         parents=both,
         epilog="--registry and --json go before or after the command. Docs: docs/cli.md",
     )
+    parser.add_argument("--version", action=_Version, help="print the version of tracker-saver and exit")
     commands = parser.add_subparsers(
         dest="command", required=True, metavar="COMMAND", parser_class=_Parser, help="what to work on"
     )
@@ -447,12 +457,13 @@ def build_parser() -> argparse.ArgumentParser:
         "--where",
         action="append",
         metavar="EXPR",
-        help="a condition on metadata or a record field, such as 'score>0.9', 'prefix=best', "
-        "'name!=x', 'global_step in 10,20' (repeatable)",
+        help="conditions on metadata or record fields, joined by 'and': 'score>0.9', 'prefix=best and name!=x', "
+        "'global_step in 10,20' (repeatable; an unknown key is an error; grammar: docs/cli.md)",
     )
     ls.add_argument(
         "--sort", action="append", metavar="KEY", help="sort key, '-' for descending, e.g. -score (repeatable)"
     )
+    ls.add_argument("--output-uri", metavar="URI", help=f"only records stored at this output_uri {_URI_HELP}")
     which = ls.add_mutually_exclusive_group()
     which.add_argument("--live", action="store_true", help="only loadable records (live, revived, pinned)")
     which.add_argument("--state", action="append", metavar="STATE", help="only this state, e.g. pinned (repeatable)")
@@ -464,11 +475,14 @@ def build_parser() -> argparse.ArgumentParser:
 
     ref_help = "a record id, PROJECT/RUN/STREAM[@ALIAS] (e.g. mnist/r1/best_model@best) or PROJECT@ALIAS"
     show = command(model_cmds, "show", "show one record: fields, aliases, lineage, metadata", _cmd_models_show, both)
-    show.add_argument("ref", metavar="REF", help=ref_help)
-
     get = command(model_cmds, "get", "download a record's checkpoint, verifying its sha256", _cmd_models_get, both)
-    get.add_argument("ref", metavar="REF", help=ref_help)
-    get.add_argument("dest", metavar="DEST", help="a file to write, or a folder (the file is named after the record)")
+    for sub in (show, get):
+        sub.add_argument("ref", metavar="REF", help=ref_help)
+        sub.add_argument("--output-uri", metavar="URI", help=f"the record REF names at this output_uri {_URI_HELP}")
+    get.add_argument(
+        "dest", metavar="DEST", help="a file to write, or a folder: the file is then the record's name as a safe slug "
+        "with the checkpoint's extension (the one we ship -> the_one_we_ship.pt)"
+    )  # fmt: skip
 
     rename = command(model_cmds, "rename", "give a record a name that later saves keep", _cmd_models_rename, both)
     rename.add_argument("ref", metavar="REF", help=ref_help)
@@ -502,9 +516,10 @@ def build_parser() -> argparse.ArgumentParser:
     runs = commands.add_parser("runs", help="list runs and their logs", description="Runs.", parents=both)
     run_cmds = runs.add_subparsers(dest="runs_command", required=True, metavar="SUBCOMMAND", help="what to do")
     runs_ls = command(
-        run_cmds, "list", "one row per run: streams, records, live records, last save", _cmd_runs_list, both
+        run_cmds, "list", "one row per run and output_uri: streams, records, live, last save", _cmd_runs_list, both
     )
     runs_ls.add_argument("--project", help="only this project")
+    runs_ls.add_argument("--output-uri", metavar="URI", help=f"only runs at this output_uri {_URI_HELP}")
     logs = command(run_cmds, "logs", "list a run's uploaded logs, or download them", _cmd_runs_logs, both)
     logs.add_argument("project_run", metavar="PROJECT/RUN", type=_project_run, help="the run, e.g. mnist/r1")
     logs.add_argument("--download", metavar="DEST", help="download every log file into this folder")
@@ -545,76 +560,6 @@ def build_parser() -> argparse.ArgumentParser:
     ui.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")
     ui.add_argument("--port", type=_port, default=8765, help="port to listen on (default: 8765)")
     return parser
-
-
-# -- the reference page ------------------------------------------------------------------------
-
-
-def walk_commands(parser: argparse.ArgumentParser) -> Iterator[tuple[list[str], str, argparse.ArgumentParser]]:
-    """Every command below ``parser``, depth first: ``(["models", "list"], its help, its parser)``.
-
-    Examples:
-        >>> [" ".join(path) for path, _, _ in walk_commands(build_parser())][:2]
-        ['models', 'models list']
-    """
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            helps = {a.dest: a.help or "" for a in action._choices_actions}
-            for name, sub in action.choices.items():
-                yield [name], helps.get(name, ""), sub
-                for path, text, leaf in walk_commands(sub):
-                    yield [name, *path], text, leaf
-
-
-def _option_rows(parser: argparse.ArgumentParser) -> list[tuple[str, str]]:
-    rows = []
-    for action in parser._actions:
-        if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):
-            continue
-        if action.option_strings:
-            name = ", ".join(action.option_strings)
-            if action.nargs != 0:
-                name += f" {action.metavar or action.dest.upper()}"
-        else:
-            name = str(action.metavar or action.dest)
-        rows.append((name, (action.help or "").replace("|", "\\|")))
-    return rows
-
-
-def reference_markdown() -> str:
-    """The CLI reference page (``docs/cli-reference.md``), generated from the parser itself.
-
-    ``python scripts/cli_reference.py`` writes it; a test checks the committed page equals
-    this text, so the page cannot drift from the command.
-
-    Examples:
-        >>> reference_markdown().splitlines()[0]
-        '# CLI reference'
-    """
-    parser = build_parser()
-    lines = [
-        "# CLI reference",
-        "",
-        "<!-- Generated by `python scripts/cli_reference.py` from tracker_saver/cli.py: do not edit. -->",
-        "",
-        f"{parser.description} See [Command line](cli.md) for a tour.",
-        "",
-        "Global options, accepted before or after any command:",
-        "",
-        "| option | meaning |",
-        "| --- | --- |",
-    ]
-    lines += [f"| `{name}` | {text} |" for name, text in _option_rows(parser)]
-    for path, text, sub in walk_commands(parser):
-        formatter = argparse.HelpFormatter(prog=f"{PROG} {' '.join(path)}", width=100)
-        formatter.add_usage(None, sub._actions, sub._mutually_exclusive_groups, prefix="")
-        lines += ["", f"## `{PROG} {' '.join(path)}`", "", f"{text[:1].upper()}{text[1:]}.", ""]
-        lines += ["```text", formatter.format_help().strip(), "```"]
-        rows = [(n, t) for n, t in _option_rows(sub) if n not in ("--registry REGISTRY", "--json")]
-        if rows:
-            lines += ["", "| argument | meaning |", "| --- | --- |"]
-            lines += [f"| `{name}` | {text} |" for name, text in rows]
-    return "\n".join(lines) + "\n"
 
 
 # -- main --------------------------------------------------------------------------------------

@@ -11,6 +11,8 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tracker_saver.wording import plural
+
 if TYPE_CHECKING:
     from rich.console import Console
 
@@ -75,13 +77,13 @@ def size_text(size: int | None) -> str:
     """A byte count for people, in decimal units as ``ls -h --si`` shows them.
 
     Examples:
-        >>> size_text(999), size_text(1893), size_text(None)
-        ('999 bytes', '1.9 kB', '-')
+        >>> size_text(999), size_text(1), size_text(1893), size_text(None)
+        ('999 bytes', '1 byte', '1.9 kB', '-')
     """
     if size is None:
         return "-"
     if size < 1000:
-        return f"{size} bytes"
+        return plural(size, "byte")
     value, unit = size / 1000, "kB"
     for bigger in ("MB", "GB", "TB"):
         if value < 1000:
@@ -161,11 +163,12 @@ RECORD_COLUMNS = (
     "slot",
     "size",
     "created",
+    "output_uri",
 )
 
 
 def print_records(records: Sequence[Record], console: Console | None = None, *, title: str | None = None) -> None:
-    """Print records as a table: project, run, stream, name, state, aliases… (colours on a TTY)."""
+    """Print records as a table: project, run, stream, name, state, aliases… output_uri (colours on a TTY)."""
     rows = [
         [
             str(r.id),
@@ -180,6 +183,7 @@ def print_records(records: Sequence[Record], console: Console | None = None, *, 
             fmt(r.slot),
             size_text(r.size),
             _when(r.created_at),
+            r.output_uri or "-",
         ]
         for r in records
     ]
@@ -194,7 +198,7 @@ def print_records(records: Sequence[Record], console: Console | None = None, *, 
 
 
 def print_runs(rows: Sequence[Mapping[str, Any]], console: Console | None = None) -> None:
-    """Print run summaries (``tracker_saver.cli.run_summaries``) as a table."""
+    """Print run summaries (``tracker_saver.find.run_summaries``) as a table, one row per run and output_uri."""
     cells = [
         [
             row["project"],
@@ -203,13 +207,12 @@ def print_runs(rows: Sequence[Mapping[str, Any]], console: Console | None = None
             str(row["records"]),
             str(row["live"]),
             _when(row["last_save"]),
+            row["output_uri"] or "-",
         ]
         for row in rows
     ]
-    _print_lines(
-        table_lines(("project", "run", "streams", "records", "live", "last save"), cells, right=("records", "live")),
-        console,
-    )
+    columns = ("project", "run", "streams", "records", "live", "last save", "output_uri")
+    _print_lines(table_lines(columns, cells, right=("records", "live")), console)
 
 
 def print_logs(logs: Sequence[LogObject], console: Console | None = None) -> None:
@@ -261,7 +264,8 @@ def print_report(report: Report, console: Console | None = None) -> None:
             table.add_row(f.kind, f.stream, fmt(f.key), fmt(f.record_id), f.detail, f.fix, style=styles.get(f.kind))
         console.print(table, markup=False, highlight=False)
     problems = len(report.problems)
-    console.print(f"{len(report.streams)} streams checked: {problems or 'no'} problem{'' if problems == 1 else 's'}")
+    found = plural(problems, "problem") if problems else "no problems"
+    console.print(f"{plural(len(report.streams), 'stream')} checked: {found}")
 
 
 def print_repair(report: Report, *, dry_run: bool = False) -> None:
@@ -272,8 +276,8 @@ def print_repair(report: Report, *, dry_run: bool = False) -> None:
     if dry_run and report.actions:
         actions, problems = len(report.actions), len(report.problems)
         print(
-            f"dry run: nothing changed; repair would take the {actions} action{'' if actions == 1 else 's'} "
-            f"above for {problems} problem{'' if problems == 1 else 's'} (tracker-saver fsck lists them)"
+            f"dry run: nothing changed; repair would take the {plural(actions, 'action')} "
+            f"above for {plural(problems, 'problem')} (tracker-saver fsck lists them)"
         )
         return
     print("after repair:" if report.actions else "nothing to repair")

@@ -19,6 +19,7 @@ from torch.utils.data import DataLoader, TensorDataset
 from tracker_saver.console import make_console, print_records
 from tracker_saver.models import find_models
 from tracker_saver.saver import TrackerSaver
+from tracker_saver.wording import plural
 
 __all__ = ["cli_command", "make_data", "run_demo", "small_cnn"]
 
@@ -108,12 +109,14 @@ def run_demo(
 
     started = time.perf_counter()
     trainer.run(train, max_epochs=epochs)
-    console.print(f"\ntrained {epochs} epochs in {time.perf_counter() - started:.1f} s\n")
+    console.print(f"\ntrained {plural(epochs, 'epoch')} in {time.perf_counter() - started:.1f} s\n")
 
     objects = saver.storage.list()
-    console.print(f"[bold]{saver.storage.uri}[/bold] holds {len(objects)} objects (slot keys, never semantic names):")
+    console.print(
+        f"[bold]{saver.storage.uri}[/bold] holds {plural(len(objects), 'object')} (slot keys, never semantic names):"
+    )
     for obj in objects:
-        console.print(f"  {obj.key}  ({obj.size} bytes)")
+        console.print(f"  {obj.key}  ({plural(obj.size, 'byte')})")
     console.print()
     print_records(saver.records(), console, title=f"registry {saver.registry.uri}: every checkpoint ever saved")
     top = find_models(

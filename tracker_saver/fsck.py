@@ -37,6 +37,7 @@ from tracker_saver.recovery import plan_slot, recover_slot
 from tracker_saver.registry.base import Query, Registry, busy, stream_query
 from tracker_saver.storage import Storage, open_storage
 from tracker_saver.storage.base import ObjectStat, Staged
+from tracker_saver.wording import plural
 
 __all__ = ["STALE_AFTER_S", "Finding", "Report", "check", "repair"]
 
@@ -168,7 +169,7 @@ def _check_stream(
             if found is None:
                 why = "its object is missing"
             elif found.size != record.size:
-                why = f"its object has {found.size} bytes, the record says {record.size}"
+                why = f"its object has {plural(found.size, 'byte')}, the record says {record.size}"
             elif (deep or len(live) > 1) and sha(key) != record.sha256:
                 why = "its object's sha256 differs from the record's"
             else:
@@ -182,10 +183,10 @@ def _check_stream(
             kind, why, fix = _PLANNED[change]
             out.append(_record_finding(kind, label, record, why, fix))
         if found is not None and not live and all(change == "failed" for _, change in plan):
-            out.append(Finding("orphan", label, f"{found.size} bytes that no record claims",
+            out.append(Finding("orphan", label, f"{plural(found.size, 'byte')} that no record claims",
                                "delete it with --delete-orphans", key))  # fmt: skip
     if len(mine) > loadable and not busy:
-        out.append(Finding("over-slots", label, f"{len(mine)} objects for {loadable} loadable records (after repair)",
+        out.append(Finding("over-slots", label, f"{plural(len(mine), 'object')} for {plural(loadable, 'loadable record')} (after repair)",
                            "settled by the fixes of its other findings"))  # fmt: skip
     return out
 
@@ -266,7 +267,7 @@ def _check_run(
         where = f"{storage.uri}/{prefix}"
         places[where] = _Place(storage, None)
         for key in sorted(set(objects) - known):
-            report.findings.append(Finding("orphan", where, f"{objects[key].size} bytes of no known stream",
+            report.findings.append(Finding("orphan", where, f"{plural(objects[key].size, 'byte')} of no known stream",
                                            "delete it with --delete-orphans", key))  # fmt: skip
         for item in staged:
             if not any(item.key.startswith(_stream_prefix(s)) for s in streams):

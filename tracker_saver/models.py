@@ -1,6 +1,8 @@
-"""Find, resolve, tag, alias, pin, download and load records: the functions the CLI and UI wrap.
+"""Rename, tag, alias, pin, download and load records: the functions the CLI and UI wrap.
 
-Importing this module imports neither torch nor ignite: only :func:`load_checkpoint` needs them,
+Finding records (:func:`find_models`, :func:`count_models`, :func:`get_model`,
+:func:`resolve_model`) lives in :mod:`tracker_saver.find`; this module re-exports them, so
+``tracker_saver.models`` stays the one place the CLI and the UI call. Importing this module imports neither torch nor ignite: only :func:`load_checkpoint` needs them,
 so the CLI and the UI start fast.
 """
 
@@ -15,11 +17,10 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from tracker_saver.errors import ConfigError, IntegrityError, RecordNotFoundError, RegistryError, SerializationError
-from tracker_saver.naming import pinned_key, safe_filename
-from tracker_saver.query import parse_order, parse_where
+from tracker_saver.errors import ConfigError, IntegrityError, RegistryError, SerializationError
+from tracker_saver.find import RegistryArg, count_models, find_models, get_model, resolve_model
+from tracker_saver.naming import key_ext, pinned_key, safe_filename
 from tracker_saver.records import (
-    DERIVED_ALIASES,
     LOADABLE,
     LOADABLE_OR_PINNED,
     MAX_NAME_LENGTH,
@@ -29,10 +30,11 @@ from tracker_saver.records import (
     UploadInfo,
     check_display_name,
 )
-from tracker_saver.registry import Query, Registry
+from tracker_saver.registry import Query
 from tracker_saver.registry.shared import shared_registry
 from tracker_saver.storage import Storage, open_storage
 from tracker_saver.storage.base import sha256_of
+from tracker_saver.wording import plural
 
 __all__ = [
     "MAX_NAME_LENGTH",
@@ -53,189 +55,8 @@ __all__ = [
     "unpin_model",
 ]
 
-RegistryArg = str | os.PathLike[str] | Registry | None
 #: Metadata a record shows that are columns of its own (a copy gets its own values).
 _OWN_METADATA = ("slot", "created_at", "sha256", "size", "uri")
-
-
-def _query(
-    *,
-    project: str | None,
-    run: str | None,
-    stream: str | None,
-    filename: str | None,
-    name: str | None,
-    tag: str | None,
-    alias: str | None,
-    where: Mapping[str, Any] | Sequence[str] | str | None,
-    live: bool | None,
-    states: Sequence[RecordState | str] | None,
-    order_by: str | Sequence[str] | None = None,
-    offset: int = 0,
-    limit: int | None = None,
-) -> Query:
-    wanted: tuple[RecordState, ...] | None = None
-    if states is not None:
-        try:
-            wanted = tuple(RecordState(s) for s in states)
-        except ValueError as exc:
-            raise ConfigError(f"{exc}: use one of {', '.join(s.value for s in RecordState)}") from None
-    elif live is not None:
-        wanted = LOADABLE_OR_PINNED if live else tuple(s for s in RecordState if not s.loadable)
-    return Query(
-        project=project,
-        run=run,
-        stream=stream,
-        filename=filename,
-        name=name,
-        tag=tag,
-        alias=alias,
-        states=wanted,
-        where=parse_where(where),
-        order_by=parse_order(order_by),
-        offset=offset,
-        limit=limit,
-    )
-
-
-def find_models(
-    *,
-    project: str | None = None,
-    run: str | None = None,
-    stream: str | None = None,
-    where: Mapping[str, Any] | Sequence[str] | str | None = None,
-    order_by: str | Sequence[str] | None = None,
-    live: bool | None = None,
-    states: Sequence[RecordState | str] | None = None,
-    limit: int | None = None,
-    filename: str | None = None,
-    name: str | None = None,
-    tag: str | None = None,
-    alias: str | None = None,
-    offset: int = 0,
-    registry: RegistryArg = None,
-) -> list[Record]:
-    """Records matching metadata conditions, sorted by any key, one page at a time.
-
-    Args:
-        project: only this project.
-        run: only this run.
-        stream: only this stream (Ignite basename, e.g. ``best_model``).
-        where: ``{"score": (">", 0.9), "prefix": "best", "global_step": ("in", [10, 20])}``, or
-            expressions such as ``"score>0.9"``, ``"state=live"``, ``"name!=x"`` (see ``tracker_saver.query``).
-        order_by: a key or list of keys, ``-`` for descending (``"-score"``).
-        live: ``True``: only loadable records (live, revived or pinned); ``False``: only the others.
-        states: only these states (overrides ``live``).
-        limit: at most this many (``None``: all).
-        filename: only records with this Ignite filename.
-        name: only records with this display name.
-        tag: only records with this tag.
-        alias: only records this alias names: ``"best"``/``"latest"`` give each matching stream's
-            best/latest record, a user alias (``"production"``) the record it names.
-        offset: skip this many records first (for pages; see :func:`count_models`).
-        registry: which registry (default as in :func:`open_registry`); one connection per
-            location is kept open and reused by every call. It must exist.
-
-    Raises:
-        ConfigError: a bad where-expression (``score>abc``), a negative limit or offset.
-        RegistryError: no registry at that path.
-
-    Examples:
-        >>> find_models(project="nothing-here", alias="best", registry=":memory:")
-        []
-    """
-    query = _query(
-        project=project, run=run, stream=stream, filename=filename, name=name, tag=tag, alias=alias,
-        where=where, live=live, states=states, order_by=order_by, offset=offset, limit=limit,
-    )  # fmt: skip
-    return shared_registry(registry, create=False).query(query)
-
-
-def count_models(
-    *,
-    project: str | None = None,
-    run: str | None = None,
-    stream: str | None = None,
-    where: Mapping[str, Any] | Sequence[str] | str | None = None,
-    live: bool | None = None,
-    states: Sequence[RecordState | str] | None = None,
-    filename: str | None = None,
-    name: str | None = None,
-    tag: str | None = None,
-    alias: str | None = None,
-    registry: RegistryArg = None,
-) -> int:
-    """How many records :func:`find_models` finds with the same filters (for pagination).
-
-    Examples:
-        >>> count_models(project="nothing-here", registry=":memory:")
-        0
-    """
-    query = _query(
-        project=project, run=run, stream=stream, filename=filename, name=name, tag=tag, alias=alias,
-        where=where, live=live, states=states,
-    )  # fmt: skip
-    return shared_registry(registry, create=False).count(query)
-
-
-def get_model(record_id: str | int, *, registry: RegistryArg = None) -> Record:
-    """The record with ``record_id`` (``RecordNotFoundError`` if none).
-
-    Examples:
-        >>> get_model(1, registry=":memory:")  # doctest: +IGNORE_EXCEPTION_DETAIL
-        Traceback (most recent call last):
-        tracker_saver.errors.RecordNotFoundError: record 1 does not exist
-    """
-    return shared_registry(registry, create=False).get(str(record_id))
-
-
-def resolve_model(ref: str | int, *, registry: RegistryArg = None) -> Record:
-    """The record a reference names.
-
-    Args:
-        ref: a record id (``"12"``); ``PROJECT/RUN/STREAM@ALIAS`` (``mnist/r1/best_model@best``:
-            the stream's ``best``/``latest``, or the project's user alias if that record is in
-            the stream); ``PROJECT/RUN/STREAM`` (its ``latest``); or ``PROJECT@ALIAS`` (a user
-            alias such as ``mnist@production``). With streams at several output_uris, the most
-            recently created match wins.
-        registry: which registry.
-
-    Raises:
-        RecordNotFoundError: nothing matches; the message says what was looked for.
-
-    Examples:
-        >>> resolve_model("mnist/r1/best_model@best", registry=":memory:")  # doctest: +IGNORE_EXCEPTION_DETAIL
-        Traceback (most recent call last):
-        tracker_saver.errors.RecordNotFoundError: no record is mnist/r1/best_model@best
-    """
-    reg = shared_registry(registry, create=False)
-    text = str(ref).strip()
-    if not text:
-        raise RecordNotFoundError(
-            "empty model reference: give a record id, PROJECT/RUN/STREAM[@ALIAS] or PROJECT@ALIAS"
-        )
-    left, at, alias = text.rpartition("@")
-    if not at:
-        left, alias = text, "latest"
-    parts = left.rsplit("/", 2)
-    if not at and len(parts) < 3:
-        return reg.get(text)  # a record id
-    if not alias or not left:
-        raise RecordNotFoundError(
-            f"model reference {text!r} is not PROJECT/RUN/STREAM@ALIAS or PROJECT@ALIAS: e.g. mnist/r1/best_model@best"
-        )
-    found: list[Record] = []
-    if len(parts) == 3:
-        project, run, stream = parts
-        found = reg.query(Query(project=project, run=run, stream=stream, alias=alias))
-    if not found and alias not in DERIVED_ALIASES and at:
-        found = reg.query(Query(project=left, alias=alias))
-    if not found:
-        raise RecordNotFoundError(
-            f"no record is {text}: check the names with `tracker-saver models list` (aliases are shown there); "
-            "a reference is a record id, PROJECT/RUN/STREAM[@ALIAS] or PROJECT@ALIAS"
-        )
-    return max(found, key=lambda r: r.created_at)
 
 
 def rename_model(record_id: str | int, name: str, *, registry: RegistryArg = None) -> Record:
@@ -377,7 +198,8 @@ def download_model(
     Args:
         record_or_ref: a record, or a reference as :func:`resolve_model` reads it.
         dest: a file path, or an existing folder (or a path ending in ``/``): then the file is
-            ``dest/<record name>``, made safe as a file name.
+            ``dest/<record name>`` as a safe slug (letters, digits, ``._-=``) with the extension
+            of the checkpoint's filename: ``the one we ship`` is ``the_one_we_ship.pt``.
         registry: where to resolve a reference.
         storage_options: options for the record's storage (S3 endpoint, profile, …).
 
@@ -399,7 +221,7 @@ def download_model(
     assert record.key is not None
     target = Path(dest).expanduser()
     if target.is_dir() or os.fspath(dest).endswith(("/", os.sep)):
-        target = target / safe_filename(record.name)
+        target = target / safe_filename(record.name, key_ext(record.filename))
     try:
         target.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-" + target.name[:100] + ".")
@@ -418,8 +240,8 @@ def download_model(
             os.fsync(out.fileno())
         if size != record.size or sha.hexdigest() != record.sha256:
             raise IntegrityError(
-                f"record {record.id} ({record.name!r}): {record.uri} has {size} bytes with sha256 "
-                f"{sha.hexdigest()[:12]}…, the record says {record.size} bytes, {str(record.sha256)[:12]}…: "
+                f"record {record.id} ({record.name!r}): {record.uri} has {plural(size, 'byte')} with sha256 "
+                f"{sha.hexdigest()[:12]}…, the record says {plural(record.size or 0, 'byte')}, {str(record.sha256)[:12]}…: "
                 "the object was probably overwritten or corrupted; nothing was written; download another record",
                 key=record.key,
                 record_id=record.id,
@@ -471,8 +293,8 @@ def pin_model(
     if size != source.size or sha256 != source.sha256:
         storage.delete(key)
         raise IntegrityError(
-            f"record {source.id} ({source.name!r}): the copy at {storage.url(key)} has {size} bytes with sha256 "
-            f"{sha256[:12]}…, the record says {source.size} bytes, {str(source.sha256)[:12]}…: its slot was "
+            f"record {source.id} ({source.name!r}): the copy at {storage.url(key)} has {plural(size, 'byte')} with sha256 "
+            f"{sha256[:12]}…, the record says {plural(source.size or 0, 'byte')}, {str(source.sha256)[:12]}…: its slot was "
             "overwritten while pinning (or is corrupted); the copy was deleted; pin another record",
             key=key,
             record_id=source.id,
@@ -533,8 +355,8 @@ def open_verified(
         size, sha256 = sha256_of(src)
         if size != record.size or sha256 != record.sha256:
             raise IntegrityError(
-                f"record {record.id} ({record.name!r}): {record.uri} has {size} bytes with sha256 "
-                f"{sha256[:12]}…, the record says {record.size} bytes, {str(record.sha256)[:12]}…: "
+                f"record {record.id} ({record.name!r}): {record.uri} has {plural(size, 'byte')} with sha256 "
+                f"{sha256[:12]}…, the record says {plural(record.size or 0, 'byte')}, {str(record.sha256)[:12]}…: "
                 "the slot was probably overwritten or corrupted; load another record",
                 key=record.key,
                 record_id=record.id,

@@ -154,6 +154,9 @@ def check_key(key: str) -> str:
     return key
 
 
+#: What a file name we choose may not hold: anything but letters, digits and ``.=-`` (and runs of ``_``).
+_UNSAFE_FILE = re.compile(r"[^A-Za-z0-9.=-]+")
+
 #: Extensions a semantic filename may give its stream's keys; any other gives ``.pt``.
 KEY_EXTENSIONS = (".pt", ".pth", ".ckpt", ".bin", ".tar")
 
@@ -198,16 +201,26 @@ def pinned_key(project: str, run: str, filename: str) -> str:
     return check_key(f"{key_path(project)}/{key_segment(run)}/pinned/{key_segment(filename)}")
 
 
-def safe_filename(name: str) -> str:
-    """A local file name for a record's display name: no folders, control characters or leading dots.
+def safe_filename(name: str, ext: str = "") -> str:
+    """A local file name for a record's display name: letters, digits and ``._-=`` only, ending in ``ext``.
+
+    Accents are dropped (``é`` is ``e``); every run of other characters (spaces, ``/``, ``:``,
+    other scripts, control characters) and of ``_`` becomes one ``_``; leading and trailing dots, dashes and underscores go (no hidden
+    file, nothing that reads as an option); the name ends in ``ext``, the checkpoint's extension
+    (a name that ends in it, in any letter case, is not given it twice).
 
     Examples:
         >>> safe_filename("../best model: v2/final.pt")
-        '_best model_ v2_final.pt'
+        'best_model_v2_final.pt'
+        >>> safe_filename("quickstart_ the one we ship", ".pt"), safe_filename("runner-up", ".pt")
+        ('quickstart_the_one_we_ship.pt', 'runner-up.pt')
+        >>> safe_filename("best_model_6_val_acc=0.9500.pt", ".pt"), safe_filename("résnet 模型", ".ckpt")
+        ('best_model_6_val_acc=0.9500.pt', 'resnet.ckpt')
     """
-    text = "".join("_" if c in '/\\:*?"<>|' or unicodedata.category(c) == "Cc" else c for c in name)
-    text = text.strip().lstrip(".").strip()[:200]
-    return text or "checkpoint.pt"
+    text = _UNSAFE_FILE.sub("_", unicodedata.normalize("NFKD", name).encode("ascii", "ignore").decode())
+    if ext and text.lower().endswith(ext.lower()):
+        text = text[: -len(ext)]
+    return (text.strip("._-")[:200] or "checkpoint") + ext
 
 
 def run_prefix(project: str, run: str) -> str:

@@ -2,12 +2,20 @@
 
 A condition is ``(key, op, value)`` with ``op`` one of ``== != > >= < <= in``. In Python,
 ``where`` is a dict: ``{"score": (">", 0.9), "prefix": "best", "slot": ("in", [0, 1])}``
-(a bare value means equality). On the command line each ``--where`` is one expression:
-``score>0.9``, ``prefix=best``, ``global_step in 10,20``. A record whose metadata lacks the
-key (or holds ``None``, e.g. a NaN score) never matches a condition on it, and sorts last.
+(a bare value means equality). As text (the CLI's ``--where``, the UI's filter, the API's
+``where=``, ``find_models(where="...")``) it is one grammar, parsed here and nowhere else:
+conditions such as ``score>0.9``, ``prefix=best``, ``global_step in 10,20`` joined by the
+word ``and`` (``score<0.3 and prefix=best``; an ``and`` inside quotes is text). A record whose
+metadata lacks the key (or holds ``None``, e.g. a NaN score) never matches a condition on it,
+and sorts last.
 A key may also be one of the record's own fields (``name!=x``, ``state=live``, ``run=r1``,
 ``id in 3,4``): its text fields compare as text, so ``run=1`` finds the run named ``1``.
 ``>``, ``>=``, ``<`` and ``<=`` compare numbers: ``score>abc`` is a ``ConfigError``.
+
+A key is *known* when it is a record field, a key every saved record carries (:data:`SAVED_KEYS`)
+or a metadata key some record in the registry holds (a callback's own keys included);
+``find_models`` refuses any other where or sort key with :func:`check_key`, so a typo such as
+``scor>0.5`` is an error naming the known keys rather than an empty answer.
 
 Keys and values are data, never SQL: a backend binds both as parameters. So a where-dict may
 name any metadata key a callback can set (``"lr (warm-up)"``, ``"it's"``); expressions and
@@ -16,8 +24,9 @@ name any metadata key a callback can set (``"lr (warm-up)"``, ``"it's"``); expre
 
 from __future__ import annotations
 
+import difflib
 import re
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Collection, Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -28,14 +37,17 @@ __all__ = [
     "OPS",
     "RANGE_OPS",
     "RECORD_FIELDS",
+    "SAVED_KEYS",
     "TEXT_FIELDS",
     "Condition",
     "Order",
+    "check_key",
     "is_number",
     "matches",
     "parse_order",
     "parse_where",
     "sort_key",
+    "split_and",
 ]
 
 OPS = ("==", "!=", ">=", "<=", ">", "<", "in")
@@ -45,8 +57,19 @@ RANGE_OPS = (">", ">=", "<", "<=")
 RECORD_FIELDS = ("id", "name", "filename", "state", "stream", "run", "project", "created_at", "output_uri")
 #: Record fields that hold text: a condition on one compares text (``run=1`` is the run ``"1"``).
 TEXT_FIELDS = ("name", "filename", "state", "stream", "run", "project", "output_uri")
+#: Metadata keys every saved record carries (docs/concepts.md, "Metadata"): known to a query even
+#: in a registry that holds no record yet.
+SAVED_KEYS = (
+    "basename", "created_at", "ext", "global_step", "ignite_name", "prefix", "priority", "score", "score_name",
+    "sha256", "size", "slot", "uri",
+)  # fmt: skip
+#: Known keys an error lists before it stops.
+_LISTED = 60
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,99}")
 _EXPR = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_.-]*)\s*(==|!=|>=|<=|>|<|=|\s+in\s+)\s*(.*?)\s*")
+#: The word that joins conditions, and quoted text (in which it is only text).
+_AND = re.compile(r"(?:^|(?<=\s))and(?=\s|$)", re.IGNORECASE)
+_QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
 
 
 @dataclass(frozen=True)
@@ -147,12 +170,46 @@ def _typed(text: str) -> MetaValue:
     return {"true": True, "false": False}.get(text.lower(), text)
 
 
+def split_and(text: str) -> list[str]:
+    """The conditions of one where-text: its parts between the word ``and`` outside quotes.
+
+    Blank text has none; an ``and`` with nothing on one side is a ``ConfigError``.
+
+    Examples:
+        >>> split_and("score<0.3 and prefix=best")
+        ['score<0.3', 'prefix=best']
+        >>> split_and("name='this and that' AND state=live")
+        ["name='this and that'", 'state=live']
+    """
+    text = text.strip()
+    if not text:
+        return []
+    # Quoted text is masked (same length), so an 'and' inside it is never a separator.
+    masked = _QUOTED.sub(lambda m: "_" * len(m.group()), text)
+    parts, start = [], 0
+    for m in _AND.finditer(masked):
+        parts.append(text[start : m.start()])
+        start = m.end()
+    parts.append(text[start:])
+    if not all(part.strip() for part in parts):
+        raise ConfigError(
+            f"where expression {text!r} has an empty condition next to 'and': join conditions as "
+            "'score>0.9 and prefix=best'"
+        )
+    return [part.strip() for part in parts]
+
+
 def parse_where(where: Mapping[str, Any] | Sequence[str] | str | None) -> tuple[Condition, ...]:
-    """Normalize a where-dict, one expression or a list of expressions to conditions.
+    """Normalize a where-dict, a where-text or a list of them to conditions.
+
+    A text holds one condition or several joined by ``and`` (:func:`split_and`); a list's
+    conditions all apply, as if joined by ``and``.
 
     Examples:
         >>> parse_where("score>0.9")
         (Condition(key='score', op='>', value=0.9),)
+        >>> [c.key for c in parse_where("score<0.3 and prefix=best")]
+        ['score', 'prefix']
         >>> parse_where({"prefix": "best", "slot": ("in", [0, 1])})[1].op
         'in'
     """
@@ -171,12 +228,12 @@ def parse_where(where: Mapping[str, Any] | Sequence[str] | str | None) -> tuple[
                 out.append(Condition(key, "==", cond))
         return tuple(out)
     conditions = []
-    for expr in where:
+    for expr in (part for text in where for part in split_and(text)):
         m = _EXPR.fullmatch(expr)
         if not m or not m.group(3) or m.group(3)[0] in "<>=!":
             raise ConfigError(
                 f"where expression {expr!r} is not 'KEY OP VALUE': e.g. 'score>0.9', 'prefix=best', "
-                "'global_step in 10,20'"
+                "'global_step in 10,20', 'score>0.9 and prefix=best'"
             )
         key, op, raw = m.group(1), m.group(2).strip(), m.group(3)
         if op == "in":
@@ -204,6 +261,31 @@ def parse_order(order_by: str | Sequence[str] | None) -> tuple[Order, ...]:
             raise ConfigError(f"order_by {raw!r} is not a key like 'score' or '-score'")
         out.append(Order(key, desc))
     return tuple(out)
+
+
+def check_key(what: str, key: str, present: Collection[str]) -> None:
+    """Raise ``ConfigError`` unless ``key`` is known: a record field, a :data:`SAVED_KEYS` key or in ``present``.
+
+    ``what`` says where the key came from (``"where"``, ``"sort"``); ``present`` holds the
+    metadata keys of the registry's records. The message names the closest known key and the
+    known keys.
+
+    Examples:
+        >>> check_key("where", "score", ())
+        >>> check_key("where", "scor", {"lr"})  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        tracker_saver.errors.ConfigError: unknown where key 'scor' (did you mean 'score'?): it is not a record field, ...
+    """
+    if key in RECORD_FIELDS or key in SAVED_KEYS or key in present:
+        return
+    known = sorted({*RECORD_FIELDS, *SAVED_KEYS, *present})
+    close = difflib.get_close_matches(key, known, n=1)
+    hint = f" (did you mean {close[0]!r}?)" if close else ""
+    listed = ", ".join(known[:_LISTED]) + (f", and {len(known) - _LISTED} more" if len(known) > _LISTED else "")
+    raise ConfigError(
+        f"unknown {what} key {key!r}{hint}: it is not a record field, and no record in the registry has it as "
+        f"metadata; known keys: {listed}"
+    )
 
 
 def matches(metadata: Mapping[str, MetaValue], conditions: Iterable[Condition]) -> bool:

@@ -104,6 +104,8 @@ class RegistryContract:
             registry.get("424242")
         with pytest.raises(RecordNotFoundError):
             registry.rename("424242", "x")
+        with pytest.raises(RecordNotFoundError, match="9223372036854775808"):
+            registry.get("9223372036854775808")  # beyond a 64-bit integer (SQLite's ids): not found either
 
     def test_query_by_stream_run_and_state(self, registry: Registry) -> None:
         a = live(registry, "best_model_1_val_acc=0.5000.pt")
@@ -310,3 +312,17 @@ class RegistryContract:
             assert [r.id for r in registry.query(q)] == expected, where
             assert registry.count(q) == len(expected), where
             assert [r.id for r in select(registry.query(query), q)] == expected, where
+
+    def test_output_uri_narrows_a_query_and_metadata_keys_lists_every_key(self, registry: Registry) -> None:
+        assert registry.metadata_keys() == set()
+        a = live(registry, "model_1.pt", stream="model", lr=0.1)
+        info = UploadInfo("p", "r", "model", "model_1.pt", metadata={"basename": "model", "lr (warm-up)": 2},
+                          slot=0, key="p/r/model.slot0.pt", output_uri="file:///elsewhere")  # fmt: skip
+        b = registry.commit(registry.create_pending(info, uri="file:///elsewhere/p/r/model.slot0.pt").id,
+                            sha256=SHA, size=3)  # fmt: skip
+        assert [r.id for r in registry.query(Query(project="p", output_uri="file:///elsewhere"))] == [b.id]
+        assert registry.count(Query(output_uri="file:///elsewhere")) == 1
+        assert a.id not in [r.id for r in registry.query(Query(output_uri="file:///elsewhere"))]
+        every = {key for r in registry.query(Query()) for key in r.metadata}
+        assert {"lr", "lr (warm-up)", "basename", "slot"} <= every <= registry.metadata_keys()
+        assert "nosuchkey" not in registry.metadata_keys()

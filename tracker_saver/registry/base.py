@@ -245,6 +245,14 @@ class Registry(ABC):
         """How many records match ``query`` without its ``limit`` and ``offset`` (for pagination)."""
         return len(self.query(replace(query, limit=None, offset=0, order_by=())))
 
+    def metadata_keys(self) -> set[str]:
+        """Every key that some record's ``metadata`` holds: what a where or sort key may name
+        besides the record fields (``find_models`` refuses any other key).
+
+        This default reads every record; a backend that can ask for the keys alone overrides it.
+        """
+        return {key for record in self.query(Query()) for key in record.metadata}
+
     @abstractmethod
     def claim(self, stream: StreamId, holder: Holder) -> None:
         """Make ``holder`` the writer of ``stream`` (renewing its heartbeat if it already is).

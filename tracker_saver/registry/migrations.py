@@ -6,6 +6,7 @@ import sqlite3
 import time
 
 from tracker_saver.errors import ConfigError
+from tracker_saver.wording import plural
 
 __all__ = ["MIGRATIONS", "migrate", "statements", "stored_version"]
 
@@ -195,7 +196,7 @@ def migrate(conn: sqlite3.Connection, where: str = "") -> int:
                 broken = conn.execute("PRAGMA foreign_key_check").fetchall()
                 if broken:
                     raise ConfigError(
-                        f"registry {where or 'file'}: migration {version} would leave {len(broken)} rows that "
+                        f"registry {where or 'file'}: migration {version} would leave {plural(len(broken), 'row')} that "
                         f"reference missing rows (e.g. {tuple(broken[0])}): nothing was changed; "
                         "run `tracker-saver fsck` on a copy, or report this registry file"
                     )

@@ -13,9 +13,7 @@ from typing import Any
 
 from tracker_saver.claims import Holder, is_alive
 from tracker_saver.errors import ConfigError, RecordNotFoundError, RegistryError
-from tracker_saver.query import RECORD_FIELDS, Condition, is_number
 from tracker_saver.records import (
-    DERIVED_ALIASES,
     MetaValue,
     Record,
     RecordState,
@@ -25,91 +23,12 @@ from tracker_saver.records import (
     check_display_name,
     clean_metadata,
     decode_value,
-    encode_value,
 )
 from tracker_saver.registry.base import Candidate, Query, Registry, busy, derived_aliases
 from tracker_saver.registry.migrations import migrate, stored_version
+from tracker_saver.registry.sqlite_query import COLUMNS, LOADABLE_SQL, count_sql, encode_row, select_sql
 
 __all__ = ["SQLiteRegistry", "check_registry_path"]
-
-_OPS_SQL = {">": ">", ">=": ">=", "<": "<", "<=": "<="}
-
-
-def _encode(value: MetaValue) -> tuple[str, float | None, str | None]:
-    """A metadata row's (type, num, text): the shared encoding plus a number column for ranges."""
-    kind, text = encode_value(value)
-    return kind, float(value) if kind in ("int", "float", "bool") else None, text  # type: ignore[arg-type]
-
-
-#: Where a metadata value lives: (type, num, text) SQL expressions.
-_Value = tuple[str, str, str]
-_ROW: _Value = ("m.type", "m.num", "m.text")
-_COMMITTED = "r.state IN ('live', 'revived', 'evicted')"
-#: Metadata keys whose value is a column of ``records``: stored once, shown in
-#: ``Record.metadata`` (sha256, size and uri once the record was committed), queried alike.
-_COLUMNS: dict[str, _Value] = {
-    "slot": ("CASE WHEN r.slot IS NULL THEN 'none' ELSE 'int' END", "r.slot", "CAST(r.slot AS TEXT)"),
-    "created_at": ("'float'", "r.created_at", "CAST(r.created_at AS TEXT)"),
-    "size": (f"CASE WHEN r.size IS NULL OR NOT {_COMMITTED} THEN 'none' ELSE 'int' END", "r.size", "NULL"),
-    "sha256": (f"CASE WHEN r.sha256 IS NULL OR NOT {_COMMITTED} THEN 'none' ELSE 'str' END", "NULL", "r.sha256"),
-    "uri": (f"CASE WHEN r.uri IS NULL OR NOT {_COMMITTED} THEN 'none' ELSE 'str' END", "NULL", "r.uri"),
-}
-
-
-def _value_sql(value_of: _Value, op: str, value: Any) -> tuple[str, list[Any]]:
-    """SQL that is true when the metadata value ``value_of`` compares to ``value`` as ``Condition.test`` does."""
-    kind_sql, num_sql, text_sql = value_of
-    arg: float | str
-    if isinstance(value, bool):
-        kind, col, arg = f"{kind_sql} = 'bool'", num_sql, float(value)
-    elif is_number(value):
-        kind, col, arg = f"{kind_sql} IN ('int', 'float')", num_sql, float(value)
-    else:
-        kind, col, arg = f"{kind_sql} = 'str'", text_sql, str(value)
-    sql_op = "=" if op == "==" else _OPS_SQL[op]
-    return f"({kind} AND {col} {sql_op} ?)", [arg]
-
-
-#: Record fields as (type, num, text) SQL expressions, for where-conditions on them.
-_FIELDS: dict[str, _Value] = {
-    "id": ("'int'", "r.id", "CAST(r.id AS TEXT)"),
-    "output_uri": ("CASE WHEN r.output_uri IS NULL THEN 'none' ELSE 'str' END", "NULL", "r.output_uri"),
-    **{key: ("'str'", "NULL", f"r.{key}") for key in ("name", "filename", "state", "stream", "run", "project")},
-}
-_LOADABLE_SQL = "('live', 'revived')"
-#: Another loadable record ``o`` of ``r``'s stream.
-_SAME_STREAM = (
-    "o.output_uri IS r.output_uri AND o.project = r.project AND o.run = r.run AND o.stream = r.stream"
-    f" AND o.state IN {_LOADABLE_SQL}"
-)
-_LATER = "(o.created_at > r.created_at OR (o.created_at = r.created_at AND o.id > r.id))"
-_SCORE = "SELECT num FROM metadata WHERE record_id = {0}.id AND key = 'score' AND type IN ('int', 'float')"
-#: SQL that is true when ``r`` holds a derived alias: the same rule as ``base.derived_aliases``.
-_DERIVED_SQL = {
-    "latest": f"(r.state IN {_LOADABLE_SQL} AND NOT EXISTS (SELECT 1 FROM records o WHERE {_SAME_STREAM} AND {_LATER}))",
-    "best": (
-        f"(r.state IN {_LOADABLE_SQL} AND ({_SCORE.format('r')}) IS NOT NULL AND NOT EXISTS ("
-        f"SELECT 1 FROM records o WHERE {_SAME_STREAM} AND (({_SCORE.format('o')}) > ({_SCORE.format('r')})"
-        f" OR (({_SCORE.format('o')}) = ({_SCORE.format('r')}) AND {_LATER}))))"
-    ),
-}
-
-
-def _condition_sql(cond: Condition) -> tuple[str, list[Any]]:
-    value_of = _FIELDS.get(cond.key) or _COLUMNS.get(cond.key, _ROW)
-    if cond.op == "in":
-        parts = [_value_sql(value_of, "==", v) for v in cond.value] or [("0", [])]
-        test = "(" + " OR ".join(p for p, _ in parts) + ")"
-        args = [a for _, arg in parts for a in arg]
-    elif cond.op == "!=":
-        eq, args = _value_sql(value_of, "==", cond.value)
-        test = f"({value_of[0]} != 'none' AND NOT {eq})"
-    else:
-        test, args = _value_sql(value_of, cond.op, cond.value)
-    if cond.key in _COLUMNS or cond.key in _FIELDS:
-        return test, args
-    sql = f"EXISTS (SELECT 1 FROM metadata m WHERE m.record_id = r.id AND m.key = ? AND {test})"
-    return sql, [cond.key, *args]
 
 
 def _refusal(path: Path) -> str:
@@ -348,7 +267,7 @@ class SQLiteRegistry(Registry):
                 "SELECT r.id, r.output_uri, r.project, r.run, r.stream, r.created_at, m.num AS score"
                 " FROM records r LEFT JOIN metadata m ON m.record_id = r.id AND m.key = 'score'"
                 " AND m.type IN ('int', 'float')"
-                f" WHERE r.state IN {_LOADABLE_SQL} AND (r.project, r.run, r.stream) IN (VALUES {values})",
+                f" WHERE r.state IN {LOADABLE_SQL} AND (r.project, r.run, r.stream) IN (VALUES {values})",
                 [part for stream in chunk for part in stream],
             )
             out.extend(
@@ -361,19 +280,22 @@ class SQLiteRegistry(Registry):
     @staticmethod
     def _id(record_id: str | int) -> int:
         try:
-            return int(record_id)
+            value = int(record_id)
         except (TypeError, ValueError):
+            value = None
+        if value is None or not -(2**63) <= value < 2**63:  # a SQLite INTEGER has 64 bits
+            kind = "an integer" if value is None else "a 64-bit integer"
             raise RecordNotFoundError(
-                f"record id {record_id!r} is not a SQLite record id (an integer): "
-                "see `tracker-saver models list` for ids",
+                f"record id {record_id!r} is not a SQLite record id ({kind}): see `tracker-saver models list` for ids",
                 record_id=str(record_id),
-            ) from None
+            )
+        return value
 
     def _set_metadata(self, conn: sqlite3.Connection, rid: int, metadata: dict[str, MetaValue]) -> None:
         # slot, created_at, sha256, size and uri are columns of the record: never stored twice.
         conn.executemany(
             "INSERT OR REPLACE INTO metadata (record_id, key, type, num, text) VALUES (?, ?, ?, ?, ?)",
-            [(rid, k, *_encode(v)) for k, v in clean_metadata(metadata).items() if k not in _COLUMNS],
+            [(rid, k, *encode_row(v)) for k, v in clean_metadata(metadata).items() if k not in COLUMNS],
         )
 
     def create_pending(self, info: UploadInfo, *, uri: str) -> Record:
@@ -598,65 +520,17 @@ class SQLiteRegistry(Registry):
             record_id=str(record_id),
         )
 
-    def _where(self, query: Query) -> tuple[list[str], list[Any]]:
-        """The WHERE terms of ``query`` and their arguments."""
-        where: list[str] = []
-        args: list[Any] = []
-        for column in ("project", "run", "stream", "filename", "output_uri", "slot", "name"):
-            value = getattr(query, column)
-            if value is not None:
-                where.append(f"r.{column} = ?")
-                args.append(value)
-        if query.states is not None:
-            where.append(f"r.state IN ({','.join('?' * len(query.states)) or 'NULL'})")
-            args.extend(s.value for s in query.states)
-        if query.tag is not None:
-            where.append("EXISTS (SELECT 1 FROM tags t WHERE t.record_id = r.id AND t.tag = ?)")
-            args.append(query.tag)
-        if query.alias in DERIVED_ALIASES:
-            where.append(_DERIVED_SQL[query.alias])
-        elif query.alias is not None:
-            where.append("EXISTS (SELECT 1 FROM aliases a WHERE a.record_id = r.id AND a.alias = ?)")
-            args.append(query.alias)
-        for cond in query.where:
-            text, cond_args = _condition_sql(cond)
-            where.append(text)
-            args.extend(cond_args)
-        return where, args
-
     def query(self, query: Query) -> list[Record]:
-        sql = ["SELECT r.* FROM records r"]
-        where, args = self._where(query)
-        order_sql: list[str] = []
-        join_args: list[Any] = []
-        for i, order in enumerate(query.order_by):
-            direction = "DESC" if order.desc else "ASC"
-            if order.key in RECORD_FIELDS:
-                column = "CAST(r.id AS INTEGER)" if order.key == "id" else f"r.{order.key}"
-                order_sql += [f"({column} IS NULL)", f"{column} {direction}"]
-                continue
-            kind, num, text = _COLUMNS.get(order.key, (f"o{i}.type", f"o{i}.num", f"o{i}.text"))
-            if order.key not in _COLUMNS:
-                sql.append(f"LEFT JOIN metadata o{i} ON o{i}.record_id = r.id AND o{i}.key = ?")
-                join_args.append(order.key)
-            order_sql += [
-                f"({kind} IS NULL OR {kind} = 'none')",
-                f"(CASE WHEN {kind} IN ('int', 'float') THEN 0 ELSE 1 END) {direction}",
-                f"{num} {direction}",
-                f"{text} {direction}",
-            ]
-        if where:
-            sql.append("WHERE " + " AND ".join(where))
-        sql.append("ORDER BY " + ", ".join([*order_sql, "r.created_at", "r.id"]))
-        if query.limit is not None or query.offset:
-            sql.append("LIMIT ? OFFSET ?")
-            args += [-1 if query.limit is None else int(query.limit), int(query.offset)]
-        return self._load(self._read(" ".join(sql), join_args + args))
+        return self._load(self._read(*select_sql(query)))
 
     def count(self, query: Query) -> int:
-        where, args = self._where(query)
-        sql = "SELECT count(*) FROM records r" + (" WHERE " + " AND ".join(where) if where else "")
-        return int(self._read(sql, args)[0][0])
+        return int(self._read(*count_sql(query))[0][0])
+
+    def metadata_keys(self) -> set[str]:
+        # One pass over the metadata index (key first), reading no record; the keys kept as
+        # columns are every record's.
+        keys = {row[0] for row in self._read("SELECT DISTINCT key FROM metadata", ())}
+        return keys | set(COLUMNS) if self._read("SELECT 1 FROM records LIMIT 1", ()) else keys
 
     def close(self) -> None:
         with self._lock:

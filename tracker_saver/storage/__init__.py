@@ -10,7 +10,7 @@ from urllib.request import url2pathname
 from tracker_saver.errors import ConfigError
 from tracker_saver.storage.base import ObjectStat, Storage
 
-__all__ = ["ObjectStat", "Storage", "is_remote", "open_storage"]
+__all__ = ["ObjectStat", "Storage", "canonical_uri", "is_remote", "open_storage"]
 
 
 def _scheme(text: str) -> str:
@@ -25,6 +25,24 @@ def is_remote(uri: str | os.PathLike[str]) -> bool:
         (True, False)
     """
     return _scheme(os.fspath(uri)) == "s3"
+
+
+def canonical_uri(uri: str | os.PathLike[str]) -> str:
+    """``uri`` spelled as its storage's ``uri`` (and its records' ``output_uri``), opening nothing.
+
+    A folder becomes its absolute ``file://`` URI, an S3 URI loses its outer slashes: so an
+    output_uri given the way ``TrackerSaver`` was given it finds that saver's records.
+
+    Examples:
+        >>> canonical_uri("s3://ckpts/team/"), canonical_uri("/data/../data/ckpt")
+        ('s3://ckpts/team', 'file:///data/ckpt')
+    """
+    text = os.fspath(uri)
+    if _scheme(text) == "s3":
+        bucket, _, prefix = text[5:].partition("/")
+        prefix = prefix.strip("/")
+        return f"s3://{bucket}/{prefix}" if prefix else f"s3://{bucket}"
+    return open_storage(text).uri  # a local storage only resolves its path until it is used
 
 
 def open_storage(uri: str | os.PathLike[str], **storage_options: Any) -> Storage:

@@ -239,18 +239,6 @@ def host_name(host: str) -> str:
     return host.rpartition(":")[0].lower() if host.count(":") == 1 else host.lower()
 
 
-def split_where(where: str | None) -> list[str] | None:
-    """The CLI's ``--where`` expressions in one line, joined by ``and``.
-
-    Examples:
-        >>> split_where("score>0.9 and global_step<=20")
-        ['score>0.9', 'global_step<=20']
-    """
-    if where is None or not where.strip():
-        return None
-    return [part for part in re.split(r"\s+and\s+", where.strip(), flags=re.IGNORECASE) if part]
-
-
 def _error(status: int, detail: str) -> JSONResponse:
     return JSONResponse({"detail": detail}, status_code=status, headers=SECURITY_HEADERS)
 
@@ -337,7 +325,7 @@ def create_app(
             "run": run or None,
             "stream": stream or None,
             "states": [state] if state is not None else None,
-            "where": split_where(where),
+            "where": where,
         }
         records = models.find_models(**filters, order_by=order_by, offset=offset, limit=limit, registry=registry)
         total = models.count_models(**filters, registry=registry)
@@ -360,7 +348,7 @@ def create_app(
                 run=run or None,
                 stream=stream or None,
                 states=states,
-                where=split_where(where),
+                where=where,
                 order_by="-created_at",
                 limit=limit,
                 registry=registry,
