@@ -945,7 +945,7 @@ def test_registry_locked(row: Row, world: World) -> None:
     'TrackerSaver("./ckpt", registry="registry.db")  # written by a newer tracker-saver',
     "ConfigError",
     "registry '…/registry.db': schema version 99 is newer than this tracker_saver knows (…): "
-    "upgrade tracker-saver (pip install -U tracker-saver), or use another registry file",
+    "upgrade tracker-saver (git pull in its clone, then pip install -e . there), or use another registry file",
     "the registry as it was; no output folder",
 )  # fmt: skip
 def test_registry_newer_schema(row: Row, world: World) -> None:

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("clearml", reason="ClearML tests need clearml: pip install 'tracker-saver[clearml]'")
+pytest.importorskip("clearml", reason="ClearML tests need clearml: pip install 'clearml>=1.16' (the clearml extra)")
 
 from tests.conftest_clearml import ClearMLServer, init_task, live_server_configured  # noqa: E402
 from tests.contracts.registry import SHA, RegistryContract, live  # noqa: E402

@@ -26,7 +26,7 @@ __all__ = ["build_parser", "main", "package_version"]
 PROG = "tracker-saver"
 
 #: The message for ``tracker-saver ui`` without the ``ui`` extra installed.
-UI_HINT = "tracker-saver ui needs the ui extra: pip install 'tracker-saver[ui]'"
+UI_HINT = "tracker-saver ui needs fastapi and uvicorn: pip install 'fastapi>=0.110' 'uvicorn>=0.30' (the ui extra)"
 
 #: How an --output-uri option is spelled, in its help.
 _URI_HELP = "(a folder or s3://BUCKET/PREFIX, as TrackerSaver was given it)"

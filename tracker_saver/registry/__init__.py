@@ -71,7 +71,9 @@ def open_registry(
         try:
             from tracker_saver.registry.clearml import ClearMLRegistry
         except ModuleNotFoundError as exc:
-            raise ModuleNotFoundError("registry='clearml' needs clearml: pip install 'tracker-saver[clearml]'") from exc
+            raise ModuleNotFoundError(
+                "registry='clearml' needs clearml: pip install 'clearml>=1.16' (the clearml extra)"
+            ) from exc
         spec = os.fspath(registry) if registry is not None else os.environ.get("TRACKER_SAVER_REGISTRY", "")
         root = spec.partition(":")[2] or None
         return ClearMLRegistry(project_root=root, timeout=timeout)

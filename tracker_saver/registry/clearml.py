@@ -107,7 +107,7 @@ from tracker_saver.registry.clearml_session import open_session, send
 
 __all__ = ["CLAIM_TAG_PREFIX", "ClearMLRegistry", "STATE_TAGS", "STREAM_TAG_PREFIX", "task_run"]
 
-_INSTALL_HINT = "registry='clearml' needs clearml: pip install 'tracker-saver[clearml]'"
+_INSTALL_HINT = "registry='clearml' needs clearml: pip install 'clearml>=1.16' (the clearml extra)"
 _PAGE = 500  # clearml-server's largest page
 _FIELDS = ["id", "name", "project", "task", "uri", "tags", "system_tags", "metadata", "created"]
 _NOT_FOUND = (400, 201)  # bad_request / invalid_model_id

@@ -167,7 +167,7 @@ def stored_version(conn: sqlite3.Connection, where: str = "") -> int:
     if current > newest:
         raise ConfigError(
             f"registry {where or 'file'}: schema version {current} is newer than this tracker_saver knows "
-            f"({newest}): upgrade tracker-saver (pip install -U tracker-saver), or use another registry file"
+            f"({newest}): upgrade tracker-saver (git pull in its clone, then pip install -e . there), or use another registry file"
         )
     return current
 

@@ -82,7 +82,9 @@ def open_storage(uri: str | os.PathLike[str], **storage_options: Any) -> Storage
         try:
             from tracker_saver.storage.s3 import S3Storage
         except ModuleNotFoundError as exc:
-            raise ModuleNotFoundError("an s3:// output_uri needs boto3: pip install 'tracker-saver[s3]'") from exc
+            raise ModuleNotFoundError(
+                "an s3:// output_uri needs boto3: pip install 'boto3>=1.34' (the s3 extra)"
+            ) from exc
         return S3Storage(text, **storage_options)
     raise ConfigError(
         f"output_uri {text!r} has the unknown scheme {scheme!r}: use a local folder, file:///path or s3://BUCKET/PREFIX"

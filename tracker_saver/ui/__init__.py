@@ -11,7 +11,9 @@ try:
     import fastapi  # noqa: F401
     import uvicorn  # noqa: F401
 except ModuleNotFoundError as exc:  # pragma: no cover - depends on the installed extras
-    raise ModuleNotFoundError(f"the UI needs fastapi and uvicorn ({exc}): pip install 'tracker-saver[ui]'") from exc
+    raise ModuleNotFoundError(
+        f"the UI needs fastapi and uvicorn ({exc}): pip install 'fastapi>=0.110' 'uvicorn>=0.30' (the ui extra)"
+    ) from exc
 
 from tracker_saver.ui.app import create_app
 from tracker_saver.ui.server import serve
