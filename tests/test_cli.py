@@ -301,6 +301,19 @@ def test_counts_of_one_read_in_the_singular(trained: str, capsys: pytest.Capture
     assert capsys.readouterr().out.strip().endswith("1 stream checked: no problems")
 
 
+def test_a_reader_that_stops_early_gets_no_traceback(trained) -> None:
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tracker_saver", "models", "list", "--registry", trained, "--json"],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=ROOT,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    assert proc.stdout is not None and proc.stderr is not None
+    proc.stdout.close()  # as `| head -0` does before the CLI has written anything
+    err = proc.stderr.read()
+    assert proc.wait(60) == 141
+    assert "Traceback" not in err and "BrokenPipe" not in err, err
+
+
 # ============================================================================ bad input: one clear line
 
 

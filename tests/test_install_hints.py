@@ -7,12 +7,12 @@ names the extra's own requirements, exactly as ``pyproject.toml`` pins them.
 from __future__ import annotations
 
 import re
-import tomllib
 
 import pytest
 
 from tests.helpers import ROOT
 
+tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 EXTRAS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
 HINTS = {
     "s3": ["tracker_saver/storage/__init__.py"],
