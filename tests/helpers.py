@@ -6,7 +6,6 @@ import collections
 import json
 import os
 import subprocess
-import sys
 import tempfile
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
@@ -17,6 +16,7 @@ import torch
 from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint
 
+from tests import forkserver
 from tracker_saver import TrackerSaver
 from tracker_saver.storage import Storage, open_storage
 
@@ -153,9 +153,10 @@ class Worker:
         spec = process_spec(target, run=run, restore=restore, **config)
         self._json = json
         self._err = tempfile.TemporaryFile(mode="w+")  # a pipe could fill up and block the worker
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.worker", json.dumps(spec)], cwd=ROOT, env=process_env(),
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err, text=True,
+        # A new process, forked from a server that has imported torch once (tests/forkserver.py).
+        self.proc = forkserver.spawn(
+            "tests.worker", [json.dumps(spec)], env=process_env(),
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err,
         )  # fmt: skip
         ready = self._read()
         assert ready is not None and ready.get("ready"), self.stderr()

@@ -160,7 +160,7 @@ def test_fsck_checks_every_reachable_output_uri_and_reports_the_unreachable_one(
     assert all(f"cannot reach endpoint {closed_endpoint}" in f.detail for f in unreachable)
     assert len(report.streams) == 1  # only the stream that was checked
     code, out = _cli("fsck", registry=local_target.registry)
-    assert code == 1 and "1 streams checked: 3 problems" in out and "p/r3/model at s3://ckpts/team" in out, out
+    assert code == 1 and "1 stream checked: 3 problems" in out and "p/r3/model at s3://ckpts/team" in out, out
     code, out = _cli("fsck", "--json", registry=local_target.registry)
     assert code == 1 and [f["kind"] for f in json.loads(out)["findings"]] == ["lie", "unreachable", "unreachable"]
     code, out = _cli("repair", "--dry-run", registry=local_target.registry)

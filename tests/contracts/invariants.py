@@ -11,15 +11,14 @@ import io
 import json
 import math
 import os
-import subprocess
-import sys
 
 import pytest
 import torch
 from ignite.engine import Events
 from ignite.handlers import Checkpoint
 
-from tests.helpers import ROOT, SCORES, Target, Worker, attach, model, process_env, process_spec, train, trainer_engine
+from tests import forkserver
+from tests.helpers import SCORES, Target, Worker, attach, model, process_env, process_spec, train, trainer_engine
 from tracker_saver import (
     IntegrityError,
     RecordState,
@@ -33,10 +32,7 @@ from tracker_saver import (
 
 def _run_process(target: Target, *, run: str, epochs: int, mode: str) -> dict:
     config = process_spec(target, run=run, epochs=epochs, mode=mode)
-    done = subprocess.run(
-        [sys.executable, "-m", "tests.resume_run", json.dumps(config)],
-        cwd=ROOT, capture_output=True, text=True, timeout=300, env=process_env(),
-    )  # fmt: skip
+    done = forkserver.run("tests.resume_run", [json.dumps(config)], env=process_env(), timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 

@@ -1,0 +1,282 @@
+"""A fork server for the tests' training subprocesses: ``python -m MODULE ARGS`` without paying for imports.
+
+Many tests restart training in a new process (``tests.worker``, ``tests.resume_run``): DESIGN asks
+for a subprocess, not a re-import. Each such process spent about 3 s (more on a busy machine)
+importing torch and ignite before it did anything. This server imports them once, then forks one
+process per request, like ``multiprocessing``'s forkserver and the soak's zygote: the child is a new
+process (its own pid, files, SQLite connections, threads, atexit handlers and exit status) that
+has only ever imported modules, which is what a fresh interpreter is a few seconds later.
+
+The child gets the caller's stdin, stdout and stderr (passed over a Unix socket), environment,
+working directory and argv, then runs the module as ``__main__`` and exits through the normal
+interpreter shutdown's visible part (threads joined, atexit, flushing). What it cannot share with a fresh interpreter, it resets:
+``tempfile``'s cached folder and the ``random`` seed.
+
+Examples:
+    ``proc = spawn("tests.worker", [config], stdin=PIPE, stdout=PIPE)``: a :class:`Forked`, which
+    answers ``poll``, ``wait``, ``kill`` and ``returncode`` as a ``subprocess.Popen`` does.
+"""
+
+from __future__ import annotations
+
+import atexit
+import json
+import os
+import random
+import runpy
+import select
+import shutil
+import signal
+import socket
+import subprocess
+import sys
+import tempfile
+import threading
+from pathlib import Path
+from typing import IO, Any
+
+ROOT = Path(__file__).resolve().parents[1]
+PRELOAD = ["torch", "ignite.engine", "ignite.handlers", "tracker_saver", "tracker_saver.registry.sqlite",
+           "tracker_saver.storage.local", "tracker_saver.models", "tests.helpers"]  # fmt: skip
+OPTIONAL = ["boto3", "tracker_saver.storage.s3"]
+
+
+class Forked:
+    """A process the server forked: the ``subprocess.Popen`` calls the tests make on it."""
+
+    def __init__(self, conn: socket.socket, pid: int, stdin: IO[str] | None, stdout: IO[str] | None) -> None:
+        self._conn, self.pid, self.stdin, self.stdout = conn, pid, stdin, stdout
+        self.returncode: int | None = None
+
+    def poll(self) -> int | None:
+        if self.returncode is None and select.select([self._conn], [], [], 0)[0]:
+            self._read_exit()
+        return self.returncode
+
+    def wait(self, timeout: float | None = None) -> int:
+        if self.returncode is None:
+            if not select.select([self._conn], [], [], timeout)[0]:
+                raise subprocess.TimeoutExpired(f"forked {self.pid}", timeout or 0)
+            self._read_exit()
+        assert self.returncode is not None
+        return self.returncode
+
+    def kill(self) -> None:
+        if self.returncode is None:
+            try:
+                os.kill(self.pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+
+    def _read_exit(self) -> None:
+        line = _line(self._conn)
+        self._conn.close()
+        # No line: the server itself died; the child went with it (see _serve's parent check).
+        self.returncode = int(json.loads(line)["code"]) if line else -9
+
+
+class _Server:
+    def __init__(self) -> None:
+        self.folder = tempfile.mkdtemp(prefix="fs-")  # under the session's TMPDIR: short enough for AF_UNIX
+        self.path = os.path.join(self.folder, "s")
+        self._err = tempfile.TemporaryFile(mode="w+")
+        env = {**os.environ, "PYTHONPATH": str(ROOT)}
+        self.popen = subprocess.Popen(
+            [sys.executable, "-m", "tests.forkserver", self.path], cwd=ROOT, env=env,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err, text=True,
+        )  # fmt: skip
+        assert self.popen.stdout is not None
+        if self.popen.stdout.readline().strip() != "ready":
+            self._err.seek(0)
+            raise RuntimeError(f"the fork server did not start:\n{self._err.read()[-3000:]}")
+
+    def close(self) -> None:
+        assert self.popen.stdin is not None
+        self.popen.stdin.close()  # its end of file: it stops (its children stay theirs to finish)
+        self.popen.wait(30)
+        shutil.rmtree(self.folder, ignore_errors=True)  # pytest's TMPDIR clean-up may have come first
+
+
+_server: list[_Server] = []
+_lock = threading.Lock()
+
+
+def spawn(
+    module: str,
+    args: list[str],
+    *,
+    env: dict[str, str],
+    cwd: Path = ROOT,
+    stdin: int | None = None,
+    stdout: int | IO[Any] | None = None,
+    stderr: int | IO[Any] | None = None,
+) -> Forked:
+    """Run ``python -m module *args`` as a process forked from the server (started on first use).
+
+    ``stdin``/``stdout`` may be ``subprocess.PIPE`` (then the :class:`Forked` has text pipes) or
+    ``None`` (inherit this process's); ``stdout``/``stderr`` may also be an open file.
+    """
+    with _lock:
+        if not _server:
+            _server.append(_Server())
+            atexit.register(_server[0].close)
+        path = _server[0].path
+    ours: list[int] = []  # the child's ends: sent, then closed here
+    mine: dict[str, IO[str]] = {}
+    fds = []
+    for name, spec, default in (("stdin", stdin, 0), ("stdout", stdout, 1), ("stderr", stderr, 2)):
+        if spec == subprocess.PIPE:
+            read, write = os.pipe()
+            child, parent = (read, write) if name == "stdin" else (write, read)
+            mine[name] = open(parent, "w" if name == "stdin" else "r", encoding="utf-8")  # noqa: SIM115
+            ours.append(child)
+            fds.append(child)
+        elif spec is None:
+            fds.append(default)
+        else:
+            fds.append(spec if isinstance(spec, int) else spec.fileno())
+    conn = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    conn.connect(path)
+    request = {"module": module, "args": args, "env": env, "cwd": str(cwd)}
+    socket.send_fds(conn, [json.dumps(request).encode() + b"\n"], fds)
+    for fd in ours:
+        os.close(fd)
+    pid = int(json.loads(_line(conn))["pid"])
+    return Forked(conn, pid, mine.get("stdin"), mine.get("stdout"))
+
+
+def _line(conn: socket.socket) -> str:
+    """One JSON line, read unbuffered: the exit line may follow the pid line at once."""
+    data = b""
+    while not data.endswith(b"\n"):
+        byte = conn.recv(1)
+        if not byte:
+            break
+        data += byte
+    return data.decode()
+
+
+def run(module: str, args: list[str], *, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
+    """``subprocess.run([python, -m, module, *args], capture_output=True, text=True, timeout=...)``, forked."""
+    with tempfile.TemporaryFile(mode="w+") as out, tempfile.TemporaryFile(mode="w+") as err:
+        proc = spawn(module, args, env=env, stdout=out, stderr=err)
+        try:
+            code = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess([module, *args], code, out.read(), err.read())
+
+
+# -- the server ------------------------------------------------------------------------------
+def _serve(path: str) -> None:
+    for name in PRELOAD:
+        __import__(name)
+    for name in OPTIONAL:
+        try:
+            __import__(name)
+        except ImportError:
+            pass
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(path)
+    listener.listen(64)
+    lock = threading.Lock()  # held while forking, so no child inherits it held by the reaper
+    waiting: dict[int, socket.socket] = {}
+
+    def reap() -> None:
+        while True:
+            try:
+                pid, status = os.waitpid(-1, 0)
+            except ChildProcessError:
+                threading.Event().wait(0.05)
+                continue
+            with lock:
+                conn = waiting.pop(pid, None)
+            if conn is not None:
+                try:
+                    conn.sendall(json.dumps({"code": os.waitstatus_to_exitcode(status)}).encode() + b"\n")
+                except OSError:
+                    pass  # the caller went away
+                conn.close()
+
+    threading.Thread(target=reap, daemon=True).start()
+    print("ready", flush=True)
+    stop = os.fdopen(os.dup(0))  # the tests' end of our stdin: closed (or its process died) -> stop
+    while True:
+        ready = select.select([listener, stop], [], [])[0]
+        if stop in ready:
+            return
+        conn, _ = listener.accept()
+        message, fds, _, _ = socket.recv_fds(conn, 1 << 20, 3)
+        request = json.loads(message)
+        with lock:
+            pid = os.fork()
+            if pid == 0:
+                listener.close()
+                stop.close()
+                _become(request, fds)  # never returns
+            waiting[pid] = conn
+        for fd in fds:
+            os.close(fd)
+        conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
+
+
+def _become(request: dict[str, Any], fds: list[int]) -> None:
+    """In the child: take the caller's files, environment, folder and argv; run the module; exit."""
+    for target, fd in enumerate(fds):
+        os.dup2(fd, target)
+        if fd > 2:
+            os.close(fd)
+    sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115
+    sys.stdout = open(1, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+    sys.stderr = open(2, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
+    os.environ.clear()
+    os.environ.update(request["env"])
+    os.chdir(request["cwd"])
+    sys.path[0] = request["cwd"]  # as `python -m` puts its working directory first
+    tempfile.tempdir = None
+    random.seed()
+    sys.argv = [request["module"], *request["args"]]
+    code: Any = 0
+    try:
+        runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+    except SystemExit as exc:
+        code = exc.code
+    except BaseException:
+        import traceback
+
+        traceback.print_exc()
+        code = 1
+    os._exit(_shutdown(code))
+
+
+def _shutdown(code: Any) -> int:
+    """What the interpreter's exit does that anyone can see: non-daemon threads joined, atexit
+    handlers run, stdio flushed; the exit status as ``sys.exit(code)`` makes it.
+
+    Not the rest of finalization: tearing down every module touches each of torch's objects, so
+    a forked child would copy most of the server's memory page by page (2 s measured, against
+    20 ms for everything before it).
+    """
+    threading._shutdown()  # type: ignore[attr-defined]
+    atexit._run_exitfuncs()
+    if code is None:
+        status = 0
+    elif isinstance(code, int):
+        status = code
+    else:
+        print(code, file=sys.stderr)
+        status = 1
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            status = status or 120  # as the interpreter exits when it cannot flush stdout
+    return status
+
+
+if __name__ == "__main__":
+    _serve(sys.argv[1])
