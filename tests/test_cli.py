@@ -186,8 +186,10 @@ def test_show_prints_created_at_as_the_table_does_and_json_keeps_seconds(trained
     assert main(["models", "show", record["id"], "--registry", trained]) == 0
     assert f"created_at   {when}\n" in capsys.readouterr().out
     assert main(["models", "list", "--registry", trained, "--filename", record["filename"]]) == 0
-    (row,) = [line for line in capsys.readouterr().out.splitlines() if record["filename"] in line]
-    assert row.split("│")[-2].strip() == when
+    lines = capsys.readouterr().out.splitlines()
+    header = next(line.split("│") for line in lines if "created" in line)
+    (row,) = [line.split("│") for line in lines if record["filename"] in line]
+    assert row[[cell.strip() for cell in header].index("created")].strip() == when
 
 
 def test_get_streams_the_object_and_verifies_it(trained, tmp_path, capsys) -> None:

@@ -85,7 +85,9 @@ RUNS: dict[str, Run] = {
     "readme-command-line": Run(before=DEMO, prints=("written to best.pt", "written to prod.pt")),
     "quickstart-twice": Run(prints=("holds 6 records", "resumed from checkpoint_36.pt (epoch 3)", "holds 11 records")),
     "cli-find-and-ship": Run(before=DEMO),
-    "cli-fsck-after-a-kill": Run(before=KILLED_TRAINING, exit_status={0: 1}),  # fsck: 1 when it finds a problem
+    "cli-fsck-after-a-kill": Run(
+        before=KILLED_TRAINING, exit_status={0: 1, 1: 1}
+    ),  # fsck, repair --dry-run: 1 on a problem
     "logs-on-the-command-line": Run(prints=("train.log: ", "logs-back/train.log")),
     "clearml-first-look-with-the-stand-in": Run(
         needs="clearml", prints=("holds 1 object(s)", "model epoch_model_3.pt")

@@ -106,10 +106,10 @@ def test_a_reference_names_the_record_at_the_output_uri_it_is_given(
         capsys, "models", "get", "p/r/model@latest", str(tmp_path / "dl") + "/", "--output-uri", a.output_uri,
         "--registry", a.registry,
     )  # fmt: skip
-    assert out["record"]["id"] == int(latest_a.id)
+    assert out["record"]["id"] == latest_a.id
     assert hashlib.sha256(Path(out["path"]).read_bytes()).hexdigest() == latest_a.sha256
     shown = _json(capsys, "models", "show", "p/r/model", "--output-uri", _uri(a), "--registry", a.registry)
-    assert shown["id"] == int(latest_a.id)
+    assert shown["id"] == latest_a.id
     with pytest.raises(RecordNotFoundError, match=rf"record {latest_a.id} \('model_3.pt'\) is stored at .*bucket-a"):
         resolve_model(latest_a.id, output_uri=b.output_uri, registry=a.registry)
     with pytest.raises(RecordNotFoundError, match=r"no record is p/r/nothing@latest at file://"):
