@@ -367,6 +367,14 @@ def test_two_files_that_would_share_a_key_are_refused_and_neither_is_uploaded(wo
     assert list_logs("p", "r", output_uri=tmp_path / "out") == []
 
 
+def test_a_run_named_logs_lists_its_files_by_their_own_names(work: Path, tmp_path: Path) -> None:
+    (work / "logs" / "train.log").write_text("hello\n")
+    uploader = LogUploader(tmp_path / "out", project="logs", run="logs", root=work)
+    uploader.upload(final=True)
+    uploader.close()
+    assert [o.name for o in list_logs("logs", "logs", output_uri=tmp_path / "out")] == ["train.log"]
+
+
 def test_file_names_that_are_not_safe_keys_become_safe_keys(work, tmp_path) -> None:
     (work / "logs" / ".hidden run: #1.log").write_text("odd name\n")
     uploader = LogUploader(tmp_path / "out", project="p", run="r (lr=0.1)", root=work, files=["logs/*"])

@@ -88,11 +88,8 @@ class LogObject:
     key: str
     size: int
     modified: float | None = None
-
-    @property
-    def name(self) -> str:
-        """The file's path under the run's ``logs/`` folder (``train.log``, ``runs/x/events...``)."""
-        return self.key.split("/logs/", 1)[-1]
+    #: The file's path under the run's ``logs/`` folder (``train.log``, ``runs/x/events...``).
+    name: str = ""
 
 
 def _check_patterns(files: object) -> tuple[str, ...]:
@@ -549,7 +546,8 @@ def list_logs(
         []
     """
     storage = _run_storage(project, run, output_uri, registry, storage_options)
-    return [LogObject(obj.key, obj.size, obj.modified) for obj in storage.list(logs_prefix(project, run))]
+    prefix = logs_prefix(project, run)  # a run or project may itself be named "logs": cut the prefix, not at "/logs/"
+    return [LogObject(obj.key, obj.size, obj.modified, obj.key[len(prefix) :]) for obj in storage.list(prefix)]
 
 
 def download_logs(
