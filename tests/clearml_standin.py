@@ -1298,20 +1298,23 @@ def main(argv: list[str] | None = None) -> None:
     root = Path(tempfile.mkdtemp(prefix="clearml-standin-"))
     (root / "cache").mkdir()
     (root / "clearml.conf").write_text(clearml_config_text(root / "cache"))
-    server = ClearMLStandIn(port=port).start()
-    host = server.api_host
-    print(
-        f"export CLEARML_API_HOST={host} CLEARML_WEB_HOST={host} CLEARML_FILES_HOST={host} "
-        f"CLEARML_API_ACCESS_KEY={ACCESS_KEY} CLEARML_API_SECRET_KEY={SECRET_KEY} "
-        f"CLEARML_CONFIG_FILE={root / 'clearml.conf'} CLEARML_CACHE_DIR={root / 'cache'}",
-        flush=True,
-    )
-    print(f"ClearML stand-in (a test double) on {host}; Ctrl-C stops it", file=sys.stderr)
+    # Before the export line: whoever read it may stop us at once, and must find us able to clean up.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     try:
-        signal.pause()
+        server = ClearMLStandIn(port=port).start()
+        host = server.api_host
+        try:
+            print(
+                f"export CLEARML_API_HOST={host} CLEARML_WEB_HOST={host} CLEARML_FILES_HOST={host} "
+                f"CLEARML_API_ACCESS_KEY={ACCESS_KEY} CLEARML_API_SECRET_KEY={SECRET_KEY} "
+                f"CLEARML_CONFIG_FILE={root / 'clearml.conf'} CLEARML_CACHE_DIR={root / 'cache'}",
+                flush=True,
+            )
+            print(f"ClearML stand-in (a test double) on {host}; Ctrl-C stops it", file=sys.stderr)
+            signal.pause()
+        finally:
+            server.stop()
     finally:
-        server.stop()
         shutil.rmtree(root, ignore_errors=True)  # its clearml.conf and cache: nothing is left in /tmp
 
 

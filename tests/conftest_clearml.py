@@ -153,7 +153,13 @@ def _stop_reporters() -> None:
 
     from clearml.backend_interface.metrics.reporter import Reporter
 
-    for reporter in [obj for obj in gc.get_objects() if isinstance(obj, Reporter)]:
+    def is_reporter(obj: object) -> bool:
+        try:
+            return isinstance(obj, Reporter)
+        except ReferenceError:  # a weakref.proxy whose object is gone (seen at a session's end)
+            return False
+
+    for reporter in [obj for obj in gc.get_objects() if is_reporter(obj)]:
         with contextlib.suppress(Exception):
             reporter.flush()
             reporter.wait_for_events(timeout=10)

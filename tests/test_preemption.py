@@ -126,9 +126,10 @@ def test_sigterm_during_an_outage_exits_within_the_bound_saying_what_is_not_dura
     """radosgw stopped by its pid, then SIGTERM: the exit comes within ``timeout`` (6 s), well
     before the 20 s grace, and stderr names what is not durable and what still is."""
     registry = str(tmp_path / "registry.db")
-    child = Child(s3_output_uri, registry, async_upload=async_upload, timeout=T)
-    child.wait_for_iteration(30)  # checkpoint_25.pt is durable
+    # The gateway is ours before the child starts: taking it may wait for other processes' tests.
     with ceph_s3.gateway_stopped():
+        child = Child(s3_output_uri, registry, async_upload=async_upload, timeout=T)
+        child.wait_for_iteration(30)  # checkpoint_25.pt is durable
         ceph_s3.kill_rgw()
         status, seconds, err = child.terminate(GRACE + MARGIN)
     assert seconds <= T + MARGIN, f"exit took {seconds:.1f} s after SIGTERM (bound {T} s)\n{err[-3000:]}"
@@ -149,9 +150,9 @@ def test_exit_without_close_during_an_outage_ends_within_the_bound_saying_what_i
     """No attach, no close: the ``atexit`` flush meets the outage, gives up within ``timeout``
     and logs which saves are not durable; the interpreter exits."""
     registry = str(tmp_path / "registry.db")
-    child = Child(s3_output_uri, registry, extra={"attach": False, "iterations": 60}, async_upload=True, timeout=T)
-    child.wait_for_iteration(30)
-    with ceph_s3.gateway_stopped():
+    with ceph_s3.gateway_stopped():  # ours before the child starts (taking it may wait)
+        child = Child(s3_output_uri, registry, extra={"attach": False, "iterations": 60}, async_upload=True, timeout=T)
+        child.wait_for_iteration(30)
         ceph_s3.kill_rgw()
         child.wait_for_iteration(60)  # the save at 50 is queued behind the outage
         ended = time.monotonic()
