@@ -7,11 +7,14 @@ attach preemption: ``saver.attach(trainer, save_on_sigterm=checkpoint, sigterm_g
 with ``"attach": false`` it attaches nothing and never closes the saver, so only the ``atexit``
 flush stands between its background saves and the end of the process. Each
 iteration sleeps 20 ms and prints ``{"iteration": n}``, so the test knows where training was.
+``hold`` (``{"iteration": 30, "until": PATH}``) stops training after that iteration until PATH
+exists: a test takes the gateway down there, so no save races its outage.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import sys
 import time
 from typing import Any
@@ -50,6 +53,10 @@ def main(config: dict[str, Any]) -> None:
     @trainer.on(Events.ITERATION_COMPLETED)
     def report(engine: Engine) -> None:
         print(json.dumps({"iteration": engine.state.iteration}), flush=True)
+        hold = config.get("hold")
+        if hold and engine.state.iteration == hold["iteration"]:
+            while not os.path.exists(hold["until"]):
+                time.sleep(0.01)
 
     trainer.run(range(config.get("iterations", 10_000)), max_epochs=1)
 

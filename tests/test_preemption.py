@@ -74,6 +74,14 @@ class Child:
         return self.proc.returncode, time.monotonic() - started, err
 
 
+def _wait_live(registry: str, name: str, timeout: float = 60.0) -> None:
+    """Until the record ``name`` is live (an async save's upload may still be running)."""
+    deadline = time.monotonic() + timeout
+    while name not in {r.name for r in find_models(project="p", run="r", registry=registry, live=True)}:
+        assert time.monotonic() < deadline, f"{name} never became live"
+        time.sleep(0.05)
+
+
 def _check_final_checkpoint(output_uri: str, registry: str, iteration: int) -> None:
     """The checkpoint of the iteration training stopped at is live, verified, and holds that state."""
     live = {r.name: r for r in find_models(project="p", run="r", registry=registry, live=True)}
@@ -126,11 +134,15 @@ def test_sigterm_during_an_outage_exits_within_the_bound_saying_what_is_not_dura
     """radosgw stopped by its pid, then SIGTERM: the exit comes within ``timeout`` (6 s), well
     before the 20 s grace, and stderr names what is not durable and what still is."""
     registry = str(tmp_path / "registry.db")
+    go_on = tmp_path / "go-on"
     # The gateway is ours before the child starts: taking it may wait for other processes' tests.
     with ceph_s3.gateway_stopped():
-        child = Child(s3_output_uri, registry, async_upload=async_upload, timeout=T)
-        child.wait_for_iteration(30)  # checkpoint_25.pt is durable
+        child = Child(s3_output_uri, registry, extra={"hold": {"iteration": 30, "until": str(go_on)}},
+                      async_upload=async_upload, timeout=T)  # fmt: skip
+        child.wait_for_iteration(30)  # the child waits for go_on
+        _wait_live(registry, "checkpoint_25.pt")
         ceph_s3.kill_rgw()
+        go_on.touch()
         status, seconds, err = child.terminate(GRACE + MARGIN)
     assert seconds <= T + MARGIN, f"exit took {seconds:.1f} s after SIGTERM (bound {T} s)\n{err[-3000:]}"
     assert "NOT durable" in err and "StorageError" in err, err[-3000:]
@@ -150,10 +162,15 @@ def test_exit_without_close_during_an_outage_ends_within_the_bound_saying_what_i
     """No attach, no close: the ``atexit`` flush meets the outage, gives up within ``timeout``
     and logs which saves are not durable; the interpreter exits."""
     registry = str(tmp_path / "registry.db")
+    go_on = tmp_path / "go-on"
     with ceph_s3.gateway_stopped():  # ours before the child starts (taking it may wait)
-        child = Child(s3_output_uri, registry, extra={"attach": False, "iterations": 60}, async_upload=True, timeout=T)
+        hold = {"iteration": 30, "until": str(go_on)}  # the save at 50 must meet the outage, not race it
+        child = Child(s3_output_uri, registry, extra={"attach": False, "iterations": 60, "hold": hold},
+                      async_upload=True, timeout=T)  # fmt: skip
         child.wait_for_iteration(30)
+        _wait_live(registry, "checkpoint_25.pt")
         ceph_s3.kill_rgw()
+        go_on.touch()
         child.wait_for_iteration(60)  # the save at 50 is queued behind the outage
         ended = time.monotonic()
         try:
