@@ -247,7 +247,13 @@ class CephS3:
             check=False,
         )
         if result.returncode != 0:
-            raise RuntimeError(f"radosgw-admin user create failed:\n{result.stderr[-2000:]}")
+            # Right after radosgw restarted (another process's outage test), the old gateway's watch
+            # on the user object has not expired, so the cache notify times out after the user was
+            # written: the user is there all the same.
+            info = subprocess.run(["timeout", "20", "radosgw-admin", "-c", str(conf), "user", "info", f"--uid={uid}"],
+                                  capture_output=True, text=True, check=False)  # fmt: skip
+            if info.returncode != 0 or access not in info.stdout:
+                raise RuntimeError(f"radosgw-admin user create failed:\n{result.stderr[-2000:]}")
         return access, secret
 
     # -- stopping and starting the gateway (mon and osd keep running) ------------------------
