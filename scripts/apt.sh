@@ -19,18 +19,21 @@ apt_get() {
     local sudo=() err deadline=$((SECONDS + APT_LOCK_WAIT)) said=0 status
     [[ $(id -u) == 0 ]] || sudo=(sudo)
     err=$(mktemp)
-    trap 'rm -f "$err"' RETURN
+    # No RETURN trap: it would stay set after this function and fire in its caller, where the
+    # local $err is gone (set -u then fails the whole set-up on a fresh machine).
     while true; do
         status=0
         "${sudo[@]}" env DEBIAN_FRONTEND=noninteractive apt-get "$@" \
             </dev/null 2>"$err" || status=$?
         if [[ $status == 0 ]] || ! grep -qE "Could not get lock|Unable to acquire the dpkg frontend lock|Unable to lock" "$err"; then
             cat "$err" >&2
+            rm -f "$err"
             return "$status"
         fi
         if ((SECONDS >= deadline)); then
             cat "$err" >&2
             log "gave up after ${APT_LOCK_WAIT} s: another apt-get or dpkg still holds its lock (see above); wait for it to finish, or raise APT_LOCK_WAIT"
+            rm -f "$err"
             return "$status"
         fi
         if [[ $said == 0 ]]; then

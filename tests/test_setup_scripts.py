@@ -89,3 +89,17 @@ def test_every_set_up_script_installs_through_apt_sh() -> None:
             f"{script} calls apt-get without waiting for its lock"
         )
         assert "apt.sh" in text
+
+
+def test_apt_install_of_a_missing_package_runs_apt_get_and_succeeds(apt_as_root: None) -> None:
+    """The path a fresh machine takes (update, then install), simulated (``-s``) so nothing changes.
+
+    It once failed after apt-get succeeded: a ``RETURN`` trap left behind by the helper fired in
+    its caller with ``set -u`` (``err: unbound variable``).
+    """
+    missing = "hello"  # in Debian's main archive, installed by nothing here
+    installed = subprocess.run(["dpkg-query", "-W", "-f=${Status}", missing], capture_output=True, text=True)
+    assert "install ok installed" not in installed.stdout, f"{missing} is installed: pick a missing package"
+    done = _apt("install", "-s", missing, wait=60)
+    assert done.returncode == 0, done.stderr
+    assert f"installing {missing}" in done.stderr and "unbound variable" not in done.stderr
