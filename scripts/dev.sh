@@ -46,15 +46,7 @@ test_() {
     local status=0
     # Tests wait on servers and subprocesses much of the time: WORKERS pytest-xdist processes keep
     # both cores busy (-n 0 runs them in this process, as plain pytest does).
-    if [ $# -gt 0 ]; then
-        "$VENV/bin/python" -m pytest -n "${WORKERS:-3}" --durations=25 "$@" || status=$?
-    else
-        # This one test fails under the parallel run's load and never alone (a cause not found yet,
-        # see issue 25's note): it runs by itself after the others. It runs; it is never skipped.
-        local alone=tests/test_preemption.py::test_exit_without_close_during_an_outage_ends_within_the_bound_saying_what_is_not_durable
-        "$VENV/bin/python" -m pytest -n "${WORKERS:-3}" --durations=25 --deselect "$alone" || status=$?
-        "$VENV/bin/python" -m pytest -n 0 -p no:cacheprovider "$alone" || { [ "$status" = 0 ] && status=1; }
-    fi
+    "$VENV/bin/python" -m pytest -n "${WORKERS:-3}" --durations=25 "$@" || status=$?
     [ "$ceph" = 1 ] && { bash scripts/ceph-s3.sh stop; trap - EXIT; }
     return "$status"
 }

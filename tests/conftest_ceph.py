@@ -33,11 +33,14 @@ import fcntl
 import os
 import shutil
 import signal
+import socket
 import subprocess
 import time
 import urllib.error
+import urllib.parse
 import urllib.request
 import uuid
+import warnings
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -300,18 +303,25 @@ class CephS3:
         return int((_state_dir() / "run" / "client.rgw.a.pid").read_text().strip())
 
     def kill_rgw(self) -> None:
-        """SIGTERM radosgw by its pid and wait until the process is gone and its port refuses
+        """SIGTERM every radosgw of this cluster and wait until they are gone and the port refuses
         connections (call it inside :meth:`gateway_stopped`, which starts it again).
 
-        Both: on a loaded machine the port check can time out while radosgw, shutting down,
-        still completes a request (a save meant to meet the outage went through in CI).
+        Every one, not only the pid file's: one the pid file does not name would go on answering
+        (a warning says so). And a refused connection, not an unanswered request: on a loaded
+        machine a request can time out while radosgw still runs and completes the save meant to
+        meet the outage.
         """
-        pid = self.rgw_pid()
-        os.kill(pid, signal.SIGTERM)
+        named = self.rgw_pid()
+        pids = set(_rgw_pids()) | {named}
+        if pids != {named}:
+            warnings.warn(f"radosgw pids {sorted(pids)} run; its pid file names {named}", stacklevel=2)
+        for pid in pids:
+            with contextlib.suppress(ProcessLookupError):
+                os.kill(pid, signal.SIGTERM)
         deadline = time.monotonic() + 30
-        while _alive(pid) or _answers(self.endpoint_url, timeout=0.5):
+        while any(_alive(pid) for pid in pids) or not _refused(self.endpoint_url):
             if time.monotonic() > deadline:
-                raise RuntimeError("radosgw still runs 30 s after SIGTERM")
+                raise RuntimeError(f"radosgw (pids {sorted(pids)}) still runs 30 s after SIGTERM")
             time.sleep(0.05)
 
     @contextlib.contextmanager
@@ -324,6 +334,34 @@ class CephS3:
                 yield
             finally:
                 os.kill(pid, signal.SIGCONT)
+
+
+def _rgw_pids() -> list[int]:
+    """The radosgw processes started with this cluster's configuration (a /proc scan)."""
+    conf = str(_state_dir() / "ceph.conf")
+    found = []
+    for entry in Path("/proc").iterdir():
+        if not entry.name.isdigit():
+            continue
+        try:
+            argv = (entry / "cmdline").read_bytes().split(b"\0")
+        except OSError:
+            continue
+        if argv and argv[0].endswith(b"radosgw") and conf.encode() in argv and _alive(int(entry.name)):
+            found.append(int(entry.name))
+    return found
+
+
+def _refused(endpoint: str) -> bool:
+    """Whether a TCP connection to ``endpoint``'s port is refused (a timeout proves nothing)."""
+    url = urllib.parse.urlsplit(endpoint)
+    try:
+        socket.create_connection((url.hostname, url.port or 80), timeout=2).close()
+    except ConnectionRefusedError:
+        return True
+    except OSError:
+        return False
+    return False
 
 
 def _alive(pid: int) -> bool:
