@@ -8,14 +8,19 @@ with ``"attach": false`` it attaches nothing and never closes the saver, so only
 flush stands between its background saves and the end of the process. Each
 iteration sleeps 20 ms and prints ``{"iteration": n}``, so the test knows where training was.
 ``hold`` (``{"iteration": 30, "until": PATH}``) stops training after that iteration until PATH
-exists: a test takes the gateway down there, so no save races its outage.
+exists: a test takes the gateway down there, so no save races its outage. ``debug_log`` (a
+path) gets faulthandler's tracebacks and a line once the at-exit flush returned, for a
+failure's message (stderr stays as a user sees it: no logging is configured).
 """
 
 from __future__ import annotations
 
+import atexit
+import faulthandler
 import json
 import os
 import sys
+import threading
 import time
 from typing import Any
 
@@ -27,6 +32,11 @@ from tracker_saver import TrackerSaver
 
 
 def main(config: dict[str, Any]) -> None:
+    if config.get("debug_log"):
+        sink = open(config["debug_log"], "a", buffering=1)  # noqa: SIM115 (open until the process ends)
+        faulthandler.enable(sink)
+        # Registered first, so it runs after the saver's at-exit flush: it says the flush returned.
+        atexit.register(lambda: sink.write(f"at exit, after the flush: threads {threading.enumerate()}\n"))
     torch.manual_seed(0)
     net = torch.nn.Linear(256, 1024)  # 1 MiB of weights
 

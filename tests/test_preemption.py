@@ -82,6 +82,17 @@ def _wait_live(registry: str, name: str, timeout: float = 60.0) -> None:
         time.sleep(0.05)
 
 
+def _seen(child: Child, debug_log: Any, ceph_s3: Any) -> str:
+    """What a failure's message needs: the child's status, its debug log, the gateway's processes."""
+    from tests.conftest_ceph import _refused, _rgw_pids
+
+    log = debug_log.read_text()[-4000:] if debug_log.exists() else "(no debug log)"
+    return (
+        f"child status {child.proc.returncode}; radosgw pids {_rgw_pids()}, port refused: "
+        f"{_refused(ceph_s3.endpoint_url)}\nchild's debug log:\n{log}"
+    )
+
+
 def _check_final_checkpoint(output_uri: str, registry: str, iteration: int) -> None:
     """The checkpoint of the iteration training stopped at is live, verified, and holds that state."""
     live = {r.name: r for r in find_models(project="p", run="r", registry=registry, live=True)}
@@ -162,10 +173,11 @@ def test_exit_without_close_during_an_outage_ends_within_the_bound_saying_what_i
     """No attach, no close: the ``atexit`` flush meets the outage, gives up within ``timeout``
     and logs which saves are not durable; the interpreter exits."""
     registry = str(tmp_path / "registry.db")
-    go_on = tmp_path / "go-on"
+    go_on, debug_log = tmp_path / "go-on", tmp_path / "debug.log"
     with ceph_s3.gateway_stopped():  # ours before the child starts (taking it may wait)
         hold = {"iteration": 30, "until": str(go_on)}  # the save at 50 must meet the outage, not race it
-        child = Child(s3_output_uri, registry, extra={"attach": False, "iterations": 60, "hold": hold},
+        extra = {"attach": False, "iterations": 60, "hold": hold, "debug_log": str(debug_log)}
+        child = Child(s3_output_uri, registry, extra=extra,
                       async_upload=True, timeout=T)  # fmt: skip
         child.wait_for_iteration(30)
         _wait_live(registry, "checkpoint_25.pt")
@@ -179,7 +191,10 @@ def test_exit_without_close_during_an_outage_ends_within_the_bound_saying_what_i
             child.proc.kill()
             pytest.fail(f"the process did not exit: {child.proc.communicate()[1][-3000:]}")
         seconds = time.monotonic() - ended
-    assert seconds <= T + MARGIN, f"exit took {seconds:.1f} s after the last iteration (bound {T} s)\n{err[-3000:]}"
-    assert "tracker_saver at exit: NOT durable" in err and "checkpoint_50.pt" in err, err[-3000:]
+        seen = _seen(child, debug_log, ceph_s3)
+    assert seconds <= T + MARGIN, (
+        f"exit took {seconds:.1f} s after the last iteration (bound {T} s)\n{err[-3000:]}\n{seen}"
+    )
+    assert "tracker_saver at exit: NOT durable" in err and "checkpoint_50.pt" in err, f"{err[-3000:]}\n{seen}"
     live = [r.name for r in find_models(project="p", run="r", registry=registry, live=True)]
     assert live == ["checkpoint_25.pt"]
