@@ -34,6 +34,7 @@ from tracker_saver.registry import Query
 from tracker_saver.registry.shared import shared_registry
 from tracker_saver.storage import Storage, open_storage
 from tracker_saver.storage.base import sha256_of
+from tracker_saver.storage.local import file_mode
 from tracker_saver.wording import plural
 
 __all__ = [
@@ -231,6 +232,7 @@ def download_model(
     try:
         sha, size = hashlib.sha256(), 0
         with os.fdopen(fd, "wb") as out, storage.get(record.key) as src, _progress(record.name, record.size) as bar:
+            os.fchmod(fd, file_mode())
             while chunk := src.read(1 << 20):
                 sha.update(chunk)
                 out.write(chunk)

@@ -19,7 +19,7 @@ from tracker_saver.storage.base import ObjectStat, Staged, Storage
 if TYPE_CHECKING:
     from tracker_saver.memory import StableMemory
 
-__all__ = ["LocalStorage"]
+__all__ = ["LocalStorage", "file_mode"]
 
 #: Temp files start with this and are invisible to ``list``: a stream's footprint counts
 #: only complete objects. A crash leaves at most one such file per slot, easy to find by name.
@@ -29,6 +29,26 @@ TEMP_PREFIX = ".tmp-"
 #: Closes replaced slot files off the caller's thread: freeing a large file's blocks takes
 #: a while (about 0.1 s per 256 MiB on ext4), and the rename needs none of it.
 _closer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="tracker-saver-close")
+
+
+def file_mode() -> int:
+    """The mode ``open()`` would give a new file: ``0o666`` less the process's umask (0o644 under 022).
+
+    ``mkstemp`` makes owner-only files; slot files and downloads get this mode instead, as
+    Ignite's ``DiskSaver`` files do, so another user or a serving job can read them where the
+    umask lets it. The umask is read from ``/proc`` (setting it to read it back would race other
+    threads creating files); elsewhere 022 is assumed.
+
+    Examples:
+        >>> oct(file_mode() & 0o600)
+        '0o600'
+    """
+    try:
+        with open("/proc/self/status") as status:
+            umask = next((int(line.split()[1], 8) for line in status if line.startswith("Umask:")), 0o022)
+    except OSError:
+        umask = 0o022
+    return 0o666 & ~umask
 
 
 def _hold(path: Path) -> int | None:
@@ -91,6 +111,7 @@ class LocalStorage(Storage):
             raise StorageError(f"cannot write {str(path)!r}: {exc.strerror}", key=key) from exc
         try:
             with os.fdopen(fd, "wb") as f:
+                os.fchmod(fd, file_mode())
                 yield f
                 f.flush()
                 os.fsync(f.fileno())
