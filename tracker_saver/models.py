@@ -9,16 +9,14 @@ so the CLI and the UI start fast.
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
-import sys
-import tempfile
 from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from tracker_saver.errors import ConfigError, IntegrityError, RegistryError, SerializationError
 from tracker_saver.find import RegistryArg, count_models, find_models, get_model, resolve_model
+from tracker_saver.local_view import copy_verified
 from tracker_saver.naming import key_ext, pinned_key, safe_filename
 from tracker_saver.records import (
     LOADABLE,
@@ -34,7 +32,6 @@ from tracker_saver.registry import Query
 from tracker_saver.registry.shared import shared_registry
 from tracker_saver.storage import Storage, open_storage
 from tracker_saver.storage.base import sha256_of
-from tracker_saver.storage.local import file_mode
 from tracker_saver.wording import plural
 
 __all__ = [
@@ -173,17 +170,6 @@ def _check_loadable(record: Record, states: Sequence[RecordState] = LOADABLE_OR_
         )
 
 
-@contextlib.contextmanager
-def _progress(label: str, total: int | None) -> Iterator[Any]:
-    """A tqdm bar on stderr when it is a terminal, else an object whose ``update`` does nothing."""
-    from tqdm import tqdm
-
-    with tqdm(
-        total=total, desc=label, unit="B", unit_scale=True, unit_divisor=1024, disable=not sys.stderr.isatty()
-    ) as bar:
-        yield bar
-
-
 def download_model(
     record_or_ref: Record | str | int,
     dest: str | os.PathLike[str],
@@ -223,37 +209,7 @@ def download_model(
     target = Path(dest).expanduser()
     if target.is_dir() or os.fspath(dest).endswith(("/", os.sep)):
         target = target / safe_filename(record.name, key_ext(record.filename))
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-" + target.name[:100] + ".")
-    except OSError as exc:
-        raise ConfigError(f"cannot write {str(target)!r} ({exc.strerror}): pass a writable destination") from exc
-    storage = _storage_of(record, storage_options)
-    try:
-        sha, size = hashlib.sha256(), 0
-        with os.fdopen(fd, "wb") as out, storage.get(record.key) as src, _progress(record.name, record.size) as bar:
-            os.fchmod(fd, file_mode())
-            while chunk := src.read(1 << 20):
-                sha.update(chunk)
-                out.write(chunk)
-                size += len(chunk)
-                bar.update(len(chunk))
-            out.flush()
-            os.fsync(out.fileno())
-        if size != record.size or sha.hexdigest() != record.sha256:
-            raise IntegrityError(
-                f"record {record.id} ({record.name!r}): {record.uri} has {plural(size, 'byte')} with sha256 "
-                f"{sha.hexdigest()[:12]}…, the record says {plural(record.size or 0, 'byte')}, {str(record.sha256)[:12]}…: "
-                "the object was probably overwritten or corrupted; nothing was written; download another record",
-                key=record.key,
-                record_id=record.id,
-            )
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    return target
+    return copy_verified(_storage_of(record, storage_options), record, target)
 
 
 def pin_model(

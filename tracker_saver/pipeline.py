@@ -33,6 +33,7 @@ from tracker_saver.errors import (
     StreamBusyError,
     TrackerSaverError,
 )
+from tracker_saver.local_view import LocalView
 from tracker_saver.memory import StableMemory
 from tracker_saver.naming import key_ext, key_segment, run_prefix, slot_key
 from tracker_saver.records import LOADABLE, Record, RecordState, StreamId, UploadInfo
@@ -175,13 +176,26 @@ class Pipeline:
         registry: where records and stream claims are kept.
         callbacks: the user's pre/post-upload callbacks, run after the slot allocator.
         holder: this saver's claim on the streams it writes.
+        save_kwargs: keywords for ``torch.save`` (``pickle_protocol``, …), as ``DiskSaver(**kwargs)``.
+        view: the saver's ``dirname``, which follows each save once its record is live.
     """
 
-    def __init__(self, storage: Storage, registry: Registry, callbacks: CallbackChain, holder: Holder) -> None:
+    def __init__(
+        self,
+        storage: Storage,
+        registry: Registry,
+        callbacks: CallbackChain,
+        holder: Holder,
+        *,
+        save_kwargs: Mapping[str, Any] | None = None,
+        view: LocalView | None = None,
+    ) -> None:
         self.storage = storage
         self.registry = registry
         self.callbacks = callbacks
         self.holder = holder
+        self.save_kwargs = dict(save_kwargs or {})
+        self.view = view
         self.slots = SlotAllocator()
         self._claimed: dict[StreamId, float] = {}  # stream -> when the claim was last renewed
 
@@ -303,6 +317,8 @@ class Pipeline:
             self.slots.forget(stream)
             raise
         self.slots.committed(stream, choice, live)
+        if self.view is not None:
+            self.view.committed(live, choice.replaces)
         if post_error is not None:
             raise post_error
         return live
@@ -339,7 +355,7 @@ class Pipeline:
             with self.storage.writer(key, before_commit=before_commit, stable=stable) as target:
                 writer.target = target
                 with writing():
-                    torch.save(checkpoint, writer)  # type: ignore[arg-type]
+                    torch.save(checkpoint, writer, **self.save_kwargs)  # type: ignore[arg-type]
         except TrackerSaverError:
             raise
         except Exception as exc:

@@ -69,7 +69,7 @@ def resume(
         True
     """
     for handler in handlers:
-        if handler.save_handler is not saver:  # type: ignore[comparison-overlap]
+        if handler.save_handler is not saver:
             raise ConfigError(
                 f"Checkpoint handler for stream {stream_of(handler)!r} saves through "
                 f"{handler.save_handler!r}, not this TrackerSaver: pass the handlers built with it"

@@ -2,14 +2,16 @@
 
 from __future__ import annotations
 
+import inspect
 import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
 import ignite.distributed as idist
+import torch
 from ignite.engine import Engine, Events
-from ignite.handlers.checkpoint import BaseSaveHandler
+from ignite.handlers.checkpoint import DiskSaver
 
 from tracker_saver import preemption
 from tracker_saver.background import Background
@@ -18,6 +20,7 @@ from tracker_saver.claims import new_holder, release_local
 from tracker_saver.distributed import check_save_on_rank, open_for_reading, share_outcome
 from tracker_saver.errors import ConfigError, SerializationError
 from tracker_saver.lineage import lineage as compute_lineage
+from tracker_saver.local_view import LocalView, default_dirname
 from tracker_saver.naming import check_name, parse_filename
 from tracker_saver.outage import DEFAULT_TIMEOUT_S, check_timeout
 from tracker_saver.pipeline import Pipeline, is_writing
@@ -29,6 +32,19 @@ from tracker_saver.snapshot import BufferPool, take_snapshot
 from tracker_saver.storage import Storage, is_remote, open_storage
 
 __all__ = ["RunContext", "TrackerSaver"]
+
+
+def _check_save_kwargs(save_kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``save_kwargs`` as a dict, if ``torch.save(checkpoint, f, **save_kwargs)`` accepts them."""
+    kwargs = dict(save_kwargs or {})
+    accepted = [p for p in inspect.signature(torch.save).parameters if p not in ("obj", "f")]
+    unknown = sorted(k for k in kwargs if k not in accepted)
+    if unknown:
+        raise ConfigError(
+            f"save_kwargs {unknown} are not keywords of torch.save: pass only {accepted} "
+            "(the checkpoint and the file are the saver's)"
+        )
+    return kwargs
 
 
 @runtime_checkable
@@ -53,7 +69,7 @@ class RunContext(Protocol):
         ...
 
 
-class TrackerSaver(BaseSaveHandler):
+class TrackerSaver(DiskSaver):
     """Save Ignite checkpoints to cycled slot keys at ``output_uri`` and record each one.
 
     Every checkpoint becomes a record named by Ignite's semantic filename, with typed metadata
@@ -96,6 +112,14 @@ class TrackerSaver(BaseSaveHandler):
             ``git_dirty``, ``host``, ``command`` (secrets masked), ``python``, ``torch``,
             ``ignite``, ``clearml_task_id``; see :mod:`tracker_saver.lineage`. Pre-upload
             callbacks see these keys and may change or drop them (the callback wins).
+        dirname: a local folder (outside output_uri) where each live checkpoint also appears
+            under its filename, as with Ignite's ``DiskSaver``, so ``Checkpoint.last_checkpoint``,
+            ``reload_objects`` and ``load_objects`` work. A local output_uri gets hard links
+            there (no copy); S3 gets a verified download when each save is live if you pass
+            ``dirname``, else only on :meth:`get_local_copy`. Default
+            ``~/.cache/tracker_saver/checkpoints/<hash of output_uri>/<project>/<run>``.
+        save_kwargs: keywords passed on to ``torch.save`` (``pickle_protocol``,
+            ``_use_new_zipfile_serialization``…), as ``DiskSaver(**kwargs)`` does; checked here.
 
     Raises:
         ConfigError: at construction, for an unwritable or unknown output_uri, a bad
@@ -130,7 +154,10 @@ class TrackerSaver(BaseSaveHandler):
         max_pending: int = 1,
         timeout: float = DEFAULT_TIMEOUT_S,
         lineage: bool = True,
+        dirname: str | os.PathLike[str] | None = None,
+        save_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
+        self.kwargs = _check_save_kwargs(save_kwargs)
         if not isinstance(max_pending, int) or isinstance(max_pending, bool) or max_pending < 1:
             raise ConfigError(
                 f"max_pending={max_pending!r}: pass how many snapshots may wait for the background "
@@ -167,6 +194,10 @@ class TrackerSaver(BaseSaveHandler):
             options = opened.storage_options_for(os.fspath(output_uri), options)
         # Opening a storage does no I/O; check() below writes a probe, on the saving rank only.
         self.storage: Storage = open_storage(output_uri, **options)
+        folder = Path(dirname).expanduser() if dirname else default_dirname(self.storage.uri, self.project, self.run)
+        self._view = LocalView(folder.absolute(), self.storage, eager=bool(dirname))
+        self.dirname = self._view.folder  # Ignite's DiskSaver attribute: last_checkpoint is dirname / filename
+        self._atomic = True  # DiskSaver's: every write is atomic
         self._registry_spec = None if isinstance(registry, Registry) else registry  # an instance is `opened`
         self._registry: Registry | None = opened
         self._timeout = timeout
@@ -196,12 +227,16 @@ class TrackerSaver(BaseSaveHandler):
         if db_path is not None:
             check_registry_path(db_path)
         self.storage.check()
+        if self._view.eager:
+            self._view.check()
         registry = self._registry or open_registry(self._registry_spec)
         self._registry = registry
         if isinstance(registry, RunContext):
             # A tracker may have patched torch.save (ClearML's Task.init does): skip our slot writes.
             registry.guard_writes(is_writing)
-        self._pipeline = Pipeline(self.storage, registry, self.callbacks, self._holder)
+        self._pipeline = Pipeline(
+            self.storage, registry, self.callbacks, self._holder, save_kwargs=self.kwargs, view=self._view
+        )
         self._pipeline.recover(self.project, self.run)
 
     @property
@@ -341,6 +376,29 @@ class TrackerSaver(BaseSaveHandler):
         pipeline = self._pipeline_of_saving_rank()
         pipeline.open(stream_id)
         pipeline.slots.adopt(stream_id, filenames)
+
+    def get_local_copy(self, filename: str) -> str | None:
+        """A local path to ``filename``'s bytes, checked against the record's sha256; ``None`` if not live.
+
+        The file is ``dirname / filename`` (what ``Checkpoint.last_checkpoint`` names): a hard link
+        or a verified download of the slot object, as Ignite's ``ClearMLSaver.get_local_copy``
+        gives a local copy. In distributed training, call it on the saving rank.
+
+        Raises:
+            IntegrityError: the object no longer matches its record (nothing is written).
+
+        Examples:
+            >>> import tempfile, torch
+            >>> from ignite.handlers import Checkpoint
+            >>> root = tempfile.mkdtemp()
+            >>> saver = TrackerSaver(root + "/ckpt", registry=root + "/reg.db", dirname=root + "/named")
+            >>> ckpt = Checkpoint({"model": torch.nn.Linear(2, 1)}, saver)
+            >>> ckpt(Engine(lambda e, b: None))
+            >>> saver.get_local_copy("model_0.pt") == str(ckpt.last_checkpoint)
+            True
+        """
+        found = [r for r in self.records(live=True) if r.filename == filename]
+        return str(self._view.local_copy(found[-1])) if found else None
 
     def check(self) -> None:
         """Check again that output_uri can be written (the constructor already did once).

@@ -1,0 +1,200 @@
+"""A saver's ``dirname``: a local folder where each live checkpoint also appears under its filename.
+
+Ignite finds checkpoints at ``save_handler.dirname / filename`` (``Checkpoint.last_checkpoint``,
+``reload_objects``) and loads them with ``torch.load``. Our objects live under slot keys, so this
+folder gives Ignite what it looks for, outside output_uri (which holds slot objects only):
+
+- a local output_uri: a hard link to the slot file (no copy; a copy across file systems), placed
+  when the record becomes live; the link keeps those bytes even after the slot is reused;
+- S3: a copy downloaded and checked against the record's size and sha256, placed when the record
+  becomes live if the folder was asked for (``dirname=``), else on :meth:`LocalView.local_copy`.
+
+When a save evicts a record, its file here goes. Every file here was written from, or checked
+against, the record's sha256; :meth:`LocalView.local_copy` checks again before it returns a path.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import os
+import sys
+import tempfile
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from tracker_saver.errors import ConfigError, IntegrityError, StorageError
+from tracker_saver.naming import run_prefix
+from tracker_saver.records import Record
+from tracker_saver.storage.base import Storage, sha256_of
+from tracker_saver.storage.local import LocalStorage, file_mode
+from tracker_saver.wording import plural
+
+__all__ = ["LocalView", "copy_verified", "default_dirname"]
+
+
+@contextlib.contextmanager
+def _progress(label: str, total: int | None) -> Iterator[Any]:
+    """A tqdm bar on stderr when it is a terminal, else an object whose ``update`` does nothing."""
+    from tqdm import tqdm
+
+    with tqdm(
+        total=total, desc=label, unit="B", unit_scale=True, unit_divisor=1024, disable=not sys.stderr.isatty()
+    ) as bar:
+        yield bar
+
+
+def copy_verified(storage: Storage, record: Record, target: Path) -> Path:
+    """Copy ``record``'s object from ``storage`` to ``target``, checking size and sha256 as it streams.
+
+    The bytes go to a temp file next to ``target``, renamed into place only once they match the
+    record (mode as ``open()`` would give): nothing half-written or wrong is left at ``target``.
+
+    Raises:
+        ConfigError: ``target``'s folder cannot be written.
+        IntegrityError: the object differs from the record (nothing is written).
+        StorageError: the object cannot be read.
+    """
+    assert record.key is not None
+    try:
+        target.parent.mkdir(parents=True, exist_ok=True)
+        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-" + target.name[:100] + ".")
+    except OSError as exc:
+        raise ConfigError(f"cannot write {str(target)!r} ({exc.strerror}): pass a writable destination") from exc
+    try:
+        sha, size = hashlib.sha256(), 0
+        with os.fdopen(fd, "wb") as out, storage.get(record.key) as src, _progress(record.name, record.size) as bar:
+            os.fchmod(fd, file_mode())
+            while chunk := src.read(1 << 20):
+                sha.update(chunk)
+                out.write(chunk)
+                size += len(chunk)
+                bar.update(len(chunk))
+            out.flush()
+            os.fsync(out.fileno())
+        if size != record.size or sha.hexdigest() != record.sha256:
+            raise IntegrityError(
+                f"record {record.id} ({record.name!r}): {record.uri} has {plural(size, 'byte')} with sha256 "
+                f"{sha.hexdigest()[:12]}…, the record says {plural(record.size or 0, 'byte')}, {str(record.sha256)[:12]}…: "
+                "the object was probably overwritten or corrupted; nothing was written; download another record",
+                key=record.key,
+                record_id=record.id,
+            )
+        os.replace(tmp, target)
+    except BaseException:
+        with contextlib.suppress(FileNotFoundError):
+            os.unlink(tmp)
+        raise
+    return target
+
+
+def default_dirname(output_uri: str, project: str, run: str) -> Path:
+    """``$XDG_CACHE_HOME/tracker_saver/checkpoints/<hash of output_uri>/<project>/<run>`` (``~/.cache``).
+
+    Examples:
+        >>> default_dirname("/data/ckpt", "mnist", "r1").parts[-5:]
+        ('tracker_saver', 'checkpoints', 'ca2e26342993', 'mnist', 'r1')
+    """
+    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
+    digest = hashlib.sha256(output_uri.encode()).hexdigest()[:12]
+    return cache / "tracker_saver" / "checkpoints" / digest / run_prefix(project, run).rstrip("/")
+
+
+class LocalView:
+    """The files of ``folder``: one per live record, named by its filename.
+
+    Args:
+        folder: the folder (made on first use).
+        storage: the saver's storage (where the records' objects are).
+        eager: place a file when each record becomes live (always for a local storage, whose
+            files are hard links; for S3, a download each save).
+
+    Examples:
+        >>> import tempfile
+        >>> root = tempfile.mkdtemp()
+        >>> view = LocalView(Path(root) / "named", LocalStorage(root + "/ckpt"), eager=False)
+        >>> view.eager  # a local storage's files cost no copy
+        True
+    """
+
+    def __init__(self, folder: Path, storage: Storage, *, eager: bool) -> None:
+        self.folder = folder
+        self.storage = storage
+        self.eager = eager or isinstance(storage, LocalStorage)
+        root = getattr(storage, "root", None)
+        if root is not None and folder.resolve().is_relative_to(Path(root).resolve()):
+            raise ConfigError(
+                f"dirname {str(folder)!r} is inside output_uri {str(root)!r}, which holds slot objects only: "
+                "pass a dirname outside it"
+            )
+
+    def check(self) -> None:
+        """Make the folder and check it can be written (the saver calls it when given ``dirname=``)."""
+        try:
+            self.folder.mkdir(parents=True, exist_ok=True)
+            with tempfile.TemporaryFile(dir=self.folder):
+                pass
+        except OSError as exc:
+            raise ConfigError(
+                f"dirname {str(self.folder)!r} is not a writable folder ({exc.strerror}): pass a folder you can write to"
+            ) from exc
+
+    def path(self, filename: str) -> Path:
+        """Where ``filename`` appears: ``folder / filename``, which must stay inside the folder."""
+        path = self.folder / filename
+        if not path.resolve().is_relative_to(self.folder.resolve()) or path.resolve() == self.folder.resolve():
+            raise ConfigError(f"checkpoint filename {filename!r} would escape dirname {str(self.folder)!r}")
+        return path
+
+    def committed(self, live: Record, replaced: Record | None) -> None:
+        """A save made ``live`` and evicted ``replaced``: the folder follows."""
+        try:
+            if replaced is not None and replaced.filename != live.filename:
+                with contextlib.suppress(FileNotFoundError):
+                    self.path(replaced.filename).unlink()
+            if self.eager:
+                self._place(live)
+        except OSError as exc:
+            raise StorageError(
+                f"{live.filename!r} is saved and live, but its file in dirname {str(self.folder)!r} could not be "
+                f"placed ({exc}): free space there, or pass another dirname"
+            ) from exc
+
+    def local_copy(self, record: Record) -> Path:
+        """A local file with ``record``'s bytes, checked against its size and sha256 first.
+
+        Raises:
+            IntegrityError: the object differs from the record.
+        """
+        path = self.path(record.filename)
+        with contextlib.suppress(FileNotFoundError), open(path, "rb") as f:
+            if sha256_of(f) == (record.size, record.sha256):
+                return path
+        self._place(record)
+        with open(path, "rb") as f:  # a hard link is the slot file itself: check it as a download is
+            matches = sha256_of(f) == (record.size, record.sha256)
+        if not matches:
+            path.unlink()
+            return copy_verified(self.storage, record, path)  # raises IntegrityError, writes nothing
+        return path
+
+    def _place(self, record: Record) -> None:
+        assert record.key is not None
+        path = self.path(record.filename)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        if not isinstance(self.storage, LocalStorage):
+            copy_verified(self.storage, record, path)
+            return
+        tmp = path.with_name(f".tmp-{path.name[:100]}.{os.getpid()}")
+        with contextlib.suppress(FileNotFoundError):
+            tmp.unlink()
+        try:
+            os.link(self.storage.root / record.key, tmp)
+        except OSError:  # another file system, or links refused: a verified copy
+            copy_verified(self.storage, record, path)
+            return
+        os.replace(tmp, path)
+
+    def __repr__(self) -> str:
+        return f"LocalView({str(self.folder)!r})"
