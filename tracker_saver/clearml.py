@@ -16,8 +16,9 @@ from tracker_saver.errors import ConfigError
 from tracker_saver.integrations.clearml_binding import skip_saves_while
 from tracker_saver.integrations.clearml_conf import clearml_s3_options
 from tracker_saver.pipeline import is_writing
+from tracker_saver.registry import Registry, sqlite_path
 from tracker_saver.registry.clearml import ClearMLRegistry, task_run
-from tracker_saver.saver import TrackerSaver
+from tracker_saver.saver import RunContext, TrackerSaver
 
 __all__ = ["ClearMLSaver", "clearml_s3_options", "guard_torch_save_binding"]
 
@@ -47,6 +48,10 @@ class ClearMLSaver(TrackerSaver):
     (ClearML's own folder name): ``continue_last_task=True`` continues the slots, while a new
     task with the same name is a new run that leaves the earlier task's checkpoints alone. Task
     names may hold any characters; keys use a safe slug of them, models keep them.
+
+    Records go to the task's ClearML server, unless ``registry=`` names another registry (a
+    SQLite file, say): that one never contacts ClearML (offline mode works), and its records
+    still get the task's project and run.
 
     Compared with ignite's: one ClearML model per checkpoint named by its semantic filename
     (not one per slot, renamed), typed metadata, renames kept, slots rebuilt on resume, no
@@ -95,7 +100,21 @@ class ClearMLSaver(TrackerSaver):
                 f"ClearMLSaver has nowhere to write: task {task.name!r} has no output_uri; pass output_uri= "
                 "(a folder or s3://BUCKET/PREFIX), dirname=, or Task.init(output_uri=...)"
             )
-        kwargs.setdefault("registry", ClearMLRegistry(task))
+        if kwargs.get("registry") is None:
+            kwargs["registry"] = ClearMLRegistry(task)
+        elif not _names_clearml(kwargs["registry"]):
+            # Another registry never asks ClearML: the task itself knows its project (Task.init
+            # keeps the name; offline mode has no server), as an online ClearML registry records it.
+            project = task.get_project_name()
+            if project:
+                kwargs.setdefault("project", project)
         kwargs.setdefault("run", task_run(task))  # also with a registry that knows no task
         super().__init__(uri, **kwargs)
         guard_torch_save_binding()  # also with a registry that is not ClearML's
+
+
+def _names_clearml(registry: Any) -> bool:
+    """Whether ``registry=`` is a ClearML registry: ``"clearml"``, ``"clearml:ROOT"`` or a tracker's run context."""
+    if isinstance(registry, Registry):
+        return isinstance(registry, RunContext)
+    return sqlite_path(registry) is None
