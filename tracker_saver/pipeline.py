@@ -14,6 +14,7 @@ import concurrent.futures
 import contextlib
 import errno
 import hashlib
+import inspect
 import logging
 import re
 import threading
@@ -27,6 +28,7 @@ from tracker_saver.callbacks import CallbackChain
 from tracker_saver.claims import LEASE_S, Holder
 from tracker_saver.errors import (
     CallbackError,
+    ConfigError,
     IntegrityError,
     SerializationError,
     StorageError,
@@ -42,7 +44,7 @@ from tracker_saver.registry.base import Query, Registry, stream_query
 from tracker_saver.slots import Choice, SlotAllocator
 from tracker_saver.storage.base import Storage
 
-__all__ = ["HashingWriter", "Pipeline", "is_writing", "kept_filenames", "writing"]
+__all__ = ["HashingWriter", "Pipeline", "check_save_kwargs", "is_writing", "kept_filenames", "writing"]
 
 log = logging.getLogger(__name__)
 
@@ -50,6 +52,24 @@ log = logging.getLogger(__name__)
 _FULL = (errno.ENOSPC, errno.EDQUOT)
 
 _local = threading.local()
+
+
+def check_save_kwargs(save_kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``save_kwargs`` as a dict, if ``torch.save(checkpoint, f, **save_kwargs)`` accepts them.
+
+    Examples:
+        >>> check_save_kwargs({"pickle_protocol": 4})
+        {'pickle_protocol': 4}
+    """
+    kwargs = dict(save_kwargs or {})
+    accepted = [p for p in inspect.signature(torch.save).parameters if p not in ("obj", "f")]
+    unknown = sorted(k for k in kwargs if k not in accepted)
+    if unknown:
+        raise ConfigError(
+            f"save_kwargs {unknown} are not keywords of torch.save: pass only {accepted} "
+            "(the checkpoint and the file are the saver's)"
+        )
+    return kwargs
 
 
 def is_writing() -> bool:

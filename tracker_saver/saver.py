@@ -2,14 +2,12 @@
 
 from __future__ import annotations
 
-import inspect
 import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 import ignite.distributed as idist
-import torch
 from ignite.engine import Engine, Events
 from ignite.handlers.checkpoint import DiskSaver
 
@@ -23,50 +21,16 @@ from tracker_saver.lineage import lineage as compute_lineage
 from tracker_saver.local_view import LocalView, default_dirname
 from tracker_saver.naming import check_name, parse_filename
 from tracker_saver.outage import DEFAULT_TIMEOUT_S, check_timeout
-from tracker_saver.pipeline import Pipeline, is_writing
+from tracker_saver.pipeline import Pipeline, check_save_kwargs, is_writing
 from tracker_saver.preemption import DEFAULT_GRACE_S
 from tracker_saver.records import LOADABLE, MetaValue, Record, RecordState, StreamId, UploadInfo, clean_metadata
 from tracker_saver.registry import Query, Registry, open_registry, sqlite_path
+from tracker_saver.registry.base import RunContext
 from tracker_saver.registry.sqlite import check_registry_path
 from tracker_saver.snapshot import BufferPool, take_snapshot
 from tracker_saver.storage import Storage, is_remote, open_storage
 
 __all__ = ["RunContext", "TrackerSaver"]
-
-
-def _check_save_kwargs(save_kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
-    """``save_kwargs`` as a dict, if ``torch.save(checkpoint, f, **save_kwargs)`` accepts them."""
-    kwargs = dict(save_kwargs or {})
-    accepted = [p for p in inspect.signature(torch.save).parameters if p not in ("obj", "f")]
-    unknown = sorted(k for k in kwargs if k not in accepted)
-    if unknown:
-        raise ConfigError(
-            f"save_kwargs {unknown} are not keywords of torch.save: pass only {accepted} "
-            "(the checkpoint and the file are the saver's)"
-        )
-    return kwargs
-
-
-@runtime_checkable
-class RunContext(Protocol):
-    """A registry that also knows the run it records: an experiment tracker's current task.
-
-    ``TrackerSaver`` asks it for what it was not given, so tracker policy stays out of the
-    ``Registry`` seam and generic code never imports a tracker's modules.
-    ``tracker_saver.registry.clearml.ClearMLRegistry`` is one.
-    """
-
-    def run_defaults(self) -> Mapping[str, str]:
-        """``project``, ``run`` and ``output_uri`` of the run being saved, those it knows."""
-        ...
-
-    def storage_options_for(self, output_uri: str, options: Mapping[str, Any]) -> dict[str, Any]:
-        """``options`` for ``output_uri``, plus what the tracker knows (e.g. its S3 credentials)."""
-        ...
-
-    def guard_writes(self, is_writing: Callable[[], bool]) -> None:
-        """Make the tracker's framework hooks ignore what ``torch.save`` writes while ``is_writing()``."""
-        ...
 
 
 class TrackerSaver(DiskSaver):
@@ -159,7 +123,7 @@ class TrackerSaver(DiskSaver):
         dirname: str | os.PathLike[str] | None = None,
         save_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
-        self.kwargs = _check_save_kwargs(save_kwargs)
+        self.kwargs = check_save_kwargs(save_kwargs)
         if not isinstance(max_pending, int) or isinstance(max_pending, bool) or max_pending < 1:
             raise ConfigError(
                 f"max_pending={max_pending!r}: pass how many snapshots may wait for the background "

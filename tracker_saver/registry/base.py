@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 from tracker_saver.claims import Holder
 from tracker_saver.errors import ConfigError, StreamBusyError
@@ -13,6 +13,7 @@ from tracker_saver.query import RECORD_FIELDS, Condition, Order, is_number, matc
 from tracker_saver.records import DERIVED_ALIASES, MetaValue, Record, RecordState, StreamId, UploadInfo, check_alias
 
 __all__ = [
+    "RunContext",
     "Candidate",
     "Query",
     "RECORD_FIELDS",
@@ -292,3 +293,25 @@ class Registry(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.uri!r})"
+
+
+@runtime_checkable
+class RunContext(Protocol):
+    """A registry that also knows the run it records: an experiment tracker's current task.
+
+    ``TrackerSaver`` asks it for what it was not given, so tracker policy stays out of the
+    ``Registry`` seam and generic code never imports a tracker's modules.
+    ``tracker_saver.registry.clearml.ClearMLRegistry`` is one.
+    """
+
+    def run_defaults(self) -> Mapping[str, str]:
+        """``project``, ``run`` and ``output_uri`` of the run being saved, those it knows."""
+        ...
+
+    def storage_options_for(self, output_uri: str, options: Mapping[str, Any]) -> dict[str, Any]:
+        """``options`` for ``output_uri``, plus what the tracker knows (e.g. its S3 credentials)."""
+        ...
+
+    def guard_writes(self, is_writing: Callable[[], bool]) -> None:
+        """Make the tracker's framework hooks ignore what ``torch.save`` writes while ``is_writing()``."""
+        ...
