@@ -21,6 +21,7 @@ a package named ``tests`` too, so this module never imports ours.
 from __future__ import annotations
 
 import contextlib
+import itertools
 import json
 import os
 import shutil
@@ -37,6 +38,19 @@ _current: list[str] = []
 _built: set[str] = set()
 _reports: dict[str, dict[str, Any]] = {}
 
+#: Folders ignite's tests name outright, which TrackerSaver creates where DiskSaver(create_dir=False)
+#: refuses: removed after the run when it made them, so a later run with ignite's classes sees none.
+FIXED_PATHS = (Path("/tmp/non-existing-folder"),)
+
+#: With ``--compat-swap``: ``root``, the temporary folder; ``disk_saver``, the adapter class;
+#: ``absent``, the :data:`FIXED_PATHS` that did not exist before the run.
+_swap: dict[str, Any] = {}
+
+#: Tests of ``test_checkpoint.py`` that keep ignite's ``DiskSaver`` under its name, and why.
+NAME_ONLY = {
+    "test_save_handler_as_str": "it builds no saver: it checks that Checkpoint(save_handler=PATH) builds ignite's own",
+}
+
 
 def _record_build() -> None:
     if _current:
@@ -47,7 +61,7 @@ def tracker_disk_saver(root: Path) -> type:
     """``TrackerDiskSaver``: DiskSaver's constructor over a real ``TrackerSaver``, its files under ``root``."""
     from tracker_saver import TrackerSaver
 
-    count = iter(range(1_000_000))
+    count = itertools.count()
 
     class TrackerDiskSaver(TrackerSaver):
         """``DiskSaver(dirname, atomic, create_dir, require_empty, save_on_rank, **kwargs)`` as a ``TrackerSaver``.
@@ -125,20 +139,6 @@ def pytest_configure(config: pytest.Config) -> None:
     clearml_logger.ClearMLSaver = _counted(ClearMLSaver)  # type: ignore[misc]
 
 
-#: Folders ignite's tests name outright, which TrackerSaver creates where DiskSaver(create_dir=False)
-#: refuses: removed after the run when it made them, so a later run with ignite's classes sees none.
-FIXED_PATHS = (Path("/tmp/non-existing-folder"),)
-
-#: With ``--compat-swap``: ``root``, the temporary folder; ``disk_saver``, the adapter class;
-#: ``absent``, the :data:`FIXED_PATHS` that did not exist before the run.
-_swap: dict[str, Any] = {}
-
-#: Tests of ``test_checkpoint.py`` that keep ignite's ``DiskSaver`` under its name, and why.
-NAME_ONLY = {
-    "test_save_handler_as_str": "it builds no saver: it checks that Checkpoint(save_handler=PATH) builds ignite's own",
-}
-
-
 def _counted(cls: type) -> type:
     """``cls`` itself, noting which test builds one (its ``__init__`` is wrapped, nothing else)."""
     init = cls.__init__
@@ -175,7 +175,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     entry = _reports.setdefault(report.nodeid, {"outcome": None, "error": None, "ours": False})
     if report.failed:
         if entry["outcome"] != "failed":
-            entry["error"] = _first_line(report)
+            entry["error"] = _error_text(report)
         entry["outcome"] = "failed"
     elif report.skipped and entry["outcome"] != "failed":
         entry["outcome"] = "skipped"
@@ -184,7 +184,7 @@ def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     entry["ours"] = report.nodeid in _built
 
 
-def _first_line(report: pytest.TestReport) -> str:
+def _error_text(report: pytest.TestReport) -> str:
     """The crash message on one line; for a chained error (``pytest.warns`` around a raise) the first, then the last."""
     crashes = [c for _, c, _ in getattr(report.longrepr, "chain", [])] or [getattr(report.longrepr, "reprcrash", None)]
     texts = [c.message if c is not None else str(report.longrepr) for c in crashes]
