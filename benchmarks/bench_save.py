@@ -150,8 +150,8 @@ def checkpoint_caller(model: torch.nn.Module, handler: BaseSaveHandler) -> tuple
 
 
 def last_filename(checkpoint: Checkpoint) -> str:
-    """The filename of ``checkpoint``'s latest save."""
-    return str(checkpoint.last_checkpoint)
+    """The filename of ``checkpoint``'s latest save (``last_checkpoint`` is ``dirname / filename``)."""
+    return Path(str(checkpoint.last_checkpoint)).name
 
 
 def variant_torch_save(model: torch.nn.Module, work: Path, fsync: bool) -> Run:

@@ -115,6 +115,22 @@ def test_get_local_copy_places_a_file_that_went_missing(saver: TrackerSaver, tmp
     assert torch.equal(torch.load(path, weights_only=True)["weight"], model.weight)
 
 
+@pytest.mark.parametrize("prefix", ["../../outside", "x" * 300])
+def test_a_filename_that_cannot_appear_in_dirname_is_saved_and_reachable_by_get_local_copy(
+    saver: TrackerSaver, tmp_path: Path, prefix: str, caplog: pytest.LogCaptureFixture
+) -> None:
+    model = _model(0)
+    ckpt = Checkpoint({"model": model}, saver, filename_prefix=prefix)
+    ckpt(Engine(lambda e, b: None))
+    (record,) = saver.records(live=True)
+    assert "Checkpoint.last_checkpoint will not find it" in caplog.text
+    path = saver.get_local_copy(record.filename)
+    assert path is not None and Path(path).parent == tmp_path / "named"
+    assert torch.equal(torch.load(path, weights_only=True)["weight"], model.weight)
+    assert os.listdir(tmp_path / "named") == [Path(path).name]
+    assert not list(tmp_path.parent.glob("outside*"))  # nothing escaped
+
+
 def test_the_default_dirname_is_a_cache_folder_outside_output_uri(tmp_path: Path) -> None:
     saver = TrackerSaver(tmp_path / "out", project="p", run="r", registry=tmp_path / "reg.db")
     try:

@@ -10,14 +10,23 @@ re-exported here, their public home.
 
 from __future__ import annotations
 
+import contextlib
+import os
+import tempfile
+import warnings
+from datetime import datetime
 from typing import Any
 
+import ignite.distributed as idist
+
+from tracker_saver.distributed import check_save_on_rank
 from tracker_saver.errors import ConfigError
 from tracker_saver.integrations.clearml_binding import skip_saves_while
 from tracker_saver.integrations.clearml_conf import clearml_s3_options
 from tracker_saver.pipeline import is_writing
+from tracker_saver.registry import Registry, sqlite_path
 from tracker_saver.registry.clearml import ClearMLRegistry, task_run
-from tracker_saver.saver import TrackerSaver
+from tracker_saver.saver import RunContext, TrackerSaver
 
 __all__ = ["ClearMLSaver", "clearml_s3_options", "guard_torch_save_binding"]
 
@@ -42,11 +51,16 @@ class ClearMLSaver(TrackerSaver):
 
     Same constructor. The task is ``Task.current_task()`` (as in ignite: call ``Task.init`` or
     create a ``ClearMLLogger`` first). Checkpoints go to ``output_uri`` (which, as in ignite,
-    also becomes the task's ``output_uri``), else the task's ``output_uri``, else ``dirname``
-    as a local folder. project is the task's project and run is ``<task name>.<task id>``
+    also becomes the task's ``output_uri``), else the task's ``output_uri``, else, as in
+    ignite, a new temporary folder, with a ``UserWarning`` that names it: it does not survive
+    a reboot. project is the task's project and run is ``<task name>.<task id>``
     (ClearML's own folder name): ``continue_last_task=True`` continues the slots, while a new
     task with the same name is a new run that leaves the earlier task's checkpoints alone. Task
     names may hold any characters; keys use a safe slug of them, models keep them.
+
+    Records go to the task's ClearML server, unless ``registry=`` names another registry (a
+    SQLite file, say): that one never contacts ClearML (offline mode works), and its records
+    still get the task's project and run.
 
     Compared with ignite's: one ClearML model per checkpoint named by its semantic filename
     (not one per slot, renamed), typed metadata, renames kept, slots rebuilt on resume, no
@@ -55,7 +69,7 @@ class ClearMLSaver(TrackerSaver):
     Args:
         logger: a ``ClearMLLogger`` (optional; only checked, as in ignite).
         output_uri: where checkpoints go; also set as the task's ``output_uri``.
-        dirname: a local folder used when neither ``output_uri`` nor the task has one.
+        dirname: see ``TrackerSaver``'s ``dirname``; never used as the output_uri.
         args: ignored DiskSaver positional arguments (writes are always atomic).
         kwargs: ``atomic``, ``create_dir``, ``require_empty`` are accepted and ignored (writes
             are always atomic, folders are created, slots are reused); any ``TrackerSaver``
@@ -89,13 +103,48 @@ class ClearMLSaver(TrackerSaver):
             task.output_uri = output_uri
         for name in self._DISK_SAVER_ARGS:
             kwargs.pop(name, None)
-        uri = output_uri or task.output_uri or dirname
-        if not uri:
-            raise ConfigError(
-                f"ClearMLSaver has nowhere to write: task {task.name!r} has no output_uri; pass output_uri= "
-                "(a folder or s3://BUCKET/PREFIX), dirname=, or Task.init(output_uri=...)"
-            )
-        kwargs.setdefault("registry", ClearMLRegistry(task))
+        if kwargs.get("registry") is None:
+            kwargs["registry"] = ClearMLRegistry(task)
+        elif not _names_clearml(kwargs["registry"]):
+            # Another registry never asks ClearML: the task itself knows its project (Task.init
+            # keeps the name; offline mode has no server), as an online ClearML registry records it.
+            project = task.get_project_name()
+            if project:
+                kwargs.setdefault("project", project)
         kwargs.setdefault("run", task_run(task))  # also with a registry that knows no task
-        super().__init__(uri, **kwargs)
+        uri = output_uri or task.output_uri
+        temporary = None if uri else _temporary_folder(check_save_on_rank(kwargs.get("save_on_rank", 0)))
+        try:
+            super().__init__(uri or temporary, **kwargs)
+        except BaseException:
+            if temporary:  # bad input leaves nothing behind: the folder is still empty
+                with contextlib.suppress(OSError):
+                    os.rmdir(temporary)
+            raise
+        if temporary:
+            warnings.warn(
+                f"ClearMLSaver created a temporary checkpoints directory: {temporary}; it will not survive a "
+                f"reboot. Task {task.name!r} has no output_uri: to keep the checkpoints, pass output_uri= "
+                "(a folder or s3://BUCKET/PREFIX) or Task.init(output_uri=...)",
+                UserWarning,
+                stacklevel=2,
+            )
         guard_torch_save_binding()  # also with a registry that is not ClearML's
+
+
+def _names_clearml(registry: Any) -> bool:
+    """Whether ``registry=`` is a ClearML registry: ``"clearml"``, ``"clearml:ROOT"`` or a tracker's run context."""
+    if isinstance(registry, Registry):
+        return isinstance(registry, RunContext)
+    return sqlite_path(registry) is None
+
+
+def _temporary_folder(save_on_rank: int) -> str:
+    """A new temporary folder, made by the saving rank; every rank gets its name (as in ignite's ClearMLSaver)."""
+    folder = ""
+    if idist.get_rank() == save_on_rank:
+        folder = tempfile.mkdtemp(prefix=f"tracker_saver_checkpoints_{datetime.now():%Y_%m_%d_%H_%M_%S_}")
+    if idist.get_world_size() > 1:
+        # a collective, as the set-up that follows is: every rank builds the saver (docs/ddp.md)
+        folder = str(idist.broadcast(folder, src=save_on_rank))
+    return folder

@@ -17,21 +17,28 @@ from __future__ import annotations
 
 import contextlib
 import hashlib
+import logging
 import os
 import sys
 import tempfile
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from tracker_saver.errors import ConfigError, IntegrityError, StorageError
-from tracker_saver.naming import run_prefix
+from tracker_saver.naming import key_ext, run_prefix, safe_filename
 from tracker_saver.records import Record
 from tracker_saver.storage.base import Storage, sha256_of
 from tracker_saver.storage.local import LocalStorage, file_mode
 from tracker_saver.wording import plural
 
 __all__ = ["LocalView", "copy_verified", "default_dirname"]
+
+log = logging.getLogger(__name__)
+
+#: The longest file name (one path part) Linux file systems take, in bytes.
+_NAME_MAX = 255
 
 
 @contextlib.contextmanager
@@ -141,11 +148,18 @@ class LocalView:
             ) from exc
 
     def path(self, filename: str) -> Path:
-        """Where ``filename`` appears: ``folder / filename``, which must stay inside the folder."""
+        """Where ``filename`` appears: ``folder / filename``, as Ignite's ``last_checkpoint`` names it.
+
+        A filename that would leave the folder (``../x.pt``, ``/abs/x.pt``) or that the file
+        system cannot hold (a part over 255 bytes) gets a safe name in the folder instead, which
+        only :meth:`local_copy` knows (with a warning when it is placed).
+        """
         path = self.folder / filename
-        if not path.resolve().is_relative_to(self.folder.resolve()) or path.resolve() == self.folder.resolve():
-            raise ConfigError(f"checkpoint filename {filename!r} would escape dirname {str(self.folder)!r}")
-        return path
+        inside = path.resolve().is_relative_to(self.folder.resolve()) and path.resolve() != self.folder.resolve()
+        if inside and all(len(part.encode()) <= _NAME_MAX for part in Path(filename).parts):
+            return path
+        digest = hashlib.sha256(filename.encode()).hexdigest()[:8]
+        return self.folder / safe_filename(f"{filename[:150]}-{digest}", key_ext(filename))
 
     def committed(self, live: Record, replaced: Record | None) -> None:
         """A save made ``live`` and evicted ``replaced``: the folder follows."""
@@ -182,11 +196,18 @@ class LocalView:
     def _place(self, record: Record) -> None:
         assert record.key is not None
         path = self.path(record.filename)
+        if path != self.folder / record.filename:
+            log.warning(
+                "checkpoint %r cannot appear in dirname under its filename (it leaves the folder, or is too long): "
+                "it is %s; Checkpoint.last_checkpoint will not find it: use saver.get_local_copy(filename)",
+                record.filename,
+                path,
+            )
         path.parent.mkdir(parents=True, exist_ok=True)
         if not isinstance(self.storage, LocalStorage):
             copy_verified(self.storage, record, path)
             return
-        tmp = path.with_name(f".tmp-{path.name[:100]}.{os.getpid()}")
+        tmp = path.with_name(f".tmp-{path.name[:100]}.{uuid.uuid4().hex[:12]}")
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
         try:
