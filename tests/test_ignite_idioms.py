@@ -235,3 +235,56 @@ def test_s3_without_dirname_downloads_only_on_get_local_copy(s3_output_uri: str,
         assert torch.equal(loaded.weight, model.weight)
     finally:
         saver.close()
+
+
+# The drop-in ClearMLSaver (real clearml SDK against the stand-in)
+
+
+@pytest.mark.clearml
+def test_the_drop_in_supports_ignites_loading_idioms_and_torch_save_keywords(clearml_task, tmp_path: Path) -> None:
+    from tracker_saver.clearml import ClearMLSaver
+
+    saver = ClearMLSaver(dirname=str(tmp_path / "named"), _use_new_zipfile_serialization=False)
+    try:
+        assert saver.dirname == tmp_path / "named"
+        model = _model(0)
+        ckpt = _train(saver, model, epochs=3, n_saved=1)
+        assert sorted(os.listdir(tmp_path / "named")) == ["model_3.pt"]
+        assert not zipfile.is_zipfile(ckpt.last_checkpoint)  # the keyword reached torch.save
+        loaded = _model(1)
+        Checkpoint.load_objects({"model": loaded}, checkpoint=ckpt.last_checkpoint)
+        assert torch.equal(loaded.weight, model.weight)
+        ckpt.reload_objects({"model": loaded}, global_step=3)
+        assert saver.get_local_copy("model_3.pt") == str(ckpt.last_checkpoint)
+    finally:
+        saver.close()
+
+
+@pytest.mark.clearml
+def test_the_drop_in_refuses_a_keyword_torch_save_does_not_take(clearml_task, tmp_path: Path) -> None:
+    from tracker_saver.clearml import ClearMLSaver
+
+    with pytest.raises(ConfigError, match=r"save_kwargs \['registy'\] are not keywords of torch.save"):
+        ClearMLSaver(registy=str(tmp_path / "reg.db"))
+
+
+@pytest.mark.ceph
+@pytest.mark.clearml
+def test_the_drop_in_on_s3_keeps_a_verified_copy_in_dirname(
+    clearml_project: str, s3_output_uri: str, tmp_path: Path
+) -> None:
+    from tests.conftest_clearml import init_task
+    from tracker_saver.clearml import ClearMLSaver
+
+    task = init_task(clearml_project, "s3-idioms")
+    saver = ClearMLSaver(output_uri=s3_output_uri, registry=str(tmp_path / "reg.db"))
+    try:
+        model = _model(0)
+        ckpt = _train(saver, model, epochs=2, n_saved=1)
+        loaded = _model(1)
+        Checkpoint.load_objects({"model": loaded}, checkpoint=ckpt.last_checkpoint)
+        assert torch.equal(loaded.weight, model.weight)
+        assert sorted(os.listdir(saver.dirname)) == ["model_2.pt"]
+    finally:
+        saver.close()
+        task.close()

@@ -11,6 +11,7 @@ re-exported here, their public home.
 from __future__ import annotations
 
 import contextlib
+import inspect
 import os
 import tempfile
 import warnings
@@ -69,11 +70,15 @@ class ClearMLSaver(TrackerSaver):
     Args:
         logger: a ``ClearMLLogger`` (optional; only checked, as in ignite).
         output_uri: where checkpoints go; also set as the task's ``output_uri``.
-        dirname: see ``TrackerSaver``'s ``dirname``; never used as the output_uri.
+        dirname: the local folder where each live checkpoint appears under its filename, as in
+            ignite (``last_checkpoint``, ``reload_objects``, ``get_local_copy``); see
+            ``TrackerSaver``'s ``dirname``. With S3 it holds a verified copy of each live
+            checkpoint, as ignite keeps its files locally. Never used as the output_uri.
         args: ignored DiskSaver positional arguments (writes are always atomic).
         kwargs: ``atomic``, ``create_dir``, ``require_empty`` are accepted and ignored (writes
             are always atomic, folders are created, slots are reused); any ``TrackerSaver``
-            keyword (``registry``, ``storage_options``, ``pre_upload``…) is passed on.
+            keyword (``registry``, ``storage_options``, ``pre_upload``…) is passed on; any other
+            goes to ``torch.save``, as ignite's ``DiskSaver(**kwargs)`` does (checked here).
 
     Examples:
         Under a ClearML task (see docs/clearml.md)::
@@ -83,6 +88,7 @@ class ClearMLSaver(TrackerSaver):
     """
 
     _DISK_SAVER_ARGS = ("atomic", "create_dir", "require_empty")
+    _EAGER_DIRNAME = True  # ignite's ClearMLSaver keeps every live checkpoint in dirname, also for S3
 
     def __init__(
         self, logger: Any = None, output_uri: str | None = None, dirname: str | None = None, *args: Any, **kwargs: Any
@@ -103,6 +109,10 @@ class ClearMLSaver(TrackerSaver):
             task.output_uri = output_uri
         for name in self._DISK_SAVER_ARGS:
             kwargs.pop(name, None)
+        own = inspect.signature(TrackerSaver.__init__).parameters
+        save_kwargs = dict(kwargs.pop("save_kwargs", None) or {})
+        save_kwargs.update({k: kwargs.pop(k) for k in list(kwargs) if k not in own})
+        kwargs.update(dirname=dirname, save_kwargs=save_kwargs)
         if kwargs.get("registry") is None:
             kwargs["registry"] = ClearMLRegistry(task)
         elif not _names_clearml(kwargs["registry"]):

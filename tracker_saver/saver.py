@@ -139,6 +139,8 @@ class TrackerSaver(DiskSaver):
         ['model_6.pt']
     """
 
+    _EAGER_DIRNAME = False  # S3: copy each live checkpoint to dirname only when dirname= is given
+
     def __init__(
         self,
         output_uri: str | os.PathLike[str] | None = None,
@@ -195,7 +197,7 @@ class TrackerSaver(DiskSaver):
         # Opening a storage does no I/O; check() below writes a probe, on the saving rank only.
         self.storage: Storage = open_storage(output_uri, **options)
         folder = Path(dirname).expanduser() if dirname else default_dirname(self.storage.uri, self.project, self.run)
-        self._view = LocalView(folder.absolute(), self.storage, eager=bool(dirname))
+        self._view = LocalView(folder.absolute(), self.storage, eager=bool(dirname) or self._EAGER_DIRNAME)
         self.dirname = self._view.folder  # Ignite's DiskSaver attribute: last_checkpoint is dirname / filename
         self._atomic = True  # DiskSaver's: every write is atomic
         self._registry_spec = None if isinstance(registry, Registry) else registry  # an instance is `opened`
