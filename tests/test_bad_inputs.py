@@ -1256,22 +1256,6 @@ def test_rename_to_nothing(row: Row, world: World) -> None:
 
 
 @case(
-    CHECKPOINTS, "call-without-metadata",
-    'saver({"w": 1}, "model_1.pt")  # not through ignite.handlers.Checkpoint',
-    "ConfigError",
-    "TrackerSaver got no Ignite metadata for 'model_1.pt': call it as saver(checkpoint, filename, metadata) "
-    "from ignite.handlers.Checkpoint (pytorch-ignite >= 0.4.2)",
-    LEFT_SAVER,
-)  # fmt: skip
-def test_call_without_metadata(row: Row, world: World) -> None:
-    saver = world.saver()
-    before = world.snapshot()
-    with raises(row):
-        saver({"w": 1}, "model_1.pt")
-    assert world.snapshot() == before
-
-
-@case(
     CHECKPOINTS, "load-into-a-model-of-the-wrong-shape",
     "load_checkpoint(id, {'model': nn.Linear(8, 2)})  # saved from nn.Linear(4, 2)",
     "ConfigError",

@@ -288,3 +288,15 @@ def test_the_drop_in_on_s3_keeps_a_verified_copy_in_dirname(
     finally:
         saver.close()
         task.close()
+
+
+def test_a_call_without_ignites_metadata_is_saved_as_disk_saver_saves_it(saver: TrackerSaver, tmp_path: Path) -> None:
+    """``saver(checkpoint, filename)``, as people call DiskSaver (and ignite's own tests do)."""
+    model = _model(0)
+    with pytest.warns(UserWarning, match=r"no Ignite metadata for 'model_1.pt'.*saved in stream 'model'"):
+        saver(model.state_dict(), "model_1.pt")
+    (record,) = saver.records(live=True)
+    assert (record.stream, record.metadata["global_step"]) == ("model", 1)
+    loaded = _model(1)
+    Checkpoint.load_objects({"model": loaded}, checkpoint=saver.dirname / "model_1.pt")
+    assert torch.equal(loaded.weight, model.weight)

@@ -41,6 +41,7 @@ __all__ = [
     "check_key",
     "check_name",
     "check_segment",
+    "fallback_basename",
     "key_ext",
     "key_path",
     "key_segment",
@@ -295,6 +296,16 @@ def _number(value: Any) -> int | float | None:
         return value
     as_float = float(value)  # type: ignore[arg-type]
     return None if math.isnan(as_float) else as_float
+
+
+def fallback_basename(filename: str) -> str:
+    """The stream of a save that came without Ignite's metadata: the filename less its extension and step.
+
+    Examples:
+        >>> fallback_basename("model_1.pt"), fallback_basename("test.pt"), fallback_basename("a/b_20.ckpt")
+        ('model', 'test', 'a/b')
+    """
+    return re.sub(r"_\d+$", "", posixpath.splitext(filename)[0]) or "checkpoint"
 
 
 def parse_filename(filename: str, basename: str, score_name: str | None, priority: Any) -> dict[str, MetaValue]:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import warnings
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -19,7 +20,7 @@ from tracker_saver.distributed import check_save_on_rank, open_for_reading, shar
 from tracker_saver.errors import ConfigError, SerializationError
 from tracker_saver.lineage import lineage as compute_lineage
 from tracker_saver.local_view import LocalView, default_dirname
-from tracker_saver.naming import check_name, parse_filename
+from tracker_saver.naming import check_name, fallback_basename, parse_filename
 from tracker_saver.outage import DEFAULT_TIMEOUT_S, check_timeout
 from tracker_saver.pipeline import Pipeline, check_save_kwargs, is_writing
 from tracker_saver.preemption import DEFAULT_GRACE_S
@@ -260,9 +261,13 @@ class TrackerSaver(DiskSaver):
             error, self._removed = self._removed, None
             raise error
         if metadata is None or "basename" not in metadata:
-            raise ConfigError(
-                f"TrackerSaver got no Ignite metadata for {filename!r}: call it as "
-                "saver(checkpoint, filename, metadata) from ignite.handlers.Checkpoint (pytorch-ignite >= 0.4.2)"
+            metadata = {"basename": fallback_basename(filename)}
+            warnings.warn(
+                f"TrackerSaver got no Ignite metadata for {filename!r} (a call from outside "
+                f"ignite.handlers.Checkpoint): it is saved in stream {metadata['basename']!r}, as DiskSaver "
+                "saves such a call; pass metadata={'basename': ...} or save through Checkpoint to choose",
+                UserWarning,
+                stacklevel=3,
             )
         basename = check_name("stream (Ignite's basename, from filename_prefix and to_save)", str(metadata["basename"]))
         parsed = parse_filename(filename, basename, metadata.get("score_name"), metadata.get("priority"))
