@@ -4,8 +4,9 @@
 ``from ignite.handlers.clearml_logger import ClearMLSaver`` with the same constructor. This is
 the top of the ClearML integration: it imports the generic saver, the ClearML registry
 (:mod:`tracker_saver.registry.clearml`) and the leaves (:mod:`tracker_saver.integrations`);
-nothing generic imports it. ``guard_torch_save_binding`` and ``clearml_s3_options`` are
-re-exported here, their public home.
+nothing generic imports it. ``guard_torch_save_binding``, ``clearml_s3_options`` and
+``import_offline_session`` (ClearML's offline mode, docs/clearml.md) are re-exported here,
+their public home.
 """
 
 from __future__ import annotations
@@ -17,9 +18,11 @@ from tracker_saver.integrations.clearml_binding import skip_saves_while
 from tracker_saver.integrations.clearml_conf import clearml_s3_options
 from tracker_saver.pipeline import is_writing
 from tracker_saver.registry.clearml import ClearMLRegistry, task_run
+from tracker_saver.registry.clearml_journal import offline_journal
+from tracker_saver.registry.clearml_sync import SyncReport, import_offline_session
 from tracker_saver.saver import TrackerSaver
 
-__all__ = ["ClearMLSaver", "clearml_s3_options", "guard_torch_save_binding"]
+__all__ = ["ClearMLSaver", "SyncReport", "clearml_s3_options", "guard_torch_save_binding", "import_offline_session"]
 
 
 def guard_torch_save_binding() -> None:
@@ -95,7 +98,7 @@ class ClearMLSaver(TrackerSaver):
                 f"ClearMLSaver has nowhere to write: task {task.name!r} has no output_uri; pass output_uri= "
                 "(a folder or s3://BUCKET/PREFIX), dirname=, or Task.init(output_uri=...)"
             )
-        kwargs.setdefault("registry", ClearMLRegistry(task))
+        kwargs.setdefault("registry", offline_journal(task) or ClearMLRegistry(task))  # offline: a journal
         kwargs.setdefault("run", task_run(task))  # also with a registry that knows no task
         super().__init__(uri, **kwargs)
         guard_torch_save_binding()  # also with a registry that is not ClearML's
