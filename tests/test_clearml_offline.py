@@ -14,7 +14,7 @@ import subprocess
 import sys
 import time
 import zipfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
@@ -61,27 +61,31 @@ def _fields(record: Any) -> tuple[Any, ...]:
     return tuple(getattr(record, f) for f in FIELDS)
 
 
-def _train(saver: Any, epochs: int, n_saved: int = 2) -> torch.nn.Module:
+def _train(saver: Any, epochs: int, n_saved: int = 2, edit: Callable[[Any], None] | None = None) -> torch.nn.Module:
+    """Train ``epochs``, then ``edit(saver.registry)`` (renames, tags...) and close the saver."""
     torch.manual_seed(0)
     net = torch.nn.Linear(3, 2)
     trainer = Engine(lambda engine, batch: net.weight.data.add_(1.0))  # each checkpoint differs
     trainer.add_event_handler(Events.EPOCH_COMPLETED, Checkpoint({"model": net}, saver, n_saved=n_saved))
     trainer.run([0, 1], max_epochs=epochs)
+    if edit is not None:
+        edit(saver.registry)
     saver.close()
     return net
 
 
 def _offline_session(
-    project: str, out: Path, epochs: int = 5, **task_kwargs: Any
+    project: str, out: Path, epochs: int = 5, edit: Callable[[Any], None] | None = None, **task_kwargs: Any
 ) -> tuple[Path, list[Any], torch.nn.Module]:
-    """Train offline with ``ClearMLSaver``: the session zip ClearML wrote, the journal's records, the model."""
+    """Train offline with ``ClearMLSaver`` (``edit(its journal)`` after): the session zip ClearML
+    wrote, the journal's records, the model."""
     from clearml import Task
 
     assert Task.is_offline()
     out.mkdir(parents=True, exist_ok=True)
     task = init_task(project, "resnet (lr=0.1) [v2]", **task_kwargs)
     folder = Path(task.get_offline_mode_folder())
-    net = _train(ClearMLSaver(output_uri=str(out)), epochs)
+    net = _train(ClearMLSaver(output_uri=str(out)), epochs, edit=edit)
     task.close()
     journal = SQLiteRegistry(folder / JOURNAL)
     records = sorted(journal.query(Query()), key=lambda r: r.created_at)
@@ -131,12 +135,16 @@ def test_registry_clearml_is_the_tasks_journal_under_offline_mode(clearml_server
         assert (saver.project, saver.run) == (clearml_project, f"run.{task.id}")
         _train(saver, epochs=3, n_saved=1)
         assert len(_objects(tmp_path / "out")) == 1
+        with pytest.raises(ConfigError, match=r"offline mode, where a ClearMLRegistry has no server.*keep a journal"):
+            ClearMLRegistry()  # it said "cannot connect (AttributeError: ...)"
         task.close()
     finally:
         ClearMLLogger.set_bypass_mode(False) if how == "ignite_bypass_mode" else Task.set_offline(False)
 
 
-def test_clearml_offline_mode_env_var_gives_the_journal(clearml_server, clearml_project, tmp_path):
+def test_clearml_offline_mode_env_var_gives_the_journal_and_a_saver_left_open_still_syncs(
+    clearml_server, clearml_project, tmp_path
+):
     script = (
         "import sys, torch\n"
         "from ignite.engine import Engine, Events\nfrom ignite.handlers import Checkpoint\n"
@@ -145,8 +153,8 @@ def test_clearml_offline_mode_env_var_gives_the_journal(clearml_server, clearml_
         "saver = TrackerSaver(sys.argv[1], registry='clearml')\n"
         "trainer = Engine(lambda e, b: None)\n"
         "trainer.add_event_handler(Events.EPOCH_COMPLETED, Checkpoint({'m': torch.nn.Linear(2, 1)}, saver, n_saved=1))\n"
-        "trainer.run([0], max_epochs=3)\nprint('journal', saver.registry.path, len(saver.records()))\nsaver.close()\n"
-    )
+        "trainer.run([0], max_epochs=3)\nprint('journal', saver.registry.path, len(saver.records()))\n"
+    )  # the saver is never closed: ClearML zips the session at exit, the journal's -wal file with it
     env = {**process_env(), "CLEARML_OFFLINE_MODE": "1"}
     done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "out")], env=env, capture_output=True,
                           text=True, timeout=120)  # fmt: skip
@@ -154,17 +162,30 @@ def test_clearml_offline_mode_env_var_gives_the_journal(clearml_server, clearml_
     _, path, count = next(line for line in done.stdout.splitlines() if line.startswith("journal ")).split()
     assert "/offline/offline-" in path and path.endswith(JOURNAL) and count == "3"
     assert len(_objects(tmp_path / "out")) == 1
+    zip_path = Path(f"{Path(path).parents[1]}.zip")
+    with zipfile.ZipFile(zip_path) as archive:
+        assert JOURNAL + "-wal" in archive.namelist()  # the records may still be in the -wal file only
+    report = import_offline_session(zip_path)
+    assert (report.created, len(_pushed(clearml_project))) == (3, 3)
 
 
 def test_a_session_imported_later_shows_each_checkpoint_as_a_model(offline, clearml_project, clearml_standin, tmp_path):
     from clearml import Task
 
-    zip_path, records, trained = _offline_session(clearml_project, tmp_path / "out")
+    def edit(journal: Any) -> None:  # made offline, in the journal: they travel with the records
+        live = [r for r in journal.query(Query()) if r.state is RecordState.LIVE]
+        journal.rename(live[0].id, "the one we ship")
+        journal.add_tags(live[0].id, ["reviewed"])
+        journal.set_alias(live[1].id, "production")
+
+    zip_path, records, trained = _offline_session(clearml_project, tmp_path / "out", edit=edit)
+    assert {r.name for r in records} >= {"the one we ship", "model_10.pt"}
     Task.set_offline(False)  # later, on a machine that reaches the server
     report = import_offline_session(zip_path)
     assert (report.imported, report.created, report.completed, report.unchanged) == (True, 5, 0, 0)
     pushed = _pushed(clearml_project)
     assert [_fields(r) for r in pushed] == [_fields(r) for r in records]  # names, typed metadata, states
+    assert [r.aliases for r in pushed] == [r.aliases for r in records]  # production, latest, best
     task = clearml_standin.tasks[report.task_id]
     assert task["name"] == "resnet (lr=0.1) [v2]" and task["status"] == "completed"
     live = {r.filename: r.id for r in pushed if r.state is RecordState.LIVE}
@@ -174,7 +195,7 @@ def test_a_session_imported_later_shows_each_checkpoint_as_a_model(offline, clea
     # the newest checkpoint, saved offline, loads from its model
     net = torch.nn.Linear(3, 2)
     loaded = load_checkpoint(pushed[-1].id, {"model": net}, registry=ClearMLRegistry())
-    assert loaded.name == "model_10.pt" and torch.equal(net.weight, trained.weight)
+    assert loaded.filename == "model_10.pt" and torch.equal(net.weight, trained.weight)
 
 
 def test_syncing_twice_is_syncing_once(offline, clearml_project, clearml_standin, tmp_path, capsys):
@@ -182,15 +203,18 @@ def test_syncing_twice_is_syncing_once(offline, clearml_project, clearml_standin
 
     zip_path, records, _ = _offline_session(clearml_project, tmp_path / "out")
     Task.set_offline(False)
-    first = import_offline_session(zip_path)
+    first = import_offline_session(zip_path.with_suffix(""))  # the session folder ...
+    ClearMLRegistry().rename(_pushed(clearml_project)[-1].id, "renamed on the server")
     models, tasks = len(clearml_standin.models), len(clearml_standin.tasks)
     capsys.readouterr()
-    assert main(["sync", str(zip_path), "--json"]) == 0
+    assert main(["sync", str(zip_path), "--json"]) == 0  # ... and its zip, from the command line
     second = json.loads(capsys.readouterr().out)
     assert second == {"task_id": first.task_id, "imported": False, "created": 0, "completed": 0, "unchanged": 5,
                       "records": 5}  # fmt: skip
     assert (len(clearml_standin.models), len(clearml_standin.tasks)) == (models, tasks)
-    assert [_fields(r) for r in _pushed(clearml_project)] == [_fields(r) for r in records]
+    pushed = _pushed(clearml_project)
+    assert pushed[-1].name == "renamed on the server"  # a later sync never overwrites a rename
+    assert [_fields(r)[1:] for r in pushed] == [_fields(r)[1:] for r in records]
 
 
 def test_a_sync_killed_half_way_finishes_on_rerun_without_duplicates(
@@ -260,3 +284,14 @@ def test_sync_refuses_what_is_not_a_session_before_importing_anything(
     with pytest.raises(ConfigError, match="has no tracker_saver journal.*Task.import_offline_session instead"):
         import_offline_session(bare)
     assert len(clearml_standin.tasks) == tasks
+
+
+def test_sync_project_root_puts_the_models_under_it(offline, clearml_project, tmp_path, capsys):
+    from clearml import Task
+
+    zip_path, records, _ = _offline_session(clearml_project, tmp_path / "out", epochs=2)
+    Task.set_offline(False)
+    assert main(["sync", str(zip_path), "--project-root", "team-root"]) == 0
+    under = ClearMLRegistry(project_root="team-root").query(Query(project=clearml_project))
+    assert sorted(_fields(r) for r in under) == sorted(_fields(r) for r in records)
+    assert _pushed(clearml_project) == []  # not in the project itself
