@@ -3,7 +3,9 @@
 The real server needs Docker, MongoDB, Elasticsearch and Redis. This stand-in speaks just
 enough of its REST protocol (``POST|GET /v<version>/<service>.<action>`` with a JSON body,
 answers wrapped as ``{"meta": {...}, "data": {...}}``) for the *real* clearml SDK to run
-``Task.init``, ``OutputModel``, ``Model.query_models`` and ignite's ``ClearMLSaver`` against it.
+``Task.init``, ``OutputModel``, ``Model.query_models``, ignite's ``ClearMLSaver`` and
+``Task.import_offline_session`` (``tasks.create``, ``edit``, ``started``, ``completed`` and the
+session's logs and metrics as ``events.add_batch``, accepted and dropped) against it.
 Entities live in plain dicts so tests can assert on exactly what the SDK sent.
 
 What it mirrors from clearml-server (apiserver/database/model/base.py, services/models.py):
@@ -922,6 +924,7 @@ class ClearMLStandIn:
         self._connections: set[socket.socket] = set()  # open client connections (keep-alive ones too)
         self._hang: re.Pattern[str] | None = None  # requests to these endpoints wait for _released
         self._released = threading.Event()
+        self._hang_after = 0  # matching requests hang() still answers before it freezes
         self.hung: list[Call] = []  # requests held by hang(), never answered
 
     # -- entities ----------------------------------------------------------------------------
@@ -1030,9 +1033,13 @@ class ClearMLStandIn:
             with contextlib.suppress(OSError):
                 connection.shutdown(socket.SHUT_RDWR)
 
-    def hang(self, endpoint: str = "") -> contextlib.AbstractContextManager[None]:
+    def hang(self, endpoint: str = "", *, after: int = 0) -> contextlib.AbstractContextManager[None]:
         """Freeze: accept connections and read requests (matching the regex ``endpoint``; all by
         default, ``auth.login`` included) but answer none of them until :meth:`unhang`.
+
+        ``after=n`` answers the first ``n`` matching requests as usual and freezes from the next
+        one: a client then stops at an exact point (``tests/test_clearml_offline.py`` kills a
+        sync there).
 
         Returns a context manager that unhangs on exit, so both ``server.hang(); ...;
         server.unhang()`` and ``with server.hang(): ...`` work. The held requests are never
@@ -1041,6 +1048,7 @@ class ClearMLStandIn:
         with self._lock:
             self._released = threading.Event()
             self._hang = re.compile(endpoint)
+            self._hang_after = after
 
         @contextlib.contextmanager
         def hanging() -> Iterator[None]:
@@ -1062,6 +1070,9 @@ class ClearMLStandIn:
         with self._lock:
             pattern, released = self._hang, self._released
             if pattern is None or not pattern.search(endpoint):
+                return False
+            if self._hang_after > 0:
+                self._hang_after -= 1
                 return False
             self.hung.append(Call(endpoint, data, time.time(), status=0))
         released.wait()

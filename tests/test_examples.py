@@ -53,6 +53,10 @@ EXAMPLES: dict[str, Example] = {
     "clearml_dropin.py": Example(
         key_lines=("holds 1 object(s)", "model epoch_model_3.pt: live, global_step=3, slot 0"), needs="clearml"
     ),
+    "clearml_offline.py": Example(
+        key_lines=("holds 2 object(s)", "5 models created; again: 0 created, 5 there", "model model_10.pt: live"),
+        needs="clearml",
+    ),
 }
 
 MARKS = {"ceph": pytest.mark.ceph, "clearml": pytest.mark.clearml}

@@ -300,3 +300,19 @@ def test_a_call_without_ignites_metadata_is_saved_as_disk_saver_saves_it(saver: 
     loaded = _model(1)
     Checkpoint.load_objects({"model": loaded}, checkpoint=saver.dirname / "model_1.pt")
     assert torch.equal(loaded.weight, model.weight)
+
+
+def test_save_kwargs_are_checked_against_torch_save_also_when_a_binding_wraps_it(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """ClearML's ``Task.init`` replaces ``torch.save`` with a ``(*args, **kwargs)`` wrapper (as here)."""
+    original = torch.save
+    monkeypatch.setattr(torch, "save", lambda *args, **kwargs: original(*args, **kwargs))
+    saver = TrackerSaver(tmp_path / "out", registry=tmp_path / "reg.db", save_kwargs={"pickle_protocol": 4})
+    try:
+        _train(saver, _model(0), epochs=1)
+        assert [r.filename for r in saver.records(live=True)] == ["model_1.pt"]
+    finally:
+        saver.close()
+    with pytest.raises(ConfigError, match="are not keywords of torch.save"):
+        TrackerSaver(tmp_path / "out", registry=tmp_path / "reg.db", save_kwargs={"nope": 1})

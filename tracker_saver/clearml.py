@@ -4,8 +4,9 @@
 ``from ignite.handlers.clearml_logger import ClearMLSaver`` with the same constructor. This is
 the top of the ClearML integration: it imports the generic saver, the ClearML registry
 (:mod:`tracker_saver.registry.clearml`) and the leaves (:mod:`tracker_saver.integrations`);
-nothing generic imports it. ``guard_torch_save_binding`` and ``clearml_s3_options`` are
-re-exported here, their public home.
+nothing generic imports it. ``guard_torch_save_binding``, ``clearml_s3_options`` and
+``import_offline_session`` (ClearML's offline mode, docs/clearml.md) are re-exported here,
+their public home.
 """
 
 from __future__ import annotations
@@ -27,9 +28,11 @@ from tracker_saver.integrations.clearml_conf import clearml_s3_options
 from tracker_saver.pipeline import is_writing
 from tracker_saver.registry import Registry, sqlite_path
 from tracker_saver.registry.clearml import ClearMLRegistry, task_run
+from tracker_saver.registry.clearml_journal import offline_journal
+from tracker_saver.registry.clearml_sync import SyncReport, import_offline_session
 from tracker_saver.saver import RunContext, TrackerSaver
 
-__all__ = ["ClearMLSaver", "clearml_s3_options", "guard_torch_save_binding"]
+__all__ = ["ClearMLSaver", "SyncReport", "clearml_s3_options", "guard_torch_save_binding", "import_offline_session"]
 
 
 def guard_torch_save_binding() -> None:
@@ -114,7 +117,7 @@ class ClearMLSaver(TrackerSaver):
         save_kwargs.update({k: kwargs.pop(k) for k in list(kwargs) if k not in own})
         kwargs.update(dirname=dirname, save_kwargs=save_kwargs)
         if kwargs.get("registry") is None:
-            kwargs["registry"] = ClearMLRegistry(task)
+            kwargs["registry"] = offline_journal(task) or ClearMLRegistry(task)  # offline: a journal
         elif not _names_clearml(kwargs["registry"]):
             # Another registry never asks ClearML: the task itself knows its project (Task.init
             # keeps the name; offline mode has no server), as an online ClearML registry records it.

@@ -557,6 +557,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--epochs", type=int, default=6, help="epochs to train (default: 6)")
 
+    from tracker_saver.cli_sync import SYNC_HELP, add_sync_arguments, cmd_sync  # light: clearml loads when it runs
+
+    add_sync_arguments(command(commands, "sync", SYNC_HELP, cmd_sync, [as_json]))
     ui = command(commands, "ui", "serve the web UI for browsing records (the ui extra)", _cmd_ui, [registry])
     ui.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")
     ui.add_argument("--port", type=_port, default=8765, help="port to listen on (default: 8765)")

@@ -62,7 +62,8 @@ def check_save_kwargs(save_kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
         {'pickle_protocol': 4}
     """
     kwargs = dict(save_kwargs or {})
-    accepted = [p for p in inspect.signature(torch.save).parameters if p not in ("obj", "f")]
+    # torch.serialization.save: ClearML's binding replaces torch.save with a (*args, **kwargs) wrapper.
+    accepted = [p for p in inspect.signature(torch.serialization.save).parameters if p not in ("obj", "f")]
     unknown = sorted(k for k in kwargs if k not in accepted)
     if unknown:
         raise ConfigError(

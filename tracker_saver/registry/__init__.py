@@ -50,8 +50,9 @@ def open_registry(
     Args:
         registry: ``None`` (``$TRACKER_SAVER_REGISTRY`` or ``~/.tracker_saver/registry.db``),
             ``"sqlite"`` (the default file), a file path or ``sqlite:///path``, ``":memory:"``,
-            ``"clearml"`` (the current ClearML task's server), ``"clearml:ROOT"`` (records'
-            projects under the ClearML project ``ROOT``), or a ``Registry`` instance.
+            ``"clearml"`` (the current ClearML task's server; in ClearML's offline mode, the
+            task's local journal, :mod:`tracker_saver.registry.clearml_journal`), ``"clearml:ROOT"``
+            (records' projects under the ClearML project ``ROOT``), or a ``Registry`` instance.
         timeout: for a ClearML registry, the seconds one call may wait on a server that
             stopped answering (SQLite is local: it has its own busy timeout).
         create: whether a SQLite file that does not exist yet is created. Readers pass
@@ -70,10 +71,13 @@ def open_registry(
     if path is None:
         try:
             from tracker_saver.registry.clearml import ClearMLRegistry
+            from tracker_saver.registry.clearml_journal import offline_journal
         except ModuleNotFoundError as exc:
             raise ModuleNotFoundError(
                 "registry='clearml' needs clearml: pip install 'clearml>=1.16' (the clearml extra)"
             ) from exc
+        if (journal := offline_journal()) is not None:  # ClearML offline mode: a local journal
+            return journal
         spec = os.fspath(registry) if registry is not None else os.environ.get("TRACKER_SAVER_REGISTRY", "")
         root = spec.partition(":")[2] or None
         return ClearMLRegistry(project_root=root, timeout=timeout)

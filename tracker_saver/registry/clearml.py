@@ -196,6 +196,11 @@ class ClearMLRegistry(Registry):
         with self._lock:
             if self._session is not None:
                 return self._session
+            if _import_clearml().Task.is_offline():  # checked first: offline, the SDK cannot even log in
+                raise ConfigError(
+                    "ClearML is in offline mode, where a ClearMLRegistry has no server: use ClearMLSaver or "
+                    "TrackerSaver(registry='clearml'), which keep a journal (docs/clearml.md, Offline mode)"
+                )
             try:
                 host = self._task.session.host if self._task is not None else None
                 session = open_session(host, self._outage.timeout)
@@ -213,11 +218,6 @@ class ClearMLRegistry(Registry):
                     "CLEARML_API_ACCESS_KEY and CLEARML_API_SECRET_KEY"
                 )
                 raise_masked(unreachable, exc, self._scrub)
-            if getattr(session, "_offline_mode", False):
-                raise ConfigError(
-                    "ClearML is in offline mode, which cannot hold a registry: unset CLEARML_OFFLINE_MODE "
-                    "or use the SQLite registry"
-                )
             check = getattr(type(session), "check_min_api_version", None)
             if check is not None and not check(_MIN_API):
                 raise ConfigError(
