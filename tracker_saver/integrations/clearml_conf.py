@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping
 from typing import Any
 
-__all__ = ["clearml_s3_options"]
+__all__ = ["clearml_s3_options", "with_clearml_credentials"]
 
 
 def clearml_s3_options(output_uri: str, endpoint_url: str | None = None) -> dict[str, Any]:
@@ -43,3 +44,15 @@ def clearml_s3_options(output_uri: str, endpoint_url: str | None = None) -> dict
     if cfg.host and not endpoint_url:
         options["endpoint_url"] = f"{'https' if cfg.secure else 'http'}://{cfg.host}"
     return options
+
+
+def with_clearml_credentials(output_uri: str, options: Mapping[str, Any]) -> dict[str, Any]:
+    """``options`` plus clearml.conf's S3 credentials for ``output_uri``, when ``options`` names none.
+
+    Examples:
+        >>> with_clearml_credentials("/data/ckpt", {"profile": "team"})
+        {'profile': 'team'}
+    """
+    if any(k in options for k in ("aws_access_key_id", "profile")):
+        return dict(options)
+    return {**clearml_s3_options(output_uri, options.get("endpoint_url")), **options}

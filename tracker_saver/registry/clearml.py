@@ -64,7 +64,7 @@ from urllib.parse import urlsplit
 from tracker_saver.claims import Holder, is_alive
 from tracker_saver.errors import ConfigError, RecordNotFoundError, RegistryError
 from tracker_saver.integrations.clearml_binding import skip_saves_while
-from tracker_saver.integrations.clearml_conf import clearml_s3_options
+from tracker_saver.integrations.clearml_conf import with_clearml_credentials
 from tracker_saver.masking import raise_masked, strip_userinfo
 from tracker_saver.outage import DEFAULT_TIMEOUT_S, Outage, OutageError, check_timeout
 from tracker_saver.records import (
@@ -377,9 +377,7 @@ class ClearMLRegistry(Registry):
 
     def storage_options_for(self, output_uri: str, options: Mapping[str, Any]) -> dict[str, Any]:
         """Add clearml.conf's S3 credentials when neither ``options`` nor boto3's chain has any."""
-        if any(k in options for k in ("aws_access_key_id", "profile")):
-            return dict(options)
-        return {**clearml_s3_options(output_uri, options.get("endpoint_url")), **options}
+        return with_clearml_credentials(output_uri, options)
 
     def guard_writes(self, is_writing: Callable[[], bool]) -> None:
         """Make ClearML's ``torch.save`` binding (``Task.init`` patches it) skip what is saved while ``is_writing()``."""

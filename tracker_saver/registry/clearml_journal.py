@@ -28,7 +28,7 @@ from typing import Any
 
 from tracker_saver.errors import ConfigError
 from tracker_saver.integrations.clearml_binding import skip_saves_while
-from tracker_saver.integrations.clearml_conf import clearml_s3_options
+from tracker_saver.integrations.clearml_conf import with_clearml_credentials
 from tracker_saver.registry.clearml_codec import task_run
 from tracker_saver.registry.sqlite import SQLiteRegistry
 
@@ -73,9 +73,7 @@ class ClearMLJournal(SQLiteRegistry):
 
     def storage_options_for(self, output_uri: str, options: Mapping[str, Any]) -> dict[str, Any]:
         """Add clearml.conf's S3 credentials when neither ``options`` nor boto3's chain has any."""
-        if any(k in options for k in ("aws_access_key_id", "profile")):
-            return dict(options)
-        return {**clearml_s3_options(output_uri, options.get("endpoint_url")), **options}
+        return with_clearml_credentials(output_uri, options)
 
     def guard_writes(self, is_writing: Callable[[], bool]) -> None:
         """Make ClearML's ``torch.save`` binding skip what is saved while ``is_writing()``."""
