@@ -9,7 +9,10 @@ slot file, or a verified S3 download), outside output_uri.
 from __future__ import annotations
 
 import os
+import shutil
+import tempfile
 import zipfile
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -139,6 +142,33 @@ def test_the_default_dirname_is_a_cache_folder_outside_output_uri(tmp_path: Path
         assert Path(str(ckpt.last_checkpoint)).is_file()
     finally:
         saver.close()
+
+
+@pytest.fixture
+def other_file_system() -> Iterator[Path]:
+    """A folder on another file system than ``tmp_path`` (``/dev/shm``, a tmpfs), removed afterwards."""
+    if not Path("/dev/shm").is_dir() or os.stat("/dev/shm").st_dev == os.stat(tempfile.gettempdir()).st_dev:
+        pytest.fail("this test needs /dev/shm on another file system than the temp folder (Debian has it)")
+    folder = Path(tempfile.mkdtemp(dir="/dev/shm", prefix="tracker-saver-test-"))
+    yield folder
+    shutil.rmtree(folder)
+
+
+def test_across_file_systems_only_a_given_dirname_costs_each_save_a_copy(
+    other_file_system: Path, tmp_path: Path
+) -> None:
+    default = TrackerSaver(other_file_system / "a", run="r", registry=tmp_path / "reg.db")
+    given = TrackerSaver(other_file_system / "b", run="r", registry=tmp_path / "reg.db", dirname=tmp_path / "named")
+    try:
+        for saver in (default, given):
+            _train(saver, _model(0), epochs=2, n_saved=1)
+        assert sorted(os.listdir(tmp_path / "named")) == ["model_2.pt"]  # a verified copy at each save
+        assert not (default.dirname / "model_2.pt").exists()  # no hard link possible: no copy made
+        path = default.get_local_copy("model_2.pt")  # made on demand, checked
+        assert path == str(default.dirname / "model_2.pt") and Path(path).stat().st_size > 0
+    finally:
+        default.close()
+        given.close()
 
 
 def test_a_dirname_inside_output_uri_is_refused_before_anything_is_written(tmp_path: Path) -> None:

@@ -91,7 +91,7 @@ class ClearMLSaver(TrackerSaver):
     """
 
     _DISK_SAVER_ARGS = ("atomic", "create_dir", "require_empty")
-    _EAGER_DIRNAME = True  # ignite's ClearMLSaver keeps every live checkpoint in dirname, also for S3
+    _COPY_TO_DIRNAME = True  # ignite's ClearMLSaver keeps every live checkpoint in dirname, also for S3
 
     def __init__(
         self, logger: Any = None, output_uri: str | None = None, dirname: str | None = None, *args: Any, **kwargs: Any

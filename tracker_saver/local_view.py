@@ -4,10 +4,12 @@ Ignite finds checkpoints at ``save_handler.dirname / filename`` (``Checkpoint.la
 ``reload_objects``) and loads them with ``torch.load``. Our objects live under slot keys, so this
 folder gives Ignite what it looks for, outside output_uri (which holds slot objects only):
 
-- a local output_uri: a hard link to the slot file (no copy; a copy across file systems), placed
-  when the record becomes live; the link keeps those bytes even after the slot is reused;
-- S3: a copy downloaded and checked against the record's size and sha256, placed when the record
-  becomes live if the folder was asked for (``dirname=``), else on :meth:`LocalView.local_copy`.
+- a local output_uri: a hard link to the slot file (no copy), placed when the record becomes
+  live; the link keeps those bytes even after the slot is reused;
+- S3, or a folder on another file system than a local output_uri (no link possible): a copy,
+  checked against the record's size and sha256, placed when the record becomes live if the
+  folder was asked for (``dirname=``), else only on :meth:`LocalView.local_copy`: a default
+  folder never costs a save a copy.
 
 When a save evicts a record, its file here goes. Every file here was written from, or checked
 against, the record's sha256; :meth:`LocalView.local_copy` checks again before it returns a path.
@@ -114,21 +116,23 @@ class LocalView:
     Args:
         folder: the folder (made on first use).
         storage: the saver's storage (where the records' objects are).
-        eager: place a file when each record becomes live (always for a local storage, whose
-            files are hard links; for S3, a download each save).
+        copies: when each record becomes live, copy its bytes here where no hard link can be made
+            (S3, another file system); else they are copied only by :meth:`local_copy`.
 
     Examples:
         >>> import tempfile
         >>> root = tempfile.mkdtemp()
-        >>> view = LocalView(Path(root) / "named", LocalStorage(root + "/ckpt"), eager=False)
-        >>> view.eager  # a local storage's files cost no copy
+        >>> view = LocalView(Path(root) / "named", LocalStorage(root + "/ckpt"), copies=False)
+        >>> view.places  # a local storage's files are hard links: placed at each save
         True
     """
 
-    def __init__(self, folder: Path, storage: Storage, *, eager: bool) -> None:
+    def __init__(self, folder: Path, storage: Storage, *, copies: bool) -> None:
         self.folder = folder
         self.storage = storage
-        self.eager = eager or isinstance(storage, LocalStorage)
+        self.copies = copies
+        #: whether each save places its file here (a hard link or a copy)
+        self.places = copies or isinstance(storage, LocalStorage)
         root = getattr(storage, "root", None)
         if root is not None and folder.resolve().is_relative_to(Path(root).resolve()):
             raise ConfigError(
@@ -167,8 +171,8 @@ class LocalView:
             if replaced is not None and replaced.filename != live.filename:
                 with contextlib.suppress(FileNotFoundError):
                     self.path(replaced.filename).unlink()
-            if self.eager:
-                self._place(live)
+            if self.places:
+                self._place(live, copy=self.copies)
         except OSError as exc:
             raise StorageError(
                 f"{live.filename!r} is saved and live, but its file in dirname {str(self.folder)!r} could not be "
@@ -193,7 +197,8 @@ class LocalView:
             return copy_verified(self.storage, record, path)  # raises IntegrityError, writes nothing
         return path
 
-    def _place(self, record: Record) -> None:
+    def _place(self, record: Record, *, copy: bool = True) -> None:
+        """Link (local) or copy ``record``'s object to its path; without ``copy``, only a link."""
         assert record.key is not None
         path = self.path(record.filename)
         if path != self.folder / record.filename:
@@ -205,15 +210,17 @@ class LocalView:
             )
         path.parent.mkdir(parents=True, exist_ok=True)
         if not isinstance(self.storage, LocalStorage):
-            copy_verified(self.storage, record, path)
+            if copy:
+                copy_verified(self.storage, record, path)
             return
         tmp = path.with_name(f".tmp-{path.name[:100]}.{uuid.uuid4().hex[:12]}")
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
         try:
             os.link(self.storage.root / record.key, tmp)
-        except OSError:  # another file system, or links refused: a verified copy
-            copy_verified(self.storage, record, path)
+        except OSError:  # another file system, or links refused: a verified copy, if asked for
+            if copy:
+                copy_verified(self.storage, record, path)
             return
         os.replace(tmp, path)
 

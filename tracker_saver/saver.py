@@ -80,8 +80,8 @@ class TrackerSaver(DiskSaver):
         dirname: a local folder (outside output_uri) where each live checkpoint also appears
             under its filename, as with Ignite's ``DiskSaver``, so ``Checkpoint.last_checkpoint``,
             ``reload_objects`` and ``load_objects`` work. A local output_uri gets hard links
-            there (no copy); S3 gets a verified download when each save is live if you pass
-            ``dirname``, else only on :meth:`get_local_copy`. Default
+            there (no copy); S3 (or a dirname on another file system) gets a verified copy when
+            each save is live if you pass ``dirname``, else only on :meth:`get_local_copy`. Default
             ``~/.cache/tracker_saver/checkpoints/<hash of output_uri>/<project>/<run>``.
         save_kwargs: keywords passed on to ``torch.save`` (``pickle_protocol``,
             ``_use_new_zipfile_serialization``…), as ``DiskSaver(**kwargs)`` does; checked here.
@@ -104,7 +104,7 @@ class TrackerSaver(DiskSaver):
         ['model_6.pt']
     """
 
-    _EAGER_DIRNAME = False  # S3: copy each live checkpoint to dirname only when dirname= is given
+    _COPY_TO_DIRNAME = False  # copy (S3, no hard link) each live checkpoint only when dirname= is given
 
     def __init__(
         self,
@@ -162,7 +162,7 @@ class TrackerSaver(DiskSaver):
         # Opening a storage does no I/O; check() below writes a probe, on the saving rank only.
         self.storage: Storage = open_storage(output_uri, **options)
         folder = Path(dirname).expanduser() if dirname else default_dirname(self.storage.uri, self.project, self.run)
-        self._view = LocalView(folder.absolute(), self.storage, eager=bool(dirname) or self._EAGER_DIRNAME)
+        self._view = LocalView(folder.absolute(), self.storage, copies=bool(dirname) or self._COPY_TO_DIRNAME)
         self.dirname = self._view.folder  # Ignite's DiskSaver attribute: last_checkpoint is dirname / filename
         self._atomic = True  # DiskSaver's: every write is atomic
         self._registry_spec = None if isinstance(registry, Registry) else registry  # an instance is `opened`
@@ -194,7 +194,7 @@ class TrackerSaver(DiskSaver):
         if db_path is not None:
             check_registry_path(db_path)
         self.storage.check()
-        if self._view.eager:
+        if self._view.places:
             self._view.check()
         registry = self._registry or open_registry(self._registry_spec)
         self._registry = registry
