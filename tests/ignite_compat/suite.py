@@ -1,7 +1,7 @@
 """Run ignite's own saver tests twice, with ignite's classes and with ours, and count the outcomes.
 
 The tests come from the sdist of the *installed* pytorch-ignite (``pip download --no-binary :all:
---no-deps pytorch-ignite==X``), cached in ``.cache/ignite-tests/`` (ignored by git) and extracted
+--no-deps pytorch-ignite==X``), cached in the virtual environment, ``.venv/ignite-tests/``, and extracted
 into a temporary folder for each run: ignite's files are never part of this repository. The
 tests of :data:`SELECTION` run in one pytest as they are (the baseline), then in another with
 ``ignite_compat_plugin --compat-swap`` (our ``ClearMLSaver``, and a ``TrackerSaver`` behind
@@ -24,7 +24,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGIN_DIR = Path(__file__).resolve().parent
-CACHE = ROOT / ".cache" / "ignite-tests"
+CACHE = Path(sys.prefix) / "ignite-tests"  # beside the installed ignite (.venv/ignite-tests): set-up, not a leftover
 
 #: ignite's test files we run (in ``tests/ignite/handlers/``), each with the words of its ``-k``
 #: selection (none: every test). The ClearML file's other tests test the logger, not the saver,
