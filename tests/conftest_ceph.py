@@ -324,6 +324,20 @@ class CephS3:
                 raise RuntimeError(f"radosgw (pids {sorted(pids)}) still runs 30 s after SIGTERM")
             time.sleep(0.05)
 
+    def rgw_report(self) -> str:
+        """The radosgw processes of this cluster and how long each has run, and whether the port refuses.
+
+        For a failure message: a gateway that answered during an outage a test made was restarted
+        by someone, and its age says when.
+        """
+        uptime = float(Path("/proc/uptime").read_text().split()[0])
+        ages = []
+        for pid in _rgw_pids():
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                ticks = int(Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[-1].split()[19])
+                ages.append(f"{pid} (running for {uptime - ticks / os.sysconf('SC_CLK_TCK'):.1f} s)")
+        return f"radosgw: {', '.join(ages) or 'none'}; port refuses: {_refused(self.endpoint_url)}"
+
     @contextlib.contextmanager
     def gateway_frozen(self) -> Iterator[None]:
         """SIGSTOP radosgw inside the block (connections open, no answer); SIGCONT after it."""

@@ -161,8 +161,14 @@ def test_async_training_goes_on_and_the_error_surfaces_then_a_later_save_succeed
     before = training.live()
     with gateway_out():
         _down(ceph_s3, kind)
-        with pytest.raises(StorageError, match="stopped answering|cannot reach") as caught:
-            training.run(4)  # the error reaches the training thread on a later save or the final flush
+        down_at = time.monotonic()
+        try:
+            with pytest.raises(StorageError, match="stopped answering|cannot reach") as caught:
+                training.run(4)  # the error reaches the training thread on a later save or the final flush
+        except pytest.fail.Exception as exc:  # say whether someone started the gateway again meanwhile
+            raise AssertionError(
+                f"{exc}: {time.monotonic() - down_at:.1f} s after it went down, {ceph_s3.rgw_report()}"
+            ) from exc
         assert max(seconds for _, seconds in training.blocks) <= T + MARGIN, training.blocks
         assert "in the background: model_3.pt" in getattr(caught.value, "__notes__", [])
     assert training.live() == before
