@@ -17,7 +17,10 @@ from tracker_saver.saver import RunContext
 PACKAGE = Path(__file__).resolve().parents[1] / "tracker_saver"
 
 #: The ClearML integration, top to leaves: the drop-in, the registry and its codec, the leaf glue.
-CLEARML = ("tracker_saver.clearml", "tracker_saver.registry.clearml", "tracker_saver.registry.clearml_codec",
+CLEARML = ("tracker_saver.clearml", "tracker_saver.registry.clearml", "tracker_saver.registry.clearml_transport",
+           "tracker_saver.registry.clearml_tasks", "tracker_saver.registry.clearml_states",
+           "tracker_saver.registry.clearml_claims", "tracker_saver.registry.clearml_labels",
+           "tracker_saver.registry.clearml_codec", "tracker_saver.registry.clearml_session",
            "tracker_saver.registry.clearml_journal", "tracker_saver.registry.clearml_sync",
            "tracker_saver.integrations")  # fmt: skip
 #: Leaves: they import nothing of tracker_saver, so nothing can cycle through them.

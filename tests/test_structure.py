@@ -98,7 +98,8 @@ def test_every_module_says_its_one_job_in_one_line(name: str) -> None:
 GENERIC = ("tracker_saver.saver", "tracker_saver.pipeline", "tracker_saver.slots", "tracker_saver.records",
            "tracker_saver.naming", "tracker_saver.recovery", "tracker_saver.registry.base",
            "tracker_saver.storage.base", "tracker_saver.models", "tracker_saver.find", "tracker_saver.resume",
-           "tracker_saver.registry.sqlite_query")  # fmt: skip
+           "tracker_saver.registry.sqlite_query", "tracker_saver.registry.sqlite_connection",
+           "tracker_saver.registry.sqlite_check")  # fmt: skip
 
 
 @pytest.mark.parametrize("name", GENERIC)
@@ -113,3 +114,33 @@ def test_generic_code_never_imports_a_tracker_integration(name: str) -> None:
         for alias in node.names
     }
     assert not {m for m in imported if "clearml" in m}, f"{name} imports ClearML glue"
+
+
+def _defined(tree: ast.Module) -> set[str]:
+    """The names a module's top level defines: functions, classes and assigned names."""
+    names: set[str] = set()
+    for node in tree.body:
+        if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+            names.add(node.name)
+        elif isinstance(node, (ast.Assign, ast.AnnAssign)):
+            targets = node.targets if isinstance(node, ast.Assign) else [node.target]
+            names.update(t.id for t in targets if isinstance(t, ast.Name))
+    return names
+
+
+def test_no_submodule_shadows_a_name_its_package_defines() -> None:
+    # Importing ``pkg.name`` sets the attribute ``pkg.name`` to the module: a function or constant
+    # of ``pkg/__init__.py`` with that name is replaced the moment anything imports the submodule.
+    modules = _modules()
+    clashes = [
+        f"{name}.{defined}"
+        for name, path in modules.items()
+        if path.name == "__init__.py"
+        for defined in sorted(_defined(ast.parse(path.read_text())))
+        if f"{name}.{defined}" in modules
+    ]
+    assert clashes == []
+
+
+def test_the_shadowing_check_finds_a_clash() -> None:
+    assert _defined(ast.parse("def sqlite_path(): ...\nX: int = 1\nclass C: ...")) == {"sqlite_path", "X", "C"}

@@ -11,7 +11,9 @@ run, never only logged (DESIGN invariant 5).
 
 Log objects are not checkpoint objects: they live under the run's own ``logs/`` folder, which
 no stream's slot keys, footprint or ``fsck`` ever count. :func:`list_logs` and
-:func:`download_logs` read them back (``tracker-saver runs logs``).
+:func:`download_logs` read them back (``tracker-saver runs logs``; :mod:`tracker_saver.logs_read`,
+re-exported here). Which files, how often, and the snapshot of each are
+:mod:`tracker_saver.logs_files`'s.
 
 Examples:
     >>> import tempfile
@@ -22,25 +24,22 @@ Examples:
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import logging
-import math
 import os
 import sys
 import tempfile
 import time
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from tracker_saver.background import Background
 from tracker_saver.errors import ConfigError, RegistryError, StorageError
+from tracker_saver.logs_files import DEFAULT_FILES, Sent, check_every, check_patterns, sha256_file, snapshot_file
+from tracker_saver.logs_read import LogObject, download_logs, list_logs
 from tracker_saver.masking import strip_userinfo
-from tracker_saver.naming import check_key, check_name, log_key, logs_prefix
+from tracker_saver.naming import check_name, log_key, logs_prefix
 from tracker_saver.outage import DEFAULT_TIMEOUT_S
-from tracker_saver.registry import Query, Registry
-from tracker_saver.registry.shared import shared_registry
 from tracker_saver.storage import Storage, is_remote, open_storage
 from tracker_saver.storage.local import LocalStorage
 
@@ -60,12 +59,6 @@ __all__ = [
     "logs_prefix",
 ]
 
-#: What :class:`LogUploader` uploads by default: ``logging`` files under ``logs/`` and
-#: TensorBoard event files under ``runs/`` (``SummaryWriter``'s default folder).
-DEFAULT_FILES = ("logs/*.log", "runs/**/events.out.tfevents.*")
-
-_CHUNK = 1 << 20
-
 log = logging.getLogger(__name__)
 
 
@@ -78,92 +71,6 @@ class ArtifactTask(Protocol):
     ) -> bool:
         """Attach ``artifact_object`` (a local file, or the URL of a remote object) as ``name``."""
         ...
-
-
-@dataclass(frozen=True)
-class LogObject:
-    """One uploaded log file: its storage key, size in bytes and, when the backend says, its
-    modification time (seconds since the epoch)."""
-
-    key: str
-    size: int
-    modified: float | None = None
-    #: The file's path under the run's ``logs/`` folder (``train.log``, ``runs/x/events...``).
-    name: str = ""
-
-
-def _check_patterns(files: object) -> tuple[str, ...]:
-    if isinstance(files, (str, os.PathLike)):
-        files = [files]
-    if not isinstance(files, Iterable):
-        raise ConfigError(f"files={files!r}: pass a list of glob patterns, e.g. {list(DEFAULT_FILES)!r}")
-    patterns = []
-    for pattern in files:
-        if not isinstance(pattern, (str, os.PathLike)) or not os.fspath(pattern).strip():
-            raise ConfigError(f"files pattern {pattern!r} is not a glob: pass strings such as 'logs/*.log'")
-        text = os.fspath(pattern)
-        if "\x00" in text:
-            raise ConfigError(f"files pattern {text!r} contains NUL: pass a glob such as 'logs/*.log'")
-        if Path(text).is_absolute() or ".." in Path(text).parts:
-            raise ConfigError(
-                f"files pattern {text!r} reaches outside root=: log keys are the files' paths relative "
-                "to root, so pass a relative pattern without '..' and set root= to the folder that holds the logs"
-            )
-        patterns.append(text)
-    if not patterns:
-        raise ConfigError(f"files=[] matches nothing: pass glob patterns, e.g. {list(DEFAULT_FILES)!r}")
-    return tuple(patterns)
-
-
-def _check_every(every_iterations: object, every_seconds: object) -> tuple[int | None, float | None]:
-    if every_iterations is not None and (
-        not isinstance(every_iterations, int) or isinstance(every_iterations, bool) or every_iterations < 1
-    ):
-        raise ConfigError(f"every_iterations={every_iterations!r}: pass an int >= 1, or None")
-    if every_seconds is not None and (
-        isinstance(every_seconds, bool)
-        or not isinstance(every_seconds, (int, float))
-        or not math.isfinite(every_seconds)
-        or every_seconds <= 0
-    ):
-        raise ConfigError(f"every_seconds={every_seconds!r}: pass a number of seconds > 0, or None")
-    if every_iterations is None and every_seconds is None:
-        raise ConfigError(
-            "every_iterations and every_seconds are both None: pass at least one, so logs go up during "
-            "the run and not only at its end (e.g. every_seconds=60)"
-        )
-    return every_iterations, None if every_seconds is None else float(every_seconds)
-
-
-@dataclass
-class _Sent:
-    """What the last upload of one file sent: the file's (size, mtime_ns) then, and the bytes' sha256."""
-
-    signature: tuple[int, int]
-    sha256: str
-    size: int
-
-
-def _sha256_file(path: Path) -> str:
-    sha = hashlib.sha256()
-    with open(path, "rb") as f:
-        while chunk := f.read(_CHUNK):
-            sha.update(chunk)
-    return sha.hexdigest()
-
-
-def _snapshot(path: Path, size: int, folder: str) -> tuple[Path, int, str]:
-    """Copy the first ``size`` bytes of ``path`` (what it held when stat'ed) to ``folder``: the
-    upload then reads a file nobody appends to, so its length and content agree."""
-    copy = Path(folder) / path.name
-    sha = hashlib.sha256()
-    copied = 0
-    with open(path, "rb") as src, open(copy, "wb") as dst:
-        while copied < size and (chunk := src.read(min(_CHUNK, size - copied))):
-            sha.update(chunk)
-            dst.write(chunk)
-            copied += len(chunk)
-    return copy, copied, sha.hexdigest()
 
 
 class LogUploader:
@@ -235,8 +142,8 @@ class LogUploader:
         task: ArtifactTask | None = None,
         save_on_rank: int = 0,
     ) -> None:
-        self.patterns = _check_patterns(files)
-        self.every_iterations, self.every_seconds = _check_every(every_iterations, every_seconds)
+        self.patterns = check_patterns(files)
+        self.every_iterations, self.every_seconds = check_every(every_iterations, every_seconds)
         if not isinstance(keep_local, bool):
             raise ConfigError(f"keep_local={keep_local!r}: pass True (keep the local files) or False")
         if task is not None and not isinstance(task, ArtifactTask):
@@ -275,7 +182,7 @@ class LogUploader:
         # A local output_uri under root must never be matched by the globs: it would upload its own uploads.
         self._skip = self.storage.root if isinstance(self.storage, LocalStorage) else None
         self._background = Background(max_pending=1, name="tracker-saver-logs")
-        self._sent: dict[Path, _Sent] = {}  # touched by the worker only
+        self._sent: dict[Path, Sent] = {}  # touched by the worker only
         self._attached: set[str] = set()  # keys attached to ``task``; worker only
         self._last = time.monotonic()  # training thread only
         self._closed = False
@@ -428,11 +335,11 @@ class LogUploader:
         unchanged = sent is not None and sent.signature == signature
         if unchanged and not final:
             return
-        if unchanged and sent is not None and _sha256_file(path) == sent.sha256:
+        if unchanged and sent is not None and sha256_file(path) == sent.sha256:
             copy, size, sha256 = None, sent.size, sent.sha256
         else:
             try:
-                copy, size, sha256 = _snapshot(path, stat.st_size, folder)
+                copy, size, sha256 = snapshot_file(path, stat.st_size, folder)
             except FileNotFoundError:
                 return
             except OSError as exc:
@@ -442,7 +349,7 @@ class LogUploader:
                     key=key,
                 ) from exc
             self.storage.put_file(key, copy)
-            self._sent[path] = _Sent(signature, sha256, size)
+            self._sent[path] = Sent(signature, sha256, size)
         if self.task is not None and (final or key not in self._attached):
             self._attach(path, key, copy, size, sha256)
         if final and not self.keep_local:
@@ -494,112 +401,3 @@ class LogUploader:
             f"LogUploader(output_uri={self.storage.uri!r}, project={self.project!r}, run={self.run!r}, "
             f"files={list(self.patterns)!r}, root={str(self.root)!r})"
         )
-
-
-# -- reading logs back ----------------------------------------------------------------------------
-def _run_storage(
-    project: str,
-    run: str,
-    output_uri: str | os.PathLike[str] | None,
-    registry: str | os.PathLike[str] | Registry | None,
-    storage_options: Mapping[str, Any] | None,
-) -> Storage:
-    """The storage of the run's logs: ``output_uri``, else the one output_uri of the run's records."""
-    options = dict(storage_options or {})
-    opened: Registry | None = None
-    if output_uri is None:
-        opened = shared_registry(registry, create=False)  # a reader never creates an empty registry
-        uris = sorted({r.output_uri for r in opened.query(Query(project=project, run=run)) if r.output_uri})
-        if len(uris) != 1:
-            found = f"its records name {len(uris)} ({', '.join(uris)})" if uris else "the registry has no record of it"
-            raise ConfigError(
-                f"cannot tell where run {run!r} of project {project!r} keeps its logs: {found}; pass output_uri="
-            )
-        output_uri = uris[0]
-        for_uri = getattr(opened, "storage_options_for", None)  # a tracker that knows its S3 credentials
-        if for_uri is not None:
-            options = for_uri(output_uri, options)
-    return open_storage(output_uri, **options)
-
-
-def list_logs(
-    project: str,
-    run: str,
-    *,
-    output_uri: str | os.PathLike[str] | None = None,
-    registry: str | os.PathLike[str] | Registry | None = None,
-    storage_options: Mapping[str, Any] | None = None,
-) -> list[LogObject]:
-    """The log objects of one run, sorted by key.
-
-    Args:
-        project: the run's project.
-        run: the run.
-        output_uri: where the run uploaded its logs; default: the output_uri of the run's
-            checkpoint records in ``registry`` (an error unless there is exactly one).
-        registry: where to look for that output_uri (default as in :func:`~tracker_saver.open_registry`).
-        storage_options: options for the storage backend (S3: ``endpoint_url``, ``profile``…).
-
-    Examples:
-        >>> import tempfile
-        >>> list_logs("demo", "r1", output_uri=tempfile.mkdtemp())
-        []
-    """
-    storage = _run_storage(project, run, output_uri, registry, storage_options)
-    prefix = logs_prefix(project, run)  # a run or project may itself be named "logs": cut the prefix, not at "/logs/"
-    return [LogObject(obj.key, obj.size, obj.modified, obj.key[len(prefix) :]) for obj in storage.list(prefix)]
-
-
-def download_logs(
-    project: str,
-    run: str,
-    dest: str | os.PathLike[str],
-    *,
-    output_uri: str | os.PathLike[str] | None = None,
-    registry: str | os.PathLike[str] | Registry | None = None,
-    storage_options: Mapping[str, Any] | None = None,
-) -> list[Path]:
-    """Download one run's log objects into the folder ``dest``, keeping their paths under ``logs/``.
-
-    Each file is written to a temp file beside it and renamed, so nothing half-written is left.
-
-    ``project``, ``run``, ``output_uri``, ``registry`` and ``storage_options`` are as for
-    :func:`list_logs`.
-
-    Args:
-        dest: the folder to write to (created if missing).
-
-    Returns:
-        The files written, sorted.
-
-    Examples:
-        >>> import tempfile
-        >>> download_logs("demo", "r1", tempfile.mkdtemp(), output_uri=tempfile.mkdtemp())
-        []
-    """
-    storage = _run_storage(project, run, output_uri, registry, storage_options)
-    folder = Path(dest).expanduser()
-    prefix = logs_prefix(project, run)
-    written = []
-    for obj in storage.list(prefix):
-        relative = check_key(obj.key[len(prefix) :])  # a key from the store, checked like our own
-        target = folder.joinpath(*relative.split("/"))
-        target.parent.mkdir(parents=True, exist_ok=True)
-        with _replacing(target) as out, storage.get(obj.key) as src:
-            while chunk := src.read(_CHUNK):
-                out.write(chunk)
-        written.append(target)
-    return sorted(written)
-
-
-@contextlib.contextmanager
-def _replacing(target: Path) -> Iterator[Any]:
-    fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=f".{target.name}.")
-    try:
-        with os.fdopen(fd, "wb") as out:
-            yield out
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise

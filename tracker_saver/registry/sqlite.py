@@ -1,18 +1,19 @@
-"""The SQLite registry: WAL, busy timeout, numbered migrations, every query parametrized."""
+"""The SQLite registry: records, states, tags, aliases, pins and claims, every query parametrized.
+
+The file and its transactions are :mod:`tracker_saver.registry.sqlite_connection`'s (WAL, busy
+timeout, numbered migrations); a ``Query`` as SQL is :mod:`tracker_saver.registry.sqlite_query`'s;
+the checks of a registry path before anything is created are
+:mod:`tracker_saver.registry.sqlite_check`'s (re-exported here).
+"""
 
 from __future__ import annotations
 
-import contextlib
-import os
 import sqlite3
-import threading
 import time
-from collections.abc import Iterable, Iterator, Sequence
-from pathlib import Path
-from typing import Any
+from collections.abc import Iterable, Sequence
 
 from tracker_saver.claims import Holder, is_alive
-from tracker_saver.errors import ConfigError, RecordNotFoundError, RegistryError
+from tracker_saver.errors import RecordNotFoundError, RegistryError
 from tracker_saver.records import (
     MetaValue,
     Record,
@@ -25,98 +26,14 @@ from tracker_saver.records import (
     decode_value,
 )
 from tracker_saver.registry.base import Candidate, Query, Registry, busy, derived_aliases
-from tracker_saver.registry.migrations import migrate, stored_version
+from tracker_saver.registry.sqlite_check import check_registry_path
+from tracker_saver.registry.sqlite_connection import SQLiteConnection
 from tracker_saver.registry.sqlite_query import COLUMNS, LOADABLE_SQL, count_sql, encode_row, select_sql
 
 __all__ = ["SQLiteRegistry", "check_registry_path"]
 
 
-def _refusal(path: Path) -> str:
-    """Why ``path`` cannot be written, in the words of ``strerror``."""
-    with contextlib.suppress(OSError):
-        if os.statvfs(path).f_flag & os.ST_RDONLY:
-            return "Read-only file system"
-    return "Permission denied"
-
-
-def check_registry_path(path: str | os.PathLike[str]) -> None:
-    """Raise ``ConfigError`` now if ``path`` cannot hold a registry; creates and changes nothing.
-
-    A new registry needs a folder it can create or write; an existing file must be a writable
-    SQLite database whose schema this version knows. ``TrackerSaver`` calls this before it
-    creates output_uri, so a bad registry argument leaves no folder behind.
-
-    Examples:
-        >>> check_registry_path("/dev/null/registry.db")
-        Traceback (most recent call last):
-        ...
-        tracker_saver.errors.ConfigError: registry folder '/dev/null' cannot be created ('/dev/null' is not a folder): pass a registry path in a writable folder
-    """
-    text = os.fspath(path)
-    if text == ":memory:":
-        return
-    if "\x00" in text:
-        raise ConfigError(
-            f"registry path {text!r} contains NUL: pass a file path such as '~/.tracker_saver/registry.db'"
-        )
-    target = Path(text).expanduser()
-    if target.is_dir():
-        raise ConfigError(
-            f"registry path {str(target)!r} is a folder: pass a file path such as {str(target / 'registry.db')!r}"
-        )
-    if not target.exists():
-        folder = target.parent
-        while not folder.exists() and folder != folder.parent:
-            folder = folder.parent
-        if not folder.is_dir():
-            raise ConfigError(
-                f"registry folder {str(target.parent)!r} cannot be created ({str(folder)!r} is not a folder): "
-                "pass a registry path in a writable folder"
-            )
-        if not os.access(folder, os.W_OK | os.X_OK):
-            raise ConfigError(
-                f"registry folder {str(folder)!r} is not writable ({_refusal(folder)}): "
-                "pass a registry path in a writable folder"
-            )
-        return
-    for what, item in (("registry", target), ("the folder of registry", target.parent)):
-        if not os.access(item, os.R_OK | os.W_OK):
-            raise ConfigError(
-                f"{what} {str(item)!r} is read-only ({_refusal(item)}): SQLite writes the registry and its "
-                "-wal and -shm files there; pass a registry path you can write to"
-            )
-    # A read-only peek. Without a -wal file the main file holds everything, and immutable=1
-    # reads it without creating the -wal and -shm files that mode=ro would leave behind.
-    peek = "mode=ro" if target.with_name(target.name + "-wal").exists() else "immutable=1"
-    try:
-        conn = sqlite3.connect(f"{target.resolve().as_uri()}?{peek}", uri=True)
-        try:
-            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
-            stored_version(conn, repr(str(target)))
-        finally:
-            conn.close()
-    except sqlite3.DatabaseError as exc:
-        raise ConfigError(
-            f"registry {str(target)!r} is not a SQLite database ({exc}): pass the path of a registry file, "
-            "or move this file away to start a new registry there"
-        ) from exc
-
-
-def _wal(conn: sqlite3.Connection, timeout: float) -> None:
-    """Switch to WAL. Two processes opening a new file at once (DDP ranks) can get "database
-    is locked" from this pragma without SQLite's busy handler waiting: retry until ``timeout``."""
-    deadline = time.monotonic() + timeout
-    while True:
-        try:
-            conn.execute("PRAGMA journal_mode = WAL")
-            return
-        except sqlite3.OperationalError as exc:
-            if "locked" not in str(exc) or time.monotonic() > deadline:
-                raise
-            time.sleep(0.05)
-
-
-class SQLiteRegistry(Registry):
+class SQLiteRegistry(SQLiteConnection, Registry):
     """Records in one SQLite file, safe for several processes writing at once.
 
     Args:
@@ -128,86 +45,6 @@ class SQLiteRegistry(Registry):
         >>> reg.query(Query(project="mnist"))
         []
     """
-
-    def __init__(self, path: str | os.PathLike[str], *, timeout: float = 30.0) -> None:
-        text = os.fspath(path)
-        check_registry_path(text)
-        if text != ":memory:":
-            target = Path(text).expanduser()
-            try:
-                target.parent.mkdir(parents=True, exist_ok=True)
-            except OSError as exc:
-                raise ConfigError(
-                    f"registry folder {str(target.parent)!r} cannot be created ({exc.strerror}): "
-                    "pass a registry path in a writable folder"
-                ) from exc
-            text = str(target.resolve())
-        self.path = text
-        self.uri = f"sqlite:///{text}" if text != ":memory:" else "sqlite://:memory:"
-        self.timeout = timeout
-        self._lock = threading.RLock()
-        try:
-            # isolation_level=None: we issue BEGIN IMMEDIATE ourselves, so a transaction takes
-            # the write lock up front and the busy timeout applies instead of a deadlock.
-            self._conn = sqlite3.connect(text, timeout=timeout, isolation_level=None, check_same_thread=False)
-            if text != ":memory:":
-                _wal(self._conn, timeout)
-                self._conn.execute("PRAGMA synchronous = FULL")
-            # Foreign keys on only after the migrations: one rebuilds ``records`` (see migrate()).
-            migrate(self._conn, repr(text))
-            self._conn.execute("PRAGMA foreign_keys = ON")
-        except sqlite3.Error as exc:
-            raise ConfigError(f"registry {self.uri!r} cannot be opened ({exc}): pass a path to a SQLite file") from exc
-
-    @contextlib.contextmanager
-    def atomic(self) -> Iterator[sqlite3.Connection]:
-        """One write transaction; a nested call is a savepoint. Errors roll back and raise ``RegistryError``.
-
-        ``BEGIN IMMEDIATE`` takes the write lock up front, so the busy timeout applies instead
-        of a deadlock between two processes that both read first.
-        """
-        with self._lock:
-            try:
-                begin, commit, rollback = (
-                    ("SAVEPOINT atomic", "RELEASE atomic", "ROLLBACK TO atomic; RELEASE atomic")
-                    if self._conn.in_transaction
-                    else ("BEGIN IMMEDIATE", "COMMIT", "ROLLBACK")
-                )
-                self._conn.execute(begin)
-                try:
-                    yield self._conn
-                except BaseException:
-                    for statement in rollback.split("; "):
-                        self._conn.execute(statement)
-                    raise
-                self._conn.execute(commit)
-            except sqlite3.Error as exc:
-                raise self._error(exc) from exc
-
-    def _error(self, exc: sqlite3.Error) -> RegistryError:
-        """The ``RegistryError`` for a failed statement, with the fix when SQLite says what is wrong."""
-        text = str(exc)
-        if "locked" in text or "busy" in text:
-            return RegistryError(
-                f"registry {self.uri!r} is locked by another process for longer than the busy timeout "
-                f"({self.timeout:g} s): let that process finish (`fuser {self.path}` names it), or wait longer "
-                "with registry=SQLiteRegistry(path, timeout=SECONDS)"
-            )
-        if "readonly" in text:
-            return RegistryError(
-                f"registry {self.uri!r} can no longer be written ({text}): make the file and its folder "
-                "writable again, or pass another registry"
-            )
-        return RegistryError(f"registry {self.uri!r}: {text}")
-
-    def _read(self, sql: str, args: Sequence[Any]) -> list[sqlite3.Row]:
-        with self._lock:
-            try:
-                cur = self._conn.execute(sql, args)
-                cur.row_factory = sqlite3.Row
-                return cur.fetchall()
-            except sqlite3.Error as exc:
-                raise self._error(exc) from exc
 
     def _load(self, rows: list[sqlite3.Row]) -> list[Record]:
         """Records of ``rows`` with metadata, tags and aliases: a few queries per 500 rows, never one per row."""
@@ -531,7 +368,3 @@ class SQLiteRegistry(Registry):
         # columns are every record's.
         keys = {row[0] for row in self._read("SELECT DISTINCT key FROM metadata", ())}
         return keys | set(COLUMNS) if self._read("SELECT 1 FROM records LIMIT 1", ()) else keys
-
-    def close(self) -> None:
-        with self._lock:
-            self._conn.close()

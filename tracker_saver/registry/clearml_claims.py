@@ -1,0 +1,109 @@
+"""The ClearML registry's stream claims (one writer per stream): one hidden model per claim.
+
+Stream claims (one writer per stream) are hidden models, one per claim (the codec says how),
+made visible with their tag and holder by one ``models.create``. A claim by a live holder (:func:`tracker_saver.claims.is_alive`) makes the stream busy; dead
+holders' claims are deleted; a holder renews its own (the comment's ``heartbeat``). Two
+savers that find a stream free at once both create a claim, look again, and the oldest
+claim (server ``created``, then id) wins; the other deletes its own and raises
+``StreamBusyError``.
+"""
+
+from __future__ import annotations
+
+import time
+
+from tracker_saver.claims import Holder, is_alive
+from tracker_saver.errors import RecordNotFoundError
+from tracker_saver.records import StreamId
+from tracker_saver.registry.base import busy
+from tracker_saver.registry.clearml_codec import ARCHIVED_TAG, claim_comment, claim_tag, read_claim
+from tracker_saver.registry.clearml_transport import ClearMLTransport
+
+__all__ = ["ClearMLClaims"]
+
+
+class ClearMLClaims(ClearMLTransport):
+    """A ClearML registry's stream claims: claim, renew, look up and release a stream's writer."""
+
+    def _claims(self, stream: StreamId, project_id: str) -> list[tuple[str, Holder, float]]:
+        """The stream's claims, oldest first: ``(model id, holder, heartbeat)``."""
+        data = self._send(
+            self._services().models.GetAllRequest(
+                project=[project_id], tags=[claim_tag(stream)], only_fields=["id", "comment", "created"]
+            ),
+            f"reading the claims on stream {stream.label}",
+        )
+        found: list[tuple[str, Holder, float]] = []
+        for model in sorted(data.get("models") or [], key=lambda m: (str(m.get("created") or ""), str(m.get("id")))):
+            claim = read_claim(model, stream)
+            if claim is not None:  # else not a claim tracker_saver wrote
+                found.append((str(model["id"]), *claim))
+        return found
+
+    def _settle(self, stream: StreamId, project_id: str, holder: Holder) -> tuple[tuple[str, Holder] | None, list[str]]:
+        """``(the claim that holds the stream, holder's claim models)``; dead holders' claims are deleted.
+
+        The oldest claim of a live holder (or of ``holder``) holds the stream.
+        """
+        winner: tuple[str, Holder] | None = None
+        mine: list[str] = []
+        for model_id, other, heartbeat in self._claims(stream, project_id):
+            if other.token == holder.token:
+                mine.append(model_id)
+            elif not is_alive(other, heartbeat=heartbeat):
+                self._drop_claim(model_id)
+                continue
+            winner = winner or (model_id, other)
+        return winner, mine
+
+    def _drop_claim(self, model_id: str) -> None:
+        try:
+            self._send(self._services().models.DeleteRequest(model=model_id, force=True),
+                       f"deleting claim model {model_id}", record_id=model_id)  # fmt: skip
+        except RecordNotFoundError:
+            pass  # someone else deleted it first
+
+    def claim(self, stream: StreamId, holder: Holder) -> None:
+        project_id = self._project_id(stream.project, create=True)
+        assert project_id is not None
+        winner, mine = self._settle(stream, project_id, holder)
+        if winner is None:
+            self._send(
+                self._services().models.CreateRequest(
+                    uri="", name=f"tracker_saver claim: {stream.stream}"[:250], project=project_id,
+                    ready=False, tags=[claim_tag(stream)], system_tags=[ARCHIVED_TAG],
+                    comment=claim_comment(stream, holder, time.time()),
+                ),
+                f"claiming stream {stream.label}",
+            )  # fmt: skip
+            # Two savers may both have found the stream free: the oldest claim wins.
+            winner, mine = self._settle(stream, project_id, holder)
+        elif winner[0] in mine:
+            self._send(
+                self._services().models.EditRequest(
+                    model=winner[0], comment=claim_comment(stream, holder, time.time())
+                ),
+                f"renewing the claim on stream {stream.label}",
+                record_id=winner[0],
+            )
+        if winner is not None and winner[0] not in mine:
+            for model_id in mine:
+                self._drop_claim(model_id)
+            raise busy(stream, winner[1])
+
+    def holder(self, stream: StreamId) -> Holder | None:
+        project_id = self._project_id(stream.project, create=False)
+        if project_id is None:
+            return None
+        alive = (
+            other for _, other, heartbeat in self._claims(stream, project_id) if is_alive(other, heartbeat=heartbeat)
+        )
+        return next(alive, None)
+
+    def release(self, stream: StreamId, holder: Holder) -> None:
+        project_id = self._project_id(stream.project, create=False)
+        if project_id is None:
+            return
+        for model_id, other, _ in self._claims(stream, project_id):
+            if other.token == holder.token:
+                self._drop_claim(model_id)

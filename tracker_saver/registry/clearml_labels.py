@@ -1,0 +1,127 @@
+"""What users change on a ClearML record: its name, tags and aliases (``alias:<name>`` tags); pinned records.
+
+ClearML has no transaction: each change reads the model and writes what changes, in an order
+that never leaves an alias naming nothing, or a pinned model that looks loadable before its
+metadata says ``pinned``.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from tracker_saver.errors import ConfigError, RecordNotFoundError, RegistryError
+from tracker_saver.records import MetaValue, Record, RecordState, UploadInfo, check_alias, check_display_name
+from tracker_saver.registry.clearml_codec import (
+    ALIAS_TAG_PREFIX,
+    MIN_NAME,
+    check_metadata,
+    check_tags,
+)
+from tracker_saver.registry.clearml_tasks import ClearMLTasks
+
+__all__ = ["ClearMLLabels"]
+
+
+class ClearMLLabels(ClearMLTasks):
+    """A ClearML registry's names, tags, aliases and pinned records."""
+
+    def rename(self, record_id: str, name: str) -> Record:
+        check_display_name(record_id, name)
+        model = self._fetch(record_id)
+        if len(name.strip()) < MIN_NAME:
+            raise ConfigError(
+                f"new name {name!r} for record {record_id} is too short for a ClearML model "
+                f"(at least {MIN_NAME} characters): give a longer name"
+            )
+        self._send(
+            self._services().models.EditRequest(model=record_id, name=name),
+            f"renaming model {record_id}",
+            record_id=record_id,
+        )
+        return self._record({**model, "name": name.strip()})
+
+    def add_tags(self, record_id: str, tags: Iterable[str]) -> Record:
+        new = check_tags(tags, f"record {record_id}")
+        model = self._fetch(record_id)
+        merged = sorted({*(model.get("tags") or []), *new})
+        if merged != sorted(model.get("tags") or []):
+            self._edit_tags(model, merged, f"tagging model {record_id}")
+        return self._record({**model, "tags": merged})
+
+    def remove_tags(self, record_id: str, tags: Iterable[str]) -> Record:
+        gone = set(check_tags(tags, f"record {record_id}"))
+        model = self._fetch(record_id)
+        kept = sorted(t for t in model.get("tags") or [] if t not in gone)
+        if kept != sorted(model.get("tags") or []):
+            self._edit_tags(model, kept, f"untagging model {record_id}")
+        return self._record({**model, "tags": kept})
+
+    def _alias_holders(self, project_id: str, alias: str) -> list[dict[str, Any]]:
+        data = self._send(
+            self._services().models.GetAllRequest(
+                project=[project_id], tags=[ALIAS_TAG_PREFIX + alias], only_fields=["id", "tags"]
+            ),
+            f"looking up alias {alias!r}",
+        )
+        return [m for m in data.get("models") or [] if ALIAS_TAG_PREFIX + alias in (m.get("tags") or [])]
+
+    def _edit_tags(self, model: dict[str, Any], tags: list[str], what: str) -> None:
+        self._send(self._services().models.EditRequest(model=model["id"], tags=sorted(set(tags))), what,
+                   record_id=str(model["id"]))  # fmt: skip
+
+    def set_alias(self, record_id: str, alias: str) -> Record:
+        """Tag the model ``alias:<alias>`` and untag every other model of its project that had it.
+
+        ClearML has no transaction: the new holder is tagged first, so the alias always names
+        a record (for a moment, two).
+        """
+        check_alias(alias)
+        model = self._fetch(record_id)
+        record = self._record(model)
+        if not record.state.loadable:
+            raise RegistryError(
+                f"record {record_id} is {record.state.value}: an alias names a loadable record (live, revived or "
+                "pinned); pick a live record (tracker-saver models list --live)",
+                record_id=record_id,
+            )
+        tag = ALIAS_TAG_PREFIX + alias
+        tags = [*(model.get("tags") or []), tag]
+        self._edit_tags(model, tags, f"setting alias {alias!r} on model {record_id}")
+        for other in self._alias_holders(str(model.get("project") or ""), alias):
+            if str(other["id"]) != record_id:
+                rest = [t for t in other.get("tags") or [] if t != tag]
+                self._edit_tags(other, rest, f"moving alias {alias!r} off model {other['id']}")
+        return self.get(record_id)
+
+    def remove_alias(self, project: str, alias: str) -> None:
+        project_id = self._project_id(project, create=False)
+        holders = self._alias_holders(project_id, alias) if project_id is not None else []
+        if not holders:
+            raise RecordNotFoundError(
+                f"project {project!r} has no alias {alias!r} in {self.uri}: see `tracker-saver models list "
+                f"--project {project}` for its aliases"
+            )
+        for model in holders:
+            rest = [t for t in model.get("tags") or [] if t != ALIAS_TAG_PREFIX + alias]
+            self._edit_tags(model, rest, f"removing alias {alias!r} from model {model['id']}")
+
+    def create_pinned(self, info: UploadInfo, *, uri: str, sha256: str, size: int) -> Record:
+        """Create the model archived (as a pending one), write its metadata with state ``pinned``
+        (the commit point), then show it: a failure in between leaves nothing that looks loadable."""
+        metadata = check_metadata(info.metadata, f"record {info.filename!r}")
+        tags = check_tags(info.tags, f"record {info.filename!r}")
+        extra: dict[str, MetaValue] = {"sha256": sha256, "size": int(size), "state": RecordState.PINNED.value}
+        model = self._create_model(info, uri=uri, metadata=metadata, tags=tags, extra=extra, kind="pinned model")
+        return self._record(self._show(model, RecordState.PINNED, info.stream))
+
+    def delete_pinned(self, record_id: str) -> None:
+        record = self._record(self._fetch(record_id))
+        if record.state is not RecordState.PINNED:
+            raise RegistryError(
+                f"record {record_id} is {record.state.value}, not pinned: only a pinned record can be deleted "
+                "(slot records stay as history)",
+                record_id=record_id,
+            )
+        self._send(self._services().models.DeleteRequest(model=record_id, force=True),
+                   f"deleting pinned model {record_id}", record_id=record_id)  # fmt: skip

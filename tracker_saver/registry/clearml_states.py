@@ -1,0 +1,125 @@
+"""The ClearML registry's state changes: create pending, commit, stage, set a state, each checked first.
+
+State changes: ClearML has no compare-and-set, so each change reads the model, checks the
+state it leaves, then writes. Toward a loadable state (``pending → live``, ``evicted →
+live/revived``) metadata ``state`` is written first (the commit point) and the mirror after;
+away from one (``live/revived → evicted``, ``pending → failed``) the mirror changes first
+(archive, tags, uri cleared, off the task) and metadata ``state`` last. A failed follow-up
+therefore never leaves a model that looks more loadable in ClearML than it is.
+``stage`` reads both models in one request, checks both, writes the staged sha256/size, then
+evicts the replaced record that way.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from typing import Any
+
+from tracker_saver.errors import ConfigError, RegistryError
+from tracker_saver.records import LOADABLE, MetaValue, Record, RecordState, UploadInfo
+from tracker_saver.registry.clearml_codec import (
+    MIN_NAME,
+    check_metadata,
+    check_tags,
+    with_metadata,
+)
+from tracker_saver.registry.clearml_tasks import ClearMLTasks
+
+__all__ = ["ClearMLStates"]
+
+
+class ClearMLStates(ClearMLTasks):
+    """A ClearML registry's record states: metadata ``state`` is the truth, the rest mirrors it."""
+
+    def create_pending(self, info: UploadInfo, *, uri: str) -> Record:
+        metadata = check_metadata(info.metadata, f"record {info.filename!r}")
+        tags = check_tags(info.tags, f"record {info.filename!r}")
+        if not isinstance(info.name, str) or len(info.name.strip()) < MIN_NAME:
+            raise ConfigError(
+                f"record name {info.name!r} is too short for a ClearML model (at least {MIN_NAME} characters): "
+                "use a longer filename_prefix or name"
+            )
+        return self._record(self._create_model(info, uri=uri, metadata=metadata, tags=tags, extra={}, kind="model"))
+
+    def commit(self, record_id: str, *, sha256: str, size: int, metadata: dict[str, MetaValue] | None = None) -> Record:
+        model = self._fetch(record_id)
+        record = self._record(model)
+        if record.state is not RecordState.PENDING:
+            raise RegistryError(
+                f"record {record_id} is {record.state.value}, not pending: it cannot become live", record_id=record_id
+            )
+        extra = check_metadata(metadata or {}, f"record {record_id}")
+        uri = record.uri or ""
+        items = {**extra, "sha256": sha256, "size": int(size), "uri": uri, "state": RecordState.LIVE.value}
+        self._metadata_write(record_id, items, f"committing model {record_id} ({record.filename!r})")  # commit point
+        model = self._show(with_metadata(model, items), RecordState.LIVE, record.stream)
+        self._attach(model, record.filename)
+        return self._record(model)
+
+    def _move(self, model: dict[str, Any], record: Record, state: RecordState, error: str | None = None) -> Record:
+        """Change a checked record's state: metadata ``state`` is the truth, the rest mirrors it.
+
+        Toward loadable the truth is written first; away from it, what ClearML's UI and
+        ``Model.query_models`` see (archive, tags, uri, the task's list) changes first and the truth
+        last. Either way a failed follow-up leaves the model looking no more loadable than it is.
+        """
+        items: dict[str, MetaValue] = {"state": state.value}
+        if error is not None:
+            items["error"] = str(error)
+        what = f"marking model {record.id} ({record.filename!r}) {state.value}"
+        if state.loadable:
+            self._metadata_write(record.id, items, what)
+            model = self._show(with_metadata(model, items), state, record.stream)
+            if not record.state.loadable:
+                self._attach(model, record.filename)
+        else:
+            model = self._show(model, state, record.stream)
+            if record.state.loadable:
+                self._detach(model, record.filename)
+            self._metadata_write(record.id, items, what)
+            model = with_metadata(model, items)
+        return self._record(model)
+
+    @staticmethod
+    def _expect(record: Record, state: RecordState, expected: Sequence[RecordState]) -> None:
+        if record.state not in expected:
+            raise RegistryError(
+                f"record {record.id} is {record.state.value}: it can become {state.value} only from "
+                f"{', '.join(RecordState(s).value for s in expected)}",
+                record_id=record.id,
+            )
+
+    def set_state(
+        self, record_id: str, state: RecordState, *, expected: Sequence[RecordState], error: str | None = None
+    ) -> Record:
+        state = RecordState(state)
+        model = self._fetch(record_id)
+        record = self._record(model)
+        self._expect(record, state, expected)
+        return self._move(model, record, state, error)
+
+    def stage(self, record_id: str, *, sha256: str, size: int, replaces: str | None) -> None:
+        """Note the staged digest on the pending record, then evict ``replaces``; both are checked first.
+
+        ClearML has no transaction: both models are read (one request) and checked before anything
+        is written, then the digest is written, then the eviction (see :meth:`_move`).
+        """
+        models = self._fetch_many([record_id] if replaces is None else [record_id, replaces])
+        record = self._record(models[record_id])
+        if record.state is not RecordState.PENDING:
+            raise RegistryError(
+                f"record {record_id} is {record.state.value}, no longer pending: its save cannot commit",
+                record_id=record_id,
+            )
+        old = self._record(models[replaces]) if replaces is not None else None
+        if old is not None and old.state not in LOADABLE:
+            raise RegistryError(
+                f"record {old.id}, which record {record_id} replaces in its slot, is {old.state.value}, no longer "
+                "live: another writer changed the slot",
+                record_id=old.id,
+            )
+        self._metadata_write(
+            record_id, {"sha256": sha256, "size": int(size)}, f"noting the staged digest of model {record_id}"
+        )
+        if old is not None:
+            self._move(models[old.id], old, RecordState.EVICTED)

@@ -1,0 +1,300 @@
+"""The ClearML registry's transport: its own session, every request through one ``_send``, projects, model reads.
+
+Every ClearML, ``requests`` or urllib3 error is mapped to ``RegistryError`` in
+:meth:`ClearMLTransport._send`, the one boundary, with the cause chained. The registry
+(:class:`tracker_saver.registry.clearml.ClearMLRegistry`) is built on this class.
+"""
+
+from __future__ import annotations
+
+import re
+import threading
+from collections.abc import Iterable
+from typing import Any
+from urllib.parse import urlsplit
+
+from tracker_saver.errors import ConfigError, RecordNotFoundError, RegistryError
+from tracker_saver.masking import raise_masked, strip_userinfo
+from tracker_saver.outage import DEFAULT_TIMEOUT_S, Outage, OutageError, check_timeout
+from tracker_saver.records import MetaValue, Record
+from tracker_saver.registry.base import Registry
+from tracker_saver.registry.clearml_codec import MIN_NAME, check_id, encode_value, is_record_model, model_record
+from tracker_saver.registry.clearml_session import open_session, send
+
+__all__ = ["MODEL_FIELDS", "ClearMLTransport"]
+
+_INSTALL_HINT = "registry='clearml' needs clearml: pip install 'clearml>=1.16' (the clearml extra)"
+_PAGE = 500  # clearml-server's largest page
+MODEL_FIELDS = ["id", "name", "project", "task", "uri", "tags", "system_tags", "metadata", "created"]
+_NOT_FOUND = (400, 201)  # bad_request / invalid_model_id
+_MIN_API = "2.13"  # models.add_or_update_metadata, tasks.add_or_update_model / delete_models
+#: What to do about an API error, by HTTP code (clearml-server's apierrors/errors.conf).
+_FIXES = {
+    401: ": the server no longer accepts these credentials; check CLEARML_API_ACCESS_KEY/CLEARML_API_SECRET_KEY",
+    403: (
+        ": the ClearML user of these credentials may not change this project; ask its owner for write "
+        "access, or save to a project you own (TrackerSaver(project=...) or ClearMLRegistry(project_root=...))"
+    ),
+}
+
+
+def _import_clearml() -> Any:
+    try:
+        import clearml
+    except ModuleNotFoundError as exc:
+        raise ModuleNotFoundError(_INSTALL_HINT) from exc
+    return clearml
+
+
+class ClearMLTransport(Registry):
+    """A ClearML registry's connection: the session it logs in with, ``_send``, its projects and models.
+
+    The arguments are :class:`~tracker_saver.registry.clearml.ClearMLRegistry`'s.
+    """
+
+    def __init__(
+        self,
+        task: Any = None,
+        *,
+        project_root: str | None = None,
+        framework: str = "PyTorch",
+        timeout: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        _import_clearml()
+        self._outage = Outage(check_timeout("timeout", timeout))
+        if task is not None and not all(hasattr(task, a) for a in ("id", "name", "project", "session")):
+            raise ConfigError(
+                f"task {task!r} is not a clearml.Task: pass the result of Task.init(...), or None for the current task"
+            )
+        if not isinstance(framework, str) or not framework:
+            raise ConfigError(f"framework {framework!r} must be a framework name such as 'PyTorch'")
+        if project_root is not None:
+            if not isinstance(project_root, str) or not project_root.strip("/ "):
+                raise ConfigError(f"project_root {project_root!r} is empty: give a ClearML project name or None")
+            project_root = project_root.strip("/ ")
+        self._task = task
+        self._root = project_root
+        self._framework = framework
+        self._session: Any = None
+        self._lock = threading.RLock()
+        self._project_ids: dict[str, str] = {}  # ClearML project name -> id
+        self._project_names: dict[str, str] = {}  # id -> ClearML project name
+        self._attached: dict[tuple[str, str], str] = {}  # (task id, entry name) -> model id we listed
+        self._last_created = 0.0
+        self.uri = "clearml" + (f":{self._root}" if self._root else "")
+        self._get_session()  # connect now: a bad configuration fails here, before any training
+
+    # -- the one boundary to ClearML ------------------------------------------------------------
+    def _get_session(self) -> Any:
+        with self._lock:
+            if self._session is not None:
+                return self._session
+            if _import_clearml().Task.is_offline():  # checked first: offline, the SDK cannot even log in
+                raise ConfigError(
+                    "ClearML is in offline mode, where a ClearMLRegistry has no server: use ClearMLSaver or "
+                    "TrackerSaver(registry='clearml'), which keep a journal (docs/clearml.md, Offline mode)"
+                )
+            try:
+                host = self._task.session.host if self._task is not None else None
+                session = open_session(host, self._outage.timeout)
+            except Exception as exc:  # MissingConfigError, LoginError, requests errors ...
+                detail = f"{type(exc).__name__}: {self._scrub(str(exc))}"
+                if "error 401" in str(exc) or "invalid credentials" in str(exc).lower():
+                    refused = ConfigError(
+                        f"the ClearML server refused the credentials ({detail}): check CLEARML_API_ACCESS_KEY and "
+                        "CLEARML_API_SECRET_KEY, or the api.credentials of clearml.conf (`clearml-init` writes them)"
+                    )
+                    raise_masked(refused, exc, self._scrub)
+                unreachable = ConfigError(
+                    f"ClearML registry cannot connect ({detail}): check that "
+                    "the ClearML server is up, and run `clearml-init` or set CLEARML_API_HOST, "
+                    "CLEARML_API_ACCESS_KEY and CLEARML_API_SECRET_KEY"
+                )
+                raise_masked(unreachable, exc, self._scrub)
+            check = getattr(type(session), "check_min_api_version", None)
+            if check is not None and not check(_MIN_API):
+                raise ConfigError(
+                    f"the ClearML server speaks API {getattr(session, 'api_version', '?')}, but the ClearML registry "
+                    f"needs API {_MIN_API} (model metadata, task model lists): upgrade clearml-server to 1.0 or newer"
+                )
+            host = urlsplit(str(getattr(session, "host", "") or ""))
+            if host.hostname:
+                self.uri = f"clearml://{host.hostname}{':' + str(host.port) if host.port else ''}" + (
+                    f"/{self._root}" if self._root else ""
+                )
+            self._session = session
+            return session
+
+    def _scrub(self, text: str) -> str:
+        session = self._session
+        text = strip_userinfo(text)
+        for secret in (getattr(session, "secret_key", None), getattr(session, "access_key", None)):
+            if secret:
+                text = text.replace(str(secret), "***")
+        return text
+
+    def _send(self, request: Any, what: str, *, record_id: str | None = None) -> dict[str, Any]:
+        """Send one API request; map every failure to ``RegistryError`` (chained)."""
+        session = self._get_session()
+        try:
+            result = send(session, request, self._outage)
+        except OutageError as exc:
+            down = RegistryError(
+                f"ClearML registry {self.uri}: {what} failed: the server stopped answering ({exc}); "
+                "check that it is up, or allow a longer wait with TrackerSaver(timeout=...)",
+                record_id=record_id,
+            )
+            raise_masked(down, exc, self._scrub)
+        except Exception as exc:  # requests, urllib3, clearml LoginError/ValidationError ...
+            failed = RegistryError(
+                f"ClearML registry {self.uri}: {what} failed ({type(exc).__name__}: {self._scrub(str(exc))}); "
+                "check that the ClearML server is reachable and the credentials are valid",
+                record_id=record_id,
+            )
+            raise_masked(failed, exc, self._scrub)
+        if result is None:
+            raise RegistryError(
+                f"ClearML registry {self.uri}: {what} got no answer (offline mode?)", record_id=record_id
+            )
+        meta = result.meta
+        if meta.result_code != 200:
+            codes = (meta.result_code, meta.result_subcode)
+            message = self._scrub(str(meta.result_msg or ""))
+            if codes == _NOT_FOUND and record_id is not None:
+                raise RecordNotFoundError(
+                    f"record {record_id} does not exist in {self.uri} (no such ClearML model): "
+                    "see `tracker-saver models list` for ids",
+                    record_id=record_id,
+                )
+            raise RegistryError(
+                f"ClearML registry {self.uri}: {what} failed with {codes[0]}/{codes[1]} ({message})"
+                + _FIXES.get(codes[0], ""),
+                record_id=record_id,
+            )
+        data = result.response_data
+        return data if isinstance(data, dict) else {}
+
+    def _services(self) -> Any:
+        # The request classes follow the API level the server announced at login, so log in first.
+        self._get_session()
+        from clearml.backend_api import services
+
+        return services
+
+    # -- projects -----------------------------------------------------------------------------
+    def _clearml_project(self, project: str) -> str:
+        return f"{self._root}/{project}" if self._root else project
+
+    def _record_project(self, clearml_name: str) -> str:
+        if self._root and clearml_name.startswith(self._root + "/"):
+            return clearml_name[len(self._root) + 1 :]
+        return clearml_name
+
+    def _project_id(self, project: str, *, create: bool) -> str | None:
+        name = self._clearml_project(project)
+        with self._lock:
+            if name in self._project_ids:
+                return self._project_ids[name]
+        projects = self._services().projects
+        data = self._send(
+            projects.GetAllRequest(name=f"^{re.escape(name)}$", only_fields=["id", "name"]),
+            f"looking up project {name!r}",
+        )
+        found = [p for p in data.get("projects") or [] if p.get("name") == name]
+        if found:
+            pid = found[0]["id"]
+        elif not create:
+            return None
+        else:
+            if len(name) < MIN_NAME:
+                raise ConfigError(
+                    f"project {project!r} is too short for ClearML (at least {MIN_NAME} characters): "
+                    "use a longer project name or a project_root"
+                )
+            pid = self._send(
+                projects.CreateRequest(name=name, description="tracker_saver checkpoints"), f"creating project {name!r}"
+            )["id"]
+        with self._lock:
+            self._project_ids[name] = pid
+            self._project_names[pid] = name
+        return str(pid)
+
+    def _project_names_for(self, ids: Iterable[str]) -> dict[str, str]:
+        with self._lock:
+            missing = sorted({i for i in ids if i and i not in self._project_names})
+        if missing:
+            data = self._send(
+                self._services().projects.GetAllRequest(id=missing, only_fields=["id", "name"]),
+                "looking up project names",
+            )
+            with self._lock:
+                for p in data.get("projects") or []:
+                    self._project_names[p["id"]] = p["name"]
+                    self._project_ids.setdefault(p["name"], p["id"])
+        with self._lock:
+            return dict(self._project_names)
+
+    # -- models <-> records (the mapping itself is the codec's) ---------------------------------
+    @staticmethod
+    def _checked(model: Any, record_id: str) -> dict[str, Any]:
+        if not is_record_model(model):
+            raise RecordNotFoundError(
+                f"ClearML model {record_id} is not a tracker_saver checkpoint record", record_id=record_id
+            )
+        return model
+
+    def _fetch(self, record_id: str) -> dict[str, Any]:
+        check_id(record_id)
+        data = self._send(
+            self._services().models.GetByIdRequest(model=record_id), f"reading model {record_id}", record_id=record_id
+        )
+        return self._checked(data.get("model"), record_id)
+
+    def _fetch_many(self, ids: list[str]) -> dict[str, dict[str, Any]]:
+        """Several records' models in one request (a missing one is ``RecordNotFoundError``)."""
+        for record_id in ids:
+            check_id(record_id)
+        data = self._send(
+            self._services().models.GetAllRequest(id=ids, only_fields=MODEL_FIELDS), f"reading models {', '.join(ids)}"
+        )
+        found = {str(m.get("id")): m for m in data.get("models") or []}
+        for record_id in ids:
+            if record_id not in found:
+                raise RecordNotFoundError(
+                    f"record {record_id} does not exist in {self.uri} (no such ClearML model): "
+                    "see `tracker-saver models list` for ids",
+                    record_id=record_id,
+                )
+            self._checked(found[record_id], record_id)
+        return found
+
+    def _record(self, model: dict[str, Any], names: dict[str, str] | None = None) -> Record:
+        if names is None or (model.get("project") and model["project"] not in names):
+            names = self._project_names_for([model.get("project") or ""])
+        return model_record(model, self._record_project(names.get(model.get("project") or "", "")))
+
+    def _metadata_write(self, record_id: str, items: dict[str, MetaValue], what: str) -> None:
+        self._send(
+            self._services().models.AddOrUpdateMetadataRequest(
+                model=record_id, metadata=[encode_value(k, v) for k, v in items.items()], replace_metadata=False
+            ),
+            what,
+            record_id=record_id,
+        )
+
+    def _all_models(self, params: dict[str, Any], fields: list[str], what: str) -> list[dict[str, Any]]:
+        models: list[dict[str, Any]] = []
+        page = 0
+        while True:
+            data = self._send(
+                self._services().models.GetAllRequest(
+                    only_fields=fields, order_by=["created"], page=page, page_size=_PAGE,
+                    _allow_extra_fields_=True, **params,
+                ),
+                what,
+            )  # fmt: skip
+            batch = data.get("models") or []
+            models.extend(batch)
+            if len(batch) < _PAGE:
+                return models
+            page += 1

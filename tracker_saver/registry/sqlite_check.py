@@ -1,0 +1,84 @@
+"""Check a SQLite registry path before anything is created: a writable folder, or a schema this version knows."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import sqlite3
+from pathlib import Path
+
+from tracker_saver.errors import ConfigError
+from tracker_saver.registry.migrations import stored_version
+
+__all__ = ["check_registry_path"]
+
+
+def _refusal(path: Path) -> str:
+    """Why ``path`` cannot be written, in the words of ``strerror``."""
+    with contextlib.suppress(OSError):
+        if os.statvfs(path).f_flag & os.ST_RDONLY:
+            return "Read-only file system"
+    return "Permission denied"
+
+
+def check_registry_path(path: str | os.PathLike[str]) -> None:
+    """Raise ``ConfigError`` now if ``path`` cannot hold a registry; creates and changes nothing.
+
+    A new registry needs a folder it can create or write; an existing file must be a writable
+    SQLite database whose schema this version knows. ``TrackerSaver`` calls this before it
+    creates output_uri, so a bad registry argument leaves no folder behind.
+
+    Examples:
+        >>> check_registry_path("/dev/null/registry.db")
+        Traceback (most recent call last):
+        ...
+        tracker_saver.errors.ConfigError: registry folder '/dev/null' cannot be created ('/dev/null' is not a folder): pass a registry path in a writable folder
+    """
+    text = os.fspath(path)
+    if text == ":memory:":
+        return
+    if "\x00" in text:
+        raise ConfigError(
+            f"registry path {text!r} contains NUL: pass a file path such as '~/.tracker_saver/registry.db'"
+        )
+    target = Path(text).expanduser()
+    if target.is_dir():
+        raise ConfigError(
+            f"registry path {str(target)!r} is a folder: pass a file path such as {str(target / 'registry.db')!r}"
+        )
+    if not target.exists():
+        folder = target.parent
+        while not folder.exists() and folder != folder.parent:
+            folder = folder.parent
+        if not folder.is_dir():
+            raise ConfigError(
+                f"registry folder {str(target.parent)!r} cannot be created ({str(folder)!r} is not a folder): "
+                "pass a registry path in a writable folder"
+            )
+        if not os.access(folder, os.W_OK | os.X_OK):
+            raise ConfigError(
+                f"registry folder {str(folder)!r} is not writable ({_refusal(folder)}): "
+                "pass a registry path in a writable folder"
+            )
+        return
+    for what, item in (("registry", target), ("the folder of registry", target.parent)):
+        if not os.access(item, os.R_OK | os.W_OK):
+            raise ConfigError(
+                f"{what} {str(item)!r} is read-only ({_refusal(item)}): SQLite writes the registry and its "
+                "-wal and -shm files there; pass a registry path you can write to"
+            )
+    # A read-only peek. Without a -wal file the main file holds everything, and immutable=1
+    # reads it without creating the -wal and -shm files that mode=ro would leave behind.
+    peek = "mode=ro" if target.with_name(target.name + "-wal").exists() else "immutable=1"
+    try:
+        conn = sqlite3.connect(f"{target.resolve().as_uri()}?{peek}", uri=True)
+        try:
+            conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
+            stored_version(conn, repr(str(target)))
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:
+        raise ConfigError(
+            f"registry {str(target)!r} is not a SQLite database ({exc}): pass the path of a registry file, "
+            "or move this file away to start a new registry there"
+        ) from exc
