@@ -213,6 +213,36 @@ def test_chart_has_one_point_per_saved_checkpoint_with_a_score(client, ui_traini
     assert client.get("/api/chart", params={"state": "live"}).json()["series"][0]["points"][0]["state"] == "live"
 
 
+def test_records_and_chart_points_carry_what_each_save_cost(client, ui_training):
+    scored = models.find_models(stream="best_model", order_by="global_step", registry=ui_training.registry)
+    detail = client.get(f"/api/models/{scored[0].id}").json()
+    timings = detail["record"]["timings"]
+    meta = scored[0].metadata
+    assert timings == {
+        "blocked_s": meta["save_blocked_s"],
+        "durable_s": meta["save_durable_s"],
+        "bytes": scored[0].size,
+        "mb_s": meta["save_mb_s"],
+        "background": False,
+    }
+    assert timings["blocked_s"] > 0 and all(h["timings"] is not None for h in detail["history"])
+    points = client.get("/api/chart").json()["series"][0]["points"]
+    assert [(p["blocked_s"], p["durable_s"]) for p in points] == [
+        (r.metadata["save_blocked_s"], r.metadata["save_durable_s"]) for r in scored
+    ]
+    page = client.get("/api/models", params={"where": "save_durable_s>0"}).json()
+    assert page["total"] == 8 and all(i["timings"]["durable_s"] > 0 for i in page["items"])
+
+
+def test_a_record_without_timings_has_none_rather_than_made_up_ones(client, ui_training):
+    import sqlite3
+
+    record = models.find_models(stream="model", states=["live"], registry=ui_training.registry)[0]
+    with sqlite3.connect(ui_training.registry) as conn:  # as an older tracker_saver wrote it
+        conn.execute("DELETE FROM metadata WHERE record_id = ? AND key = 'save_mb_s'", (int(record.id),))
+    assert client.get(f"/api/models/{record.id}").json()["record"]["timings"] is None
+
+
 def test_every_response_has_the_security_headers(client):
     for response in (
         client.get("/"),

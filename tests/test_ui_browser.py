@@ -153,6 +153,23 @@ def test_the_details_panel_shows_created_as_the_table_and_the_cli_do(browser_pag
     assert browser_page.errors == []
 
 
+def test_the_details_panel_and_the_chart_show_what_each_save_cost(browser_page, ui_server, ui_training):
+    record = models.find_models(stream="best_model", states=["live"], registry=ui_training.registry)[0]
+    blocked = record.metadata["save_blocked_s"]
+    page = open_page(browser_page, ui_server, f"?record={record.id}")
+    expect(page.locator("#d-title")).to_have_text(record.name)
+    terms, values = page.locator("#d-fields dt").all_text_contents(), page.locator("#d-fields dd").all_text_contents()
+    fields = dict(zip(terms, values, strict=True))
+    shown = f"{blocked * 1000:.1f} ms" if blocked < 1 else f"{blocked:.2f} s"  # as `models show` prints it
+    assert fields["save blocked"] == shown
+    assert fields["save durable"].endswith(("ms", " s")) and fields["save throughput"].endswith(" MB/s")
+    assert fields["saved by"] == "the training thread"
+    assert not {"save_blocked_s", "save_background"} & set(page.locator("#d-metadata th").all_text_contents())
+    tip = page.locator(f"#chart circle.point[data-id='{record.id}'] title").text_content() or ""
+    assert f"save: blocked {shown}, durable " in tip
+    assert browser_page.errors == []
+
+
 def test_download_button_saves_verified_bytes_and_refuses_corrupted_ones(
     browser_page, ui_server, ui_training, tmp_path
 ):

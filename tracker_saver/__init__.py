@@ -36,6 +36,7 @@ from tracker_saver.models import (
     remove_tags,
     rename_model,
     resolve_model,
+    run_stats,
     set_alias,
     slot_history,
     unpin_model,
@@ -43,6 +44,7 @@ from tracker_saver.models import (
 from tracker_saver.records import Record, RecordState, UploadInfo
 from tracker_saver.registry import Query, Registry, open_registry
 from tracker_saver.storage import Storage, open_storage
+from tracker_saver.timings import SaveStats
 
 if typing.TYPE_CHECKING:
     from tracker_saver.resume import resume
@@ -68,6 +70,7 @@ __all__ = [
     "RecordState",
     "Registry",
     "RegistryError",
+    "SaveStats",
     "SerializationError",
     "Storage",
     "StorageError",
@@ -91,6 +94,7 @@ __all__ = [
     "rename_model",
     "resolve_model",
     "resume",
+    "run_stats",
     "set_alias",
     "slot_history",
     "unpin_model",

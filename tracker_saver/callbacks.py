@@ -6,7 +6,7 @@ from collections.abc import Callable
 from typing import Protocol
 
 from tracker_saver.errors import CallbackError, TrackerSaverError
-from tracker_saver.records import UploadInfo
+from tracker_saver.records import TIMING_KEYS, UploadInfo
 
 __all__ = ["CallbackChain", "PostUploadCallback", "PreUploadCallback"]
 
@@ -65,7 +65,8 @@ class CallbackChain:
 
         Raises:
             CallbackError: a callback raised, returned something else than an ``UploadInfo``
-                or ``None``, or changed a field the slot allocator owns (``UploadInfo.READ_ONLY``).
+                or ``None``, changed a field the slot allocator owns (``UploadInfo.READ_ONLY``), or
+                set a metadata key the saver reserves (``TIMING_KEYS``).
         """
         owned = {name: getattr(info, name) for name in UploadInfo.READ_ONLY}
         current: UploadInfo | None = info
@@ -91,6 +92,13 @@ class CallbackChain:
                     f"pre-upload callback {_label(callback)} changed {', '.join(changed)} of {owned['filename']!r}: "
                     "those belong to the slot allocator and keep a stream within its slots; a callback may "
                     "change name, metadata and tags, or return None to skip"
+                )
+            forged = sorted(key for key in current.metadata if key in TIMING_KEYS)
+            if forged:
+                raise CallbackError(
+                    f"pre-upload callback {_label(callback)} set metadata {', '.join(forged)} of "
+                    f"{owned['filename']!r}: the saver records there what each save cost "
+                    "(tracker_saver.timings); give your key another name"
                 )
         return current
 

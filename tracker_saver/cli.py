@@ -514,13 +514,16 @@ def build_parser() -> argparse.ArgumentParser:
     )
     history.add_argument("ref", metavar="REF", help=ref_help)
 
-    runs = commands.add_parser("runs", help="list runs and their logs", description="Runs.", parents=both)
+    runs = commands.add_parser("runs", help="list runs, their save costs and logs", description="Runs.", parents=both)
     run_cmds = runs.add_subparsers(dest="runs_command", required=True, metavar="SUBCOMMAND", help="what to do")
     runs_ls = command(
         run_cmds, "list", "one row per run and output_uri: streams, records, live, last save", _cmd_runs_list, both
     )
     runs_ls.add_argument("--project", help="only this project")
     runs_ls.add_argument("--output-uri", metavar="URI", help=f"only runs at this output_uri {_URI_HELP}")
+    from tracker_saver.cli_stats import STATS_HELP, add_stats_arguments, cmd_stats  # light: no torch
+
+    add_stats_arguments(command(run_cmds, "stats", STATS_HELP, cmd_stats, both), _project_run)
     logs = command(run_cmds, "logs", "list a run's uploaded logs, or download them", _cmd_runs_logs, both)
     logs.add_argument("project_run", metavar="PROJECT/RUN", type=_project_run, help="the run, e.g. mnist/r1")
     logs.add_argument("--download", metavar="DEST", help="download every log file into this folder")

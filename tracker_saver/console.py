@@ -19,6 +19,7 @@ if TYPE_CHECKING:
     from tracker_saver.fsck import Report
     from tracker_saver.logs import LogObject
     from tracker_saver.records import Record
+    from tracker_saver.timings import SaveStats
 
 __all__ = [
     "LINEAGE_KEYS",
@@ -31,6 +32,8 @@ __all__ = [
     "print_repair",
     "print_report",
     "print_runs",
+    "print_save_stats",
+    "seconds_text",
 ]
 
 #: Metadata keys that say where a checkpoint came from; ``models show`` prints them apart.
@@ -45,6 +48,15 @@ LINEAGE_KEYS = (
     "clearml_task_id",
     "pinned_from",
 )
+
+#: How ``models show`` labels each of a record's timings (``tracker_saver.timings``), in this order.
+_TIMING_LABELS = {
+    "save_blocked_s": "blocked",
+    "save_durable_s": "durable",
+    "save_bytes": "bytes",
+    "save_mb_s": "throughput",
+    "save_background": "background",
+}
 
 #: ANSI colour of a row by record state (on a terminal only).
 _ANSI = {"live": "32", "revived": "36", "pinned": "35", "evicted": "2", "failed": "31", "pending": "33"}
@@ -90,6 +102,30 @@ def size_text(size: int | None) -> str:
             break
         value, unit = value / 1000, bigger
     return f"{value:.1f} {unit}"
+
+
+def seconds_text(seconds: float | None) -> str:
+    """A duration for people: milliseconds below one second, else seconds.
+
+    Examples:
+        >>> seconds_text(0.01234), seconds_text(2.5), seconds_text(None)
+        ('12.3 ms', '2.50 s', '-')
+    """
+    if seconds is None:
+        return "-"
+    return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
+
+
+def _timing_text(key: str, value: object) -> str:
+    if key in ("save_blocked_s", "save_durable_s") and isinstance(value, float):
+        return seconds_text(value)
+    if key == "save_bytes" and isinstance(value, int):
+        return f"{size_text(value)} ({plural(value, 'byte')})"
+    if key == "save_mb_s" and isinstance(value, float):
+        return f"{value:.1f} MB/s"
+    if key == "save_background" and isinstance(value, bool):
+        return "yes (async_upload)" if value else "no (the training thread saved)"
+    return repr(value)
 
 
 def table_lines(
@@ -215,6 +251,29 @@ def print_runs(rows: Sequence[Mapping[str, Any]], console: Console | None = None
     _print_lines(table_lines(columns, cells, right=("records", "live")), console)
 
 
+def print_save_stats(rows: Sequence[SaveStats], console: Console | None = None) -> None:
+    """Print what a run's saves cost (``tracker_saver.find.run_stats``): a row per stream, then the run's."""
+    streams = [row for row in rows if row.stream is not None]
+    shown = streams + [row for row in rows if row.stream is None and len(streams) != 1]
+    cells = [
+        [
+            row.stream if row.stream is not None else "(all)",
+            str(row.count),
+            str(row.background),
+            *(seconds_text(v) for v in (row.blocked_p50_s, row.blocked_p95_s, row.durable_p50_s, row.durable_p95_s)),
+            "-" if row.mb_s_p50 is None else f"{row.mb_s_p50:.1f}",
+        ]
+        for row in shown
+    ]
+    columns = ("stream", "saves", "background", "blocked p50", "blocked p95", "durable p50", "durable p95", "MB/s p50")
+    _print_lines(table_lines(columns, cells, right=columns[1:]), console)
+    if rows and rows[-1].count == 0:
+        _print_lines(
+            [f"no save of {rows[-1].project}/{rows[-1].run} has timings: its records were saved before they were kept"],
+            console,
+        )
+
+
 def print_logs(logs: Sequence[LogObject], console: Console | None = None) -> None:
     """Print a run's log files (``tracker_saver.logs.list_logs``) as a table."""
     cells = [[log.name, size_text(log.size), _when(log.modified), log.key] for log in logs]
@@ -226,12 +285,13 @@ def _color(console: Console | None) -> bool:
 
 
 def print_record(record: Record) -> None:
-    """Print one record as plain ``key: value`` lines: fields, then lineage, then other metadata.
+    """Print one record as plain ``key: value`` lines: fields, what the save cost, lineage, other metadata.
 
     Plain text, not rich markup: a name such as ``resnet [v2]`` prints as it is.
     """
     data = record.to_dict()
-    width = max(len(key) for key in (*data, *record.metadata))
+    # The timings print under their short labels: their long keys do not widen the columns.
+    width = max(len(key) for key in (*data, *_TIMING_LABELS.values(), *set(record.metadata) - set(_TIMING_LABELS)))
     for key, value in data.items():
         if key == "metadata":
             continue
@@ -241,8 +301,13 @@ def print_record(record: Record) -> None:
             value = _when(value)
         print(f"{key:<{width}}  {fmt(value)}")
     lineage = [key for key in LINEAGE_KEYS if key in record.metadata]
+    timings = [key for key in _TIMING_LABELS if key in record.metadata]
     # Keys the record shows as its own fields above (slot, size, sha256…) are not repeated.
-    rest = sorted(set(record.metadata) - set(lineage) - set(data))
+    rest = sorted(set(record.metadata) - set(lineage) - set(timings) - set(data))
+    if timings:
+        print("save (what it cost):")
+        for key in timings:
+            print(f"  {_TIMING_LABELS[key]:<{width}}  {_timing_text(key, record.metadata[key])}")
     for heading, keys in (("lineage", lineage), ("metadata", rest)):
         if keys:
             print(f"{heading}:")

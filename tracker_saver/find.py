@@ -21,10 +21,23 @@ from tracker_saver.records import DERIVED_ALIASES, LOADABLE_OR_PINNED, Record, R
 from tracker_saver.registry import Query, Registry
 from tracker_saver.registry.shared import shared_registry
 from tracker_saver.storage import canonical_uri
+from tracker_saver.timings import SaveStats, save_stats
 
-__all__ = ["RegistryArg", "count_models", "find_models", "get_model", "resolve_model", "run_summaries"]
+__all__ = [
+    "SAVED_STATES",
+    "RegistryArg",
+    "count_models",
+    "find_models",
+    "get_model",
+    "resolve_model",
+    "run_stats",
+    "run_summaries",
+]
 
 RegistryArg = str | os.PathLike[str] | Registry | None
+#: The states of records whose save completed: what :func:`run_stats` counts (a pinned record is a
+#: copy, which would count its save twice).
+SAVED_STATES = (RecordState.LIVE, RecordState.REVIVED, RecordState.EVICTED)
 
 
 def _query(
@@ -272,3 +285,32 @@ def run_summaries(records: Sequence[Record]) -> list[dict[str, Any]]:
     for row in runs.values():
         row["streams"].sort()
     return sorted(runs.values(), key=lambda row: (row["project"], row["run"], row["output_uri"] or ""))
+
+
+def run_stats(
+    project: str, run: str, *, output_uri: str | os.PathLike[str] | None = None, registry: RegistryArg = None
+) -> list[SaveStats]:
+    """What the saves of run ``project/run`` cost: one row per stream, then the run's (``stream=None``).
+
+    Counts the completed saves (:data:`SAVED_STATES`) that carry timings (see :mod:`tracker_saver.timings`).
+
+    Raises:
+        RecordNotFoundError: the run has no record (at ``output_uri``, when given).
+
+    Examples:
+        >>> run_stats("mnist", "r1", registry=":memory:")  # doctest: +IGNORE_EXCEPTION_DETAIL
+        Traceback (most recent call last):
+        tracker_saver.errors.RecordNotFoundError: run mnist/r1 has no records: see `tracker-saver runs list`
+    """
+    found = find_models(project=project, run=run, output_uri=output_uri, registry=registry)
+    if not found:
+        at = f" at {output_uri}" if output_uri is not None else ""
+        raise RecordNotFoundError(
+            f"run {project}/{run} has no records{at}: see `tracker-saver runs list` for the runs and their projects"
+        )
+    saved = [r for r in found if r.state in SAVED_STATES]
+    rows = [
+        save_stats([r for r in saved if r.stream == stream], project=project, run=run, stream=stream)
+        for stream in sorted({r.stream for r in found})
+    ]
+    return [*rows, save_stats(saved, project=project, run=run)]

@@ -1,7 +1,7 @@
 """Rename, tag, alias, pin, download and load records: the functions the CLI and UI wrap.
 
 Finding records (:func:`find_models`, :func:`count_models`, :func:`get_model`,
-:func:`resolve_model`) lives in :mod:`tracker_saver.find`; this module re-exports them, so
+:func:`resolve_model`, :func:`run_stats`) lives in :mod:`tracker_saver.find`; this module re-exports them, so
 ``tracker_saver.models`` stays the one place the CLI and the UI call. Importing this module imports neither torch nor ignite: only :func:`load_checkpoint` needs them,
 so the CLI and the UI start fast.
 """
@@ -15,13 +15,14 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from tracker_saver.errors import ConfigError, IntegrityError, RegistryError, SerializationError
-from tracker_saver.find import RegistryArg, count_models, find_models, get_model, resolve_model
+from tracker_saver.find import RegistryArg, count_models, find_models, get_model, resolve_model, run_stats
 from tracker_saver.local_view import copy_verified
 from tracker_saver.naming import key_ext, pinned_key, safe_filename
 from tracker_saver.records import (
     LOADABLE,
     LOADABLE_OR_PINNED,
     MAX_NAME_LENGTH,
+    TIMING_KEYS,
     MetaValue,
     Record,
     RecordState,
@@ -48,6 +49,7 @@ __all__ = [
     "remove_tags",
     "rename_model",
     "resolve_model",
+    "run_stats",
     "set_alias",
     "slot_history",
     "unpin_model",
@@ -257,7 +259,9 @@ def pin_model(
             key=key,
             record_id=source.id,
         )
-    metadata: dict[str, MetaValue] = {k: v for k, v in source.metadata.items() if k not in _OWN_METADATA}
+    # A pin is no save: what the source's save cost (TIMING_KEYS) stays the source's.
+    own = (*_OWN_METADATA, *TIMING_KEYS)
+    metadata: dict[str, MetaValue] = {k: v for k, v in source.metadata.items() if k not in own}
     metadata["pinned_from"] = int(source.id) if source.id.isdigit() else source.id
     info = UploadInfo(
         source.project, source.run, source.stream, source.filename, name=source.name, metadata=metadata,

@@ -43,6 +43,7 @@ from tracker_saver.recovery import Action, recover_slot, recover_stream
 from tracker_saver.registry.base import Query, Registry, stream_query
 from tracker_saver.slots import Choice, SlotAllocator
 from tracker_saver.storage.base import Storage
+from tracker_saver.timings import SaveClock
 
 __all__ = ["HashingWriter", "Pipeline", "check_save_kwargs", "is_writing", "kept_filenames", "writing"]
 
@@ -283,14 +284,17 @@ class Pipeline:
             self.registry.release(stream, self.holder)
             del self._claimed[stream]
 
-    def save(self, checkpoint: Mapping[str, Any], info: UploadInfo) -> Record | None:
+    def save(self, checkpoint: Mapping[str, Any], info: UploadInfo, clock: SaveClock | None = None) -> Record | None:
         """Write ``checkpoint`` into the slot chosen for ``info``; return its live record.
 
         DESIGN's steps: choose the slot → pre-upload callbacks → record ``pending`` → serialize,
         hash and stage the bytes → at the commit point, note the digest and take the slot's
-        previous record out of live → commit → post-upload callbacks → record ``live``.
+        previous record out of live → commit → post-upload callbacks → record ``live``, with
+        what the save cost (``clock``'s :data:`~tracker_saver.records.TIMING_KEYS`; a clock
+        started here when none is given) in the metadata of that one commit.
         A failure before the commit point leaves the previous record live and raises.
         """
+        clock = clock or SaveClock.start()
         stream = info.stream_id
         self.open(stream)
         self.slots.adopt(stream, [f for f in kept_filenames(checkpoint) if f != info.filename])
@@ -318,11 +322,13 @@ class Pipeline:
             self.registry.stage(record.id, sha256=writer.sha256, size=writer.size, replaces=replaces)
             staged = True
 
+        writing_since = time.perf_counter()
         try:
             self._write(checkpoint, info.key, writer, before_commit, stable)
         except BaseException as exc:
             self._undo(stream, choice, record, staged, exc)
             raise
+        write_s = time.perf_counter() - writing_since
         final.metadata.update(sha256=writer.sha256, size=writer.size, uri=record.uri)
         post_error: CallbackError | None = None
         try:
@@ -330,6 +336,8 @@ class Pipeline:
                 self.callbacks.run_post(final)
             except CallbackError as exc:
                 post_error = exc  # the bytes are committed: the record still becomes live
+            # Last, so no callback can forge them; durable ends here, before the commit's round-trip.
+            final.metadata.update(clock.metadata(size=writer.size, write_s=write_s))
             live = self.registry.commit(record.id, sha256=writer.sha256, size=writer.size, metadata=final.metadata)
         except BaseException:
             # The bytes are in the slot, the record is pending with their digest: start-up

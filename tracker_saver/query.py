@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from tracker_saver.errors import ConfigError
-from tracker_saver.records import MetaValue
+from tracker_saver.records import TIMING_KEYS, MetaValue
 
 __all__ = [
     "OPS",
@@ -61,7 +61,7 @@ TEXT_FIELDS = ("name", "filename", "state", "stream", "run", "project", "output_
 #: in a registry that holds no record yet.
 SAVED_KEYS = (
     "basename", "created_at", "ext", "global_step", "ignite_name", "prefix", "priority", "score", "score_name",
-    "sha256", "size", "slot", "uri",
+    "sha256", "size", "slot", "uri", *TIMING_KEYS,
 )  # fmt: skip
 #: Known keys an error lists before it stops.
 _LISTED = 60

@@ -21,6 +21,7 @@ __all__ = [
     "Record",
     "RecordState",
     "StreamId",
+    "TIMING_KEYS",
     "UploadInfo",
     "check_alias",
     "check_display_name",
@@ -62,6 +63,13 @@ class RecordState(str, enum.Enum):
 LOADABLE = (RecordState.LIVE, RecordState.REVIVED)
 #: Every state whose record can be loaded: the slot states and ``pinned``.
 LOADABLE_OR_PINNED = (*LOADABLE, RecordState.PINNED)
+
+#: Metadata keys the saver writes on every record when it becomes live: what that save cost
+#: (seconds the training thread was blocked, seconds until durable, bytes, MB/s, background?).
+#: Reserved: only the saver writes them. A pre-upload callback that sets one gets ``CallbackError``
+#: (it would forge what the save cost); the saver's values replace any a post-upload callback set.
+#: See :mod:`tracker_saver.timings`.
+TIMING_KEYS = ("save_blocked_s", "save_durable_s", "save_bytes", "save_mb_s", "save_background")
 
 #: The aliases the registry derives from record states; users cannot set them.
 DERIVED_ALIASES = ("best", "latest")

@@ -30,6 +30,7 @@ from tracker_saver.registry.base import RunContext
 from tracker_saver.registry.sqlite import check_registry_path
 from tracker_saver.snapshot import BufferPool, take_snapshot
 from tracker_saver.storage import Storage, is_remote, open_storage
+from tracker_saver.timings import SaveClock
 
 __all__ = ["RunContext", "TrackerSaver"]
 
@@ -245,18 +246,22 @@ class TrackerSaver(DiskSaver):
 
         In distributed training every rank calls it (Ignite does): the saving rank saves, then
         every rank raises that save's error, if any (:func:`tracker_saver.distributed.share_outcome`).
+        What the save cost goes on its record (:mod:`tracker_saver.timings`), timed from here.
         """
+        clock = SaveClock.start(background=self._background is not None)
         self._check_world()
         if self._world_size <= 1:
-            self._call(checkpoint, filename, metadata)
+            self._call(checkpoint, filename, metadata, clock)
             return
         share_outcome(
-            lambda: self._call(checkpoint, filename, metadata),
+            lambda: self._call(checkpoint, filename, metadata, clock),
             src=self.save_on_rank,
             what=f"the checkpoint save of {filename!r}",
         )
 
-    def _call(self, checkpoint: Mapping[str, Any], filename: str, metadata: Mapping[str, Any] | None) -> None:
+    def _call(
+        self, checkpoint: Mapping[str, Any], filename: str, metadata: Mapping[str, Any] | None, clock: SaveClock
+    ) -> None:
         if self._removed is not None:  # the remove Ignite made just before this save failed
             error, self._removed = self._removed, None
             raise error
@@ -280,7 +285,7 @@ class TrackerSaver(DiskSaver):
             output_uri=self.storage.uri,
         )
         if self._background is None:
-            self._save(checkpoint, info)
+            self._save(checkpoint, info, clock)
             return
         with self._background.reserve() as enqueue:  # waits while max_pending snapshots are pending
             try:
@@ -290,11 +295,12 @@ class TrackerSaver(DiskSaver):
                     f"could not copy {filename!r} for a background save: {exc!r}; "
                     "put only state_dict()-able objects in Checkpoint's to_save"
                 ) from exc
-            enqueue(lambda: self._save(snapshot.checkpoint, info), what=filename, done=snapshot.release)
+            clock.handed_over()  # before the queue takes it: the worker reads it after (a queue put is µs)
+            enqueue(lambda: self._save(snapshot.checkpoint, info, clock), what=filename, done=snapshot.release)
 
-    def _save(self, checkpoint: Mapping[str, Any], info: UploadInfo) -> None:
+    def _save(self, checkpoint: Mapping[str, Any], info: UploadInfo, clock: SaveClock) -> None:
         try:
-            self._pipeline_of_saving_rank().save(checkpoint, info)
+            self._pipeline_of_saving_rank().save(checkpoint, info, clock)
         except TypeError as exc:
             # Ignite retries save_handler(checkpoint, filename) on TypeError: never let one out.
             raise SerializationError(f"saving {info.filename!r} failed: {exc!r}") from exc

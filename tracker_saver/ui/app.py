@@ -8,9 +8,7 @@ traceback.
 
 from __future__ import annotations
 
-import math
 import os
-import re
 import shutil
 import sys
 import tempfile
@@ -27,7 +25,6 @@ from fastapi import Query as QueryParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import FileResponse, JSONResponse, Response
 from fastapi.staticfiles import StaticFiles
-from pydantic import BaseModel, Field
 from starlette.background import BackgroundTask
 
 from tracker_saver import models
@@ -39,9 +36,23 @@ from tracker_saver.errors import (
     StorageError,
     TrackerSaverError,
 )
-from tracker_saver.masking import strip_userinfo
-from tracker_saver.records import MAX_NAME_LENGTH, MetaValue, Record, RecordState, encode_value
+from tracker_saver.records import RecordState
 from tracker_saver.registry import Registry
+from tracker_saver.ui.schema import (
+    ALIAS_PATTERN,
+    AliasIn,
+    ChartOut,
+    DetailOut,
+    ErrorOut,
+    PageOut,
+    PointOut,
+    RecordOut,
+    RenameIn,
+    SeriesOut,
+    TagsIn,
+    public_message,
+    record_out,
+)
 
 __all__ = ["create_app"]
 
@@ -71,160 +82,11 @@ _STATUS: tuple[tuple[type[Exception], int], ...] = (
     (StorageError, 502),
     (TrackerSaverError, 400),
 )
-#: A quoted absolute path (it may hold spaces), a URI (``file:///…``, ``sqlite:///…``, ``s3://…``),
-#: or a bare absolute path of two or more parts.
-_LOCATION = re.compile(
-    r"(?<=')/[^']*(?=')|(?<=\")/[^\"]*(?=\")"
-    r"|\b[a-z][a-z0-9+.-]*://[^\s'\"]*[^\s'\",.;:)]"
-    r"|(?<![\w.~])/(?:[^\s'\"/]+/)+[^\s'\",;)]*",
-    re.IGNORECASE,
-)
 _STATIC = resources.files("tracker_saver.ui") / "static"
 _ORDER = r"^[-+]?[A-Za-z_][A-Za-z0-9_.-]{0,99}$"
-_ALIAS = r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$"
 
 Text = Annotated[str | None, QueryParam(max_length=1000)]
 RecordId = Annotated[str, PathParam(min_length=1, max_length=200)]
-
-
-class ErrorOut(BaseModel):
-    """Every error: one line that says what went wrong and the fix."""
-
-    detail: str
-
-
-class RecordOut(BaseModel):
-    """A record as the UI shows it; ``metadata`` holds every typed value (±inf as ``"inf"``/``"-inf"``)."""
-
-    id: str
-    name: str
-    filename: str
-    project: str
-    run: str
-    stream: str
-    state: str
-    slot: int | None
-    key: str | None
-    uri: str | None
-    output_uri: str | None
-    sha256: str | None
-    size: int | None
-    step: int | None
-    score: float | None
-    score_name: str | None
-    metadata: dict[str, int | float | str | bool | None]
-    metadata_types: dict[str, str] = Field(description="each metadata value's stored type: int, float, str, bool, none")
-    tags: list[str]
-    aliases: list[str]
-    created_at: float
-    error: str | None
-
-
-class PageOut(BaseModel):
-    """One page of records and how many match in all."""
-
-    items: list[RecordOut]
-    total: int
-    offset: int
-    limit: int
-
-
-class DetailOut(BaseModel):
-    """A record and every record that used its slot, oldest first."""
-
-    record: RecordOut
-    history: list[RecordOut]
-
-
-class PointOut(BaseModel):
-    """One saved checkpoint on the chart."""
-
-    id: str
-    name: str
-    step: int
-    score: float
-    state: str
-
-
-class SeriesOut(BaseModel):
-    """One stream's checkpoints with a score, by step."""
-
-    project: str
-    run: str
-    stream: str
-    score_name: str | None
-    points: list[PointOut]
-
-
-class ChartOut(BaseModel):
-    """Score against step, one series per stream."""
-
-    series: list[SeriesOut]
-
-
-class RenameIn(BaseModel):
-    """A new display name; :func:`tracker_saver.models.rename_model` checks it and says what is wrong."""
-
-    name: str = Field(description=f"1 to {MAX_NAME_LENGTH} characters, not blank, no control characters")
-
-
-class TagsIn(BaseModel):
-    """Tags to add."""
-
-    tags: list[Annotated[str, Field(min_length=1, max_length=200)]] = Field(min_length=1, max_length=100)
-
-
-class AliasIn(BaseModel):
-    """A user alias, unique in the record's project (``latest`` and ``best`` are derived)."""
-
-    alias: str = Field(pattern=_ALIAS)
-
-
-def public_message(text: str) -> str:
-    """``text`` with every location (path, URI) and credential replaced: what an error page may show.
-
-    Examples:
-        >>> public_message("record 3 does not exist in sqlite:////home/me/reg.db: see ids")
-        'record 3 does not exist in <location>: see ids'
-    """
-    return _LOCATION.sub("<location>", strip_userinfo(text))
-
-
-def _finite(value: MetaValue) -> MetaValue:
-    # JSON has no infinity; a priority of ±inf is real (Ignite compares it), so show it as text.
-    if isinstance(value, float) and math.isinf(value):
-        return "inf" if value > 0 else "-inf"
-    return value
-
-
-def record_out(record: Record) -> RecordOut:
-    """The API's view of a record."""
-    score = record.score
-    name = record.metadata.get("score_name")
-    return RecordOut(
-        id=record.id,
-        name=record.name,
-        filename=record.filename,
-        project=record.project,
-        run=record.run,
-        stream=record.stream,
-        state=record.state.value,
-        slot=record.slot,
-        key=record.key,
-        uri=record.uri,
-        output_uri=record.output_uri,
-        sha256=record.sha256,
-        size=record.size,
-        step=record.global_step,
-        score=score if score is not None and math.isfinite(score) else None,
-        score_name=name if isinstance(name, str) else None,
-        metadata={k: _finite(v) for k, v in record.metadata.items()},
-        metadata_types={k: encode_value(v)[0] for k, v in record.metadata.items()},
-        tags=list(record.tags),
-        aliases=list(record.aliases),
-        created_at=record.created_at,
-        error=public_message(record.error) if record.error else None,
-    )
 
 
 def host_name(host: str) -> str:
@@ -362,8 +224,17 @@ def create_app(
                     series[key] = SeriesOut(
                         project=r.project, run=r.run, stream=r.stream, score_name=out.score_name, points=[]
                     )
+                cost = out.timings
                 series[key].points.append(
-                    PointOut(id=r.id, name=r.name, step=out.step, score=out.score, state=out.state)
+                    PointOut(
+                        id=r.id,
+                        name=r.name,
+                        step=out.step,
+                        score=out.score,
+                        state=out.state,
+                        blocked_s=cost.blocked_s if cost else None,
+                        durable_s=cost.durable_s if cost else None,
+                    )
                 )
         for s in series.values():
             s.points.sort(key=lambda p: (p.step, int(p.id) if p.id.isdigit() else 0))
@@ -394,7 +265,7 @@ def create_app(
         return record_out(models.set_alias(record_id, body.alias, registry=registry))
 
     @api.delete("/models/{record_id}/aliases/{alias}", response_model=RecordOut, summary="Remove a user alias")
-    def remove_alias(record_id: RecordId, alias: Annotated[str, PathParam(pattern=_ALIAS)]) -> RecordOut:
+    def remove_alias(record_id: RecordId, alias: Annotated[str, PathParam(pattern=ALIAS_PATTERN)]) -> RecordOut:
         record = models.get_model(record_id, registry=registry)
         if alias not in record.aliases:
             raise RecordNotFoundError(

@@ -7,6 +7,8 @@ const POLL_MS = 2000;
 const SVG = "http://www.w3.org/2000/svg";
 // Record fields the details panel lists above the metadata (as `tracker-saver models show` does).
 const RECORD_FIELDS = ["id", "state", "filename", "slot", "uri", "key", "sha256", "size", "created_at", "error"];
+// What the save cost (tracker_saver.timings): the panel shows them as fields, not again in the metadata table.
+const TIMING_KEYS = ["save_blocked_s", "save_durable_s", "save_bytes", "save_mb_s", "save_background"];
 const COLORS = ["#1f77b4", "#d62728", "#2ca02c", "#9467bd", "#ff7f0e", "#17becf", "#8c564b", "#e377c2"];
 
 const view = { order: "-created_at", offset: 0, limit: 50, record: null };
@@ -36,6 +38,12 @@ function fmtSize(bytes) {
   let i = 0;
   while (n >= 1024 && i < units.length - 1) { n /= 1024; i += 1; }
   return (i === 0 ? String(n) : n.toFixed(1)) + " " + units[i];
+}
+
+// Durations read as in `tracker-saver models show` and `runs stats`: ms below one second, else seconds.
+function fmtSeconds(seconds) {
+  if (seconds === null || seconds === undefined) return "";
+  return seconds < 1 ? (seconds * 1000).toFixed(1) + " ms" : seconds.toFixed(2) + " s";
 }
 
 // Dates read as in the CLI's tables and `models show`: YYYY-MM-DD HH:MM:SS in local time (docs/ui.md).
@@ -201,7 +209,8 @@ function renderChart(data) {
         stroke: color, fill: live ? color : "#fff", "data-stream": s.stream, "data-id": p.id,
       });
       const tip = svg("title");
-      tip.textContent = `${p.name}\nstep ${p.step}, ${s.score_name || "score"} ${p.score}, ${p.state}`;
+      tip.textContent = `${p.name}\nstep ${p.step}, ${s.score_name || "score"} ${p.score}, ${p.state}` +
+        (p.durable_s === null ? "" : `\nsave: blocked ${fmtSeconds(p.blocked_s)}, durable ${fmtSeconds(p.durable_s)}`);
       dot.append(tip);
       dot.addEventListener("click", () => openRecord(p.id, true));
       chart.append(dot);
@@ -266,6 +275,13 @@ function renderDetails(detail) {
   field(dl, "sha256", r.sha256);
   field(dl, "size", r.size === null ? null : `${fmtSize(r.size)} (${r.size} bytes)`);
   field(dl, "created", fmtTime(r.created_at));
+  const t = r.timings;
+  if (t) {
+    field(dl, "save blocked", fmtSeconds(t.blocked_s));
+    field(dl, "save durable", fmtSeconds(t.durable_s));
+    field(dl, "save throughput", `${t.mb_s.toFixed(1)} MB/s`);
+    field(dl, "saved by", t.background ? "the background worker (async_upload)" : "the training thread");
+  }
   field(dl, "error", r.error);
   const tags = $("d-tags");
   tags.replaceChildren();
@@ -279,7 +295,7 @@ function renderDetails(detail) {
   const meta = $("d-metadata").tBodies[0];
   meta.replaceChildren();
   for (const key of Object.keys(r.metadata).sort()) {
-    if (RECORD_FIELDS.includes(key)) continue; // the registry keeps these as metadata too: shown once, above
+    if (RECORD_FIELDS.includes(key) || TIMING_KEYS.includes(key)) continue; // shown once, above
     const tr = el("tr");
     const value = r.metadata[key];
     tr.append(el("th", key), el("td", value === null ? "—" : `${value}`), el("td", r.metadata_types[key] || "", "muted"));
