@@ -68,7 +68,7 @@ def fill(path: str, records: int) -> int:
                         output_uri="file:///bench",
                     )
                     record = registry.create_pending(info, uri=f"file:///bench/{info.key}")
-                    registry.commit(record.id, sha256="0" * 64, size=1_000_000 + step)
+                    registry.make_live(record.id, sha256="0" * 64, size=1_000_000 + step)
                     ids.append(record.id)
                     written += 1
                 for record_id in ids[:-N_SAVED]:

@@ -66,8 +66,8 @@ def fill(path: str, records: int) -> None:
                     )  # fmt: skip
                     record = registry.create_pending(info, uri=f"{output_uri}/{key}")
                     sha256 = hashlib.sha256(name.encode()).hexdigest()
-                    registry.stage(record.id, sha256=sha256, size=1 << 20, replaces=previous.get(slot))
-                    registry.commit(record.id, sha256=sha256, size=1 << 20)
+                    registry.supersede(record.id, sha256=sha256, size=1 << 20, replaces=previous.get(slot))
+                    registry.make_live(record.id, sha256=sha256, size=1 << 20)
                     previous[slot] = record.id
     registry.close()
 

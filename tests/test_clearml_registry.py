@@ -80,7 +80,7 @@ def _commit(registry: ClearMLRegistry, filename: str, **kwargs: Any):
         _info(_run(registry), filename, **kwargs),
         uri=f"file:///out/ckpts/train-run/best_model.slot{kwargs.get('slot', 0)}.pt",
     )
-    return registry.commit(record.id, sha256=SHA, size=10)
+    return registry.make_live(record.id, sha256=SHA, size=10)
 
 
 # -- ClearML-specific behaviour of the registry ------------------------------------------------------
@@ -276,7 +276,7 @@ def test_requests_per_operation_are_few(clearml_standin, run_task) -> None:
     with clearml_standin.count() as create:
         record = registry.create_pending(_info(_run(registry), "best_model_1.pt"), uri="file:///x.pt")
     with clearml_standin.count() as commit:
-        registry.commit(record.id, sha256=SHA, size=10)
+        registry.make_live(record.id, sha256=SHA, size=10)
     with clearml_standin.count() as evict:
         registry.evict(record.id)
     with clearml_standin.count() as get:
@@ -284,7 +284,7 @@ def test_requests_per_operation_are_few(clearml_standin, run_task) -> None:
     old = _commit(registry, "best_model_2.pt")
     new = registry.create_pending(_info(_run(registry), "best_model_3.pt"), uri="file:///x.pt")
     with clearml_standin.count() as stage:
-        registry.stage(new.id, sha256=SHA, size=10, replaces=old.id)
+        registry.supersede(new.id, sha256=SHA, size=10, replaces=old.id)
     assert [c.endpoint for c in create] == ["models.create", "models.add_or_update_metadata"]
     assert [c.endpoint for c in commit] == [
         "models.get_by_id",
@@ -382,7 +382,7 @@ def test_becoming_live_writes_the_state_before_clearml_shows_it(clearml_standin,
     record = registry.create_pending(_info(_run(registry), "checkpoint_1.pt", stream="checkpoint"), uri="file:///x.pt")
     clearml_standin.fail(r"models\.edit")
     with pytest.raises(RegistryError, match=f"updating model {record.id} failed"):
-        registry.commit(record.id, sha256=SHA, size=10)
+        registry.make_live(record.id, sha256=SHA, size=10)
     assert registry.get(record.id).state is RecordState.LIVE
     assert "archived" in Model(record.id).system_tags and not Model(record.id).url and _listed(task) == []
 
@@ -395,7 +395,7 @@ def test_an_evicted_model_cannot_be_downloaded_through_clearml(run_task, tmp_pat
     slot = tmp_path / "best_model.slot0.pt"
     slot.write_bytes(b"checkpoint bytes")
     record = registry.create_pending(_info(_run(registry), "best_model_1.pt"), uri=slot.as_uri())
-    registry.commit(record.id, sha256=SHA, size=16)
+    registry.make_live(record.id, sha256=SHA, size=16)
     assert Model(record.id).url == slot.as_uri() and InputModel(record.id).get_weights()
     evicted = registry.evict(record.id)
     assert not Model(record.id).url and not InputModel(record.id).get_weights()
@@ -409,12 +409,12 @@ def test_stage_notes_the_digest_then_evicts_the_replaced_record(run_task) -> Non
     task, registry = run_task
     old = _commit(registry, "best_model_1.pt")
     new = registry.create_pending(_info(_run(registry), "best_model_2.pt"), uri="file:///x.pt")
-    registry.stage(new.id, sha256="cd" * 32, size=42, replaces=old.id)
+    registry.supersede(new.id, sha256="cd" * 32, size=42, replaces=old.id)
     staged = registry.get(new.id)
     assert (staged.state, staged.sha256, staged.size) == (RecordState.PENDING, "cd" * 32, 42)
     assert "sha256" not in staged.metadata  # shown in metadata once committed, as in SQLite
     assert registry.get(old.id).state is RecordState.EVICTED and _listed(task) == []
-    done = registry.commit(new.id, sha256="cd" * 32, size=42)
+    done = registry.make_live(new.id, sha256="cd" * 32, size=42)
     assert done.metadata["sha256"] == "cd" * 32 and _listed(task) == [new.id]
 
 
@@ -427,14 +427,14 @@ def test_stage_changes_nothing_when_the_slot_changed_under_it(run_task) -> None:
     registry.evict(gone.id)
     new = registry.create_pending(_info(_run(registry), "best_model_3.pt"), uri="file:///x.pt")
     with pytest.raises(RegistryError, match=rf"record {gone.id}, which record {new.id} replaces .* is evicted"):
-        registry.stage(new.id, sha256=SHA, size=10, replaces=gone.id)
+        registry.supersede(new.id, sha256=SHA, size=10, replaces=gone.id)
     assert registry.get(new.id).sha256 is None
     registry.fail(new.id, "OSError: disk full")
     with pytest.raises(RegistryError, match=rf"record {new.id} is failed, no longer pending"):
-        registry.stage(new.id, sha256=SHA, size=10, replaces=old.id)
+        registry.supersede(new.id, sha256=SHA, size=10, replaces=old.id)
     assert registry.get(old.id).state is RecordState.LIVE and Model(old.id).url
     with pytest.raises(RecordNotFoundError, match="0123abcd"):
-        registry.stage(new.id, sha256=SHA, size=10, replaces="0123abcd")
+        registry.supersede(new.id, sha256=SHA, size=10, replaces="0123abcd")
 
 
 def test_infinite_scores_are_kept_exactly_and_nan_is_absent(run_task) -> None:
@@ -452,7 +452,7 @@ def test_records_at_another_output_uri_are_another_stream(clearml_standin, run_t
     for output_uri in ("file:///a", "s3://bucket/b"):
         for slot in (0, 1):
             info = dataclasses.replace(_info(run, f"best_model_{slot}.pt", slot=slot), output_uri=output_uri)
-            registry.commit(registry.create_pending(info, uri=f"{output_uri}/{info.key}").id, sha256=SHA, size=1)
+            registry.make_live(registry.create_pending(info, uri=f"{output_uri}/{info.key}").id, sha256=SHA, size=1)
     with clearml_standin.count("models\\.get_all") as calls:
         found = registry.query(Query(project="ckpts", run=run, stream="best_model", output_uri="s3://bucket/b", slot=1))
     assert [(r.output_uri, r.slot, r.filename) for r in found] == [("s3://bucket/b", 1, "best_model_1.pt")]

@@ -88,7 +88,7 @@ def test_slot_size_sha256_uri_and_created_at_are_stored_once_and_still_queried_a
     first = live(registry, "a_1.pt", slot=0)
     second = live(registry, "a_2.pt", slot=1)
     staged = pending(registry, "a_3.pt", slot=2)
-    registry.stage(staged.id, sha256=SHA, size=99, replaces=None)
+    registry.supersede(staged.id, sha256=SHA, size=99, replaces=None)
     with sqlite3.connect(registry.path) as conn:
         keys = {k for (k,) in conn.execute("SELECT DISTINCT key FROM metadata")}
     assert not keys & {"slot", "size", "sha256", "uri", "created_at"}

@@ -133,8 +133,8 @@ def _killing(base: type) -> type:
     """``base``, a real registry, with a SIGKILL right after the commit-point transaction."""
 
     class Killing(base):  # type: ignore[valid-type,misc]
-        def stage(self, record_id: str, **kwargs: Any) -> None:
-            super().stage(record_id, **kwargs)
+        def supersede(self, record_id: str, **kwargs: Any) -> None:
+            super().supersede(record_id, **kwargs)
             if _fault["kind"] == "kill-stage" and self.get(record_id).stream == _fault["stream"]:
                 _die()
 

@@ -319,7 +319,7 @@ class Pipeline:
         def before_commit() -> None:  # DESIGN step 6, right before the storage commit point
             nonlocal staged
             replaces = choice.replaces.id if choice.replaces is not None else None
-            self.registry.stage(record.id, sha256=writer.sha256, size=writer.size, replaces=replaces)
+            self.registry.supersede(record.id, sha256=writer.sha256, size=writer.size, replaces=replaces)
             staged = True
 
         writing_since = time.perf_counter()
@@ -338,7 +338,7 @@ class Pipeline:
                 post_error = exc  # the bytes are committed: the record still becomes live
             # Last, so no callback can forge them; durable ends here, before the commit's round-trip.
             final.metadata.update(clock.metadata(size=writer.size, write_s=write_s))
-            live = self.registry.commit(record.id, sha256=writer.sha256, size=writer.size, metadata=final.metadata)
+            live = self.registry.make_live(record.id, sha256=writer.sha256, size=writer.size, metadata=final.metadata)
         except BaseException:
             # The bytes are in the slot, the record is pending with their digest: start-up
             # recovery (or the next save's) promotes it. Reload the slots from the registry.

@@ -58,7 +58,7 @@ def recover_slot(
     for record, change in plan:
         if change == "promoted":
             assert record.sha256 is not None and record.size is not None
-            registry.commit(record.id, sha256=record.sha256, size=record.size)
+            registry.make_live(record.id, sha256=record.sha256, size=record.size)
         elif change == "restored":
             registry.restore(record.id, restored)
         else:

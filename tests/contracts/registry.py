@@ -34,7 +34,7 @@ def pending(registry: Registry, filename: str, *, stream: str = "best_model", sl
 
 def live(registry: Registry, filename: str, **kwargs):
     record = pending(registry, filename, **kwargs)
-    return registry.commit(record.id, sha256=SHA, size=10)
+    return registry.make_live(record.id, sha256=SHA, size=10)
 
 
 class RegistryContract:
@@ -48,7 +48,7 @@ class RegistryContract:
 
     def test_commit_makes_it_live_with_sha256_size_and_typed_metadata(self, registry: Registry) -> None:
         record = pending(registry, "best_model_3_val_acc=0.9312.pt", global_step=3, score=0.93121, score_name="val_acc")
-        done = registry.commit(record.id, sha256=SHA, size=1234, metadata={"priority": 0.93121})
+        done = registry.make_live(record.id, sha256=SHA, size=1234, metadata={"priority": 0.93121})
         assert done.state is RecordState.LIVE
         assert (done.sha256, done.size) == (SHA, 1234)
         got = registry.get(record.id)
@@ -68,7 +68,7 @@ class RegistryContract:
         evicted = registry.evict(record.id)
         assert evicted.state is RecordState.EVICTED
         with pytest.raises(RegistryError, match="not pending"):
-            registry.commit(record.id, sha256=SHA, size=10)
+            registry.make_live(record.id, sha256=SHA, size=10)
         with pytest.raises(RegistryError, match="evicted"):
             registry.evict(record.id)
         assert registry.get(record.id).state is RecordState.EVICTED
@@ -159,7 +159,7 @@ class RegistryContract:
     def test_stage_notes_the_digest_and_evicts_the_replaced_record_in_one_step(self, registry: Registry) -> None:
         old = live(registry, "a_1.pt")
         new = pending(registry, "a_2.pt")
-        registry.stage(new.id, sha256=SHA, size=7, replaces=old.id)
+        registry.supersede(new.id, sha256=SHA, size=7, replaces=old.id)
         assert registry.get(old.id).state is RecordState.EVICTED
         staged = registry.get(new.id)
         assert (staged.state, staged.sha256, staged.size) == (RecordState.PENDING, SHA, 7)
@@ -169,13 +169,13 @@ class RegistryContract:
         registry.evict(old.id)  # another writer took the slot
         new = pending(registry, "a_2.pt")
         with pytest.raises(RegistryError, match="no longer live"):
-            registry.stage(new.id, sha256=SHA, size=7, replaces=old.id)
+            registry.supersede(new.id, sha256=SHA, size=7, replaces=old.id)
         assert registry.get(new.id).sha256 is None and registry.get(new.id).state is RecordState.PENDING
 
     def test_a_failed_replacement_puts_the_previous_record_back(self, registry: Registry) -> None:
         old = live(registry, "a_1.pt")
         new = pending(registry, "a_2.pt")
-        registry.stage(new.id, sha256=SHA, size=7, replaces=old.id)
+        registry.supersede(new.id, sha256=SHA, size=7, replaces=old.id)
         assert registry.restore(old.id).state is RecordState.LIVE
         assert registry.fail(new.id, "the rename failed").state is RecordState.FAILED
         with pytest.raises(RegistryError):
@@ -318,7 +318,7 @@ class RegistryContract:
         a = live(registry, "model_1.pt", stream="model", lr=0.1)
         info = UploadInfo("p", "r", "model", "model_1.pt", metadata={"basename": "model", "lr (warm-up)": 2},
                           slot=0, key="p/r/model.slot0.pt", output_uri="file:///elsewhere")  # fmt: skip
-        b = registry.commit(registry.create_pending(info, uri="file:///elsewhere/p/r/model.slot0.pt").id,
+        b = registry.make_live(registry.create_pending(info, uri="file:///elsewhere/p/r/model.slot0.pt").id,
                             sha256=SHA, size=3)  # fmt: skip
         assert [r.id for r in registry.query(Query(project="p", output_uri="file:///elsewhere"))] == [b.id]
         assert registry.count(Query(output_uri="file:///elsewhere")) == 1

@@ -467,7 +467,7 @@ class Soak:
         problem = None
         if kind == "epoch":
             problem = self.twin.epoch(int(event["epoch"]), int(event["iteration"]))
-        elif kind in ("remove", "save", "staged", "committed", "done", "error"):
+        elif kind in ("remove", "save", "superseded", "committed", "done", "error"):
             problem = self.twin.event(event)
             if kind == "save":
                 self.stats.saves += 1

@@ -41,8 +41,8 @@ POINTS: dict[str, str] = {
     "pickle:mid": "inside torch.save's pickling, before its bytes reach the staged write",
     "write:mid": "half of the checkpoint's bytes are in the staged write (temp file / multipart parts)",
     "upload:mid": "S3 only: a part of the multipart upload is stored, the upload is not complete",
-    "stage:before": "every byte staged (temp file fsynced / parts uploaded); before the registry's stage",
-    "stage:after": "digest noted and the slot's previous record evicted; before the storage commit point",
+    "supersede:before": "every byte staged (temp file fsynced / parts uploaded); before the registry's stage",
+    "supersede:after": "digest noted and the slot's previous record evicted; before the storage commit point",
     "commit:after": "the storage commit point passed (rename / CompleteMultipartUpload); record pending",
     "register:before": "post-upload callbacks ran; before the record becomes live",
     "register:after": "the record is live; the save returns next",
@@ -90,17 +90,17 @@ def targeted_points(backend: str) -> list[str]:
 
 
 def parse_crash(spec: str | None) -> tuple[str, int] | None:
-    """``"stage:after:2"`` → ``("stage:after", 2)``; ``None`` or ``""`` → ``None``.
+    """``"supersede:after:2"`` → ``("supersede:after", 2)``; ``None`` or ``""`` → ``None``.
 
     Examples:
-        >>> parse_crash("stage:after:2"), parse_crash("gateway:3"), parse_crash(None)
-        (('stage:after', 2), ('gateway', 3), None)
+        >>> parse_crash("supersede:after:2"), parse_crash("gateway:3"), parse_crash(None)
+        (('supersede:after', 2), ('gateway', 3), None)
     """
     if not spec:
         return None
     point, _, count = spec.rpartition(":")
     if not point or not count.isdigit() or int(count) < 1:
-        raise ValueError(f"crash point {spec!r} is not <point>:<n> with n >= 1, e.g. stage:after:2")
+        raise ValueError(f"crash point {spec!r} is not <point>:<n> with n >= 1, e.g. supersede:after:2")
     return point, int(count)
 
 
@@ -128,7 +128,7 @@ class Kill:
 
     @property
     def label(self) -> str:
-        """How a report names the kill: ``random@0.734s``, ``stage:after:2``, ``gateway:3``."""
+        """How a report names the kill: ``random@0.734s``, ``supersede:after:2``, ``gateway:3``."""
         return f"random@{self.delay:.3f}s" if self.kind == "random" else f"{self.point}:{self.count}"
 
     @property

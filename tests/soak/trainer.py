@@ -8,7 +8,7 @@ Usage: ``python -m tests.soak.trainer CONFIG_JSON`` with ``TRACKER_SAVER_SOAK_CR
 ``step_s`` (compute per iteration) and ``mutant`` (a deliberate bug, see ``MUTANTS``).
 
 The crash points wrap the real seams, in this process only: a ``Registry`` subclass around
-``create_pending``/``stage``/``commit``, the storage's ``writer`` (a tap on the staged write, and
+``create_pending``/``supersede``/``make_live``, the storage's ``writer`` (a tap on the staged write, and
 the moment its commit returned), an object that dies while ``torch.save`` pickles it, and botocore
 events of the S3 client. The library has no test hook.
 
@@ -19,7 +19,7 @@ Protocol: JSON lines on stdout, commands on stdin.
   restored as ``restore`` says; waits for ``go``, then trains until killed, each epoch one
   iteration, both streams saved at every ``EPOCH_COMPLETED``;
 * per epoch ``{"ev": "epoch", "epoch", "iteration"}``, then per save ``remove`` (Ignite's),
-  ``save`` (handler called), ``staged`` (the registry's stage returned: the storage commit point is
+  ``save`` (handler called), ``superseded`` (the registry's supersede returned: the storage commit point is
   next), ``committed`` (post-upload callback: the commit point passed), ``done`` (handler returned);
 * ``{"ev": "error", "f", "error"}``: the save raised, then ``{"ev": "exit", "error"}``: the
   training raised, and the process exits with status 3;
@@ -137,19 +137,19 @@ def soak_registry(base: type[Registry], crash: Crash, mutant: str = "") -> type[
             crash.at("create:after")
             return record
 
-        def stage(self, record_id: str, **kwargs: Any) -> None:
-            crash.at("stage:before")
-            super().stage(record_id, **kwargs)
+        def supersede(self, record_id: str, **kwargs: Any) -> None:
+            crash.at("supersede:before")
+            super().supersede(record_id, **kwargs)
             if early:
                 self.set_state(record_id, RecordState.LIVE, expected=(RecordState.PENDING,))
-            emit("staged", id=record_id)
-            crash.at("stage:after")
+            emit("superseded", id=record_id)
+            crash.at("supersede:after")
 
-        def commit(self, record_id: str, **kwargs: Any) -> Record:
+        def make_live(self, record_id: str, **kwargs: Any) -> Record:
             if early and self.get(record_id).state is RecordState.LIVE:
                 return self.get(record_id)
             crash.at("register:before")
-            record = super().commit(record_id, **kwargs)
+            record = super().make_live(record_id, **kwargs)
             crash.at("register:after")
             return record
 

@@ -54,7 +54,7 @@ class InFlight:
     stream: str
     entry: Entry
     replaces: Entry | None
-    staged: bool = False
+    superseded: bool = False
     committed: bool = False
     error: str | None = None
 
@@ -203,8 +203,8 @@ class Twin:
                 entry = Entry(filename, priority, self.order, self._iteration)
                 self.inflight = InFlight(stream, entry, twin.choose(filename, saved))
         elif self.inflight is not None:
-            if kind == "staged":
-                self.inflight.staged = True
+            if kind == "superseded":
+                self.inflight.superseded = True
             elif kind == "committed":
                 self.inflight.committed = True
             elif kind == "error":
@@ -222,7 +222,7 @@ class Twin:
         """The process is gone: settle the save it died in; return it when only the registry can tell."""
         inflight, self.inflight = self.inflight, None
         self._expected.clear()
-        if inflight is None or not inflight.staged:
+        if inflight is None or not inflight.superseded:
             return None  # no save, or it died before the commit point: rolled back
         if inflight.committed:
             self._complete(inflight)  # the commit point passed: start-up must promote it

@@ -172,7 +172,7 @@ class Registry(ABC):
         >>> reg = open_registry(":memory:")
         >>> rec = reg.create_pending(UploadInfo("p", "r", "checkpoint", "checkpoint_1.pt", slot=0,
         ...                          key="p/r/checkpoint.slot0.pt"), uri="file:///tmp/p/r/checkpoint.slot0.pt")
-        >>> reg.commit(rec.id, sha256="0" * 64, size=1).state.value
+        >>> reg.make_live(rec.id, sha256="0" * 64, size=1).state.value
         'live'
     """
 
@@ -184,11 +184,13 @@ class Registry(ABC):
         """Create a ``pending`` record for a checkpoint about to be written to ``info.key``."""
 
     @abstractmethod
-    def commit(self, record_id: str, *, sha256: str, size: int, metadata: dict[str, MetaValue] | None = None) -> Record:
+    def make_live(
+        self, record_id: str, *, sha256: str, size: int, metadata: dict[str, MetaValue] | None = None
+    ) -> Record:
         """Move ``pending`` → ``live`` with its sha256, size and extra metadata."""
 
     @abstractmethod
-    def stage(self, record_id: str, *, sha256: str, size: int, replaces: str | None) -> None:
+    def supersede(self, record_id: str, *, sha256: str, size: int, replaces: str | None) -> None:
         """At the storage commit point: note a pending record's staged digest and take its slot's
         previous record (``replaces``) out of live, in one transaction.
 

@@ -20,9 +20,9 @@ tracker_saver metadata (e.g. made by ignite's ``ClearMLSaver``) are never record
 
 Requests per operation, measured against the stand-in (``tests/test_clearml_registry.py``
 asserts them): ``create_pending`` 2 (``models.create`` + ``models.add_or_update_metadata``;
-once per project 1 more to look it up); ``commit`` 4 (get, metadata, edit,
+once per project 1 more to look it up); ``make_live`` 4 (get, metadata, edit,
 ``tasks.add_or_update_model``); ``evict`` 4 (get, edit, ``tasks.delete_models``, metadata; 5
-when another process listed the model, to read the task's list first); ``stage`` 5 with a
+when another process listed the model, to read the task's list first); ``supersede`` 5 with a
 replaced record (``models.get_all``, metadata, then the eviction's edit, delete_models,
 metadata); ``claim`` 3 when the stream is free (get_all, create, get_all), 2 to renew (get_all,
 edit); ``release`` 2 (get_all, ``models.delete``); ``get`` 1; ``query`` 1 per 500 models.

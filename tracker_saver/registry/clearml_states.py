@@ -1,4 +1,4 @@
-"""The ClearML registry's state changes: create pending, commit, stage, set a state, each checked first.
+"""The ClearML registry's state changes: create pending, supersede, make live, set a state, each checked first.
 
 State changes: ClearML has no compare-and-set, so each change reads the model, checks the
 state it leaves, then writes. Toward a loadable state (``pending → live``, ``evicted →
@@ -6,7 +6,7 @@ live/revived``) metadata ``state`` is written first (the commit point) and the m
 away from one (``live/revived → evicted``, ``pending → failed``) the mirror changes first
 (archive, tags, uri cleared, off the task) and metadata ``state`` last. A failed follow-up
 therefore never leaves a model that looks more loadable in ClearML than it is.
-``stage`` reads both models in one request, checks both, writes the staged sha256/size, then
+``supersede`` reads both models in one request, checks both, writes the staged sha256/size, then
 evicts the replaced record that way.
 """
 
@@ -41,7 +41,9 @@ class ClearMLStates(ClearMLTasks):
             )
         return self._record(self._create_model(info, uri=uri, metadata=metadata, tags=tags, extra={}, kind="model"))
 
-    def commit(self, record_id: str, *, sha256: str, size: int, metadata: dict[str, MetaValue] | None = None) -> Record:
+    def make_live(
+        self, record_id: str, *, sha256: str, size: int, metadata: dict[str, MetaValue] | None = None
+    ) -> Record:
         model = self._fetch(record_id)
         record = self._record(model)
         if record.state is not RecordState.PENDING:
@@ -98,7 +100,7 @@ class ClearMLStates(ClearMLTasks):
         self._expect(record, state, expected)
         return self._move(model, record, state, error)
 
-    def stage(self, record_id: str, *, sha256: str, size: int, replaces: str | None) -> None:
+    def supersede(self, record_id: str, *, sha256: str, size: int, replaces: str | None) -> None:
         """Note the staged digest on the pending record, then evict ``replaces``; both are checked first.
 
         ClearML has no transaction: both models are read (one request) and checked before anything

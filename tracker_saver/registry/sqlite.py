@@ -160,7 +160,9 @@ class SQLiteRegistry(SQLiteConnection, Registry):
             conn.executemany("INSERT OR IGNORE INTO tags VALUES (?, ?)", [(rid, t) for t in info.tags])
         return self.get(str(rid))
 
-    def commit(self, record_id: str, *, sha256: str, size: int, metadata: dict[str, MetaValue] | None = None) -> Record:
+    def make_live(
+        self, record_id: str, *, sha256: str, size: int, metadata: dict[str, MetaValue] | None = None
+    ) -> Record:
         rid = self._id(record_id)
         with self.atomic() as conn:
             row = conn.execute("SELECT state, uri FROM records WHERE id = ?", (rid,)).fetchone()
@@ -177,7 +179,7 @@ class SQLiteRegistry(SQLiteConnection, Registry):
             self._set_metadata(conn, rid, metadata or {})
         return self.get(record_id)
 
-    def stage(self, record_id: str, *, sha256: str, size: int, replaces: str | None) -> None:
+    def supersede(self, record_id: str, *, sha256: str, size: int, replaces: str | None) -> None:
         rid = self._id(record_id)
         with self.atomic() as conn:
             done = conn.execute(
