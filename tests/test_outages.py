@@ -46,8 +46,16 @@ def big_model() -> torch.nn.Module:
 class Training:
     """One saver and one ``Checkpoint``, trained in runs of real engines; every save is timed."""
 
-    def __init__(self, output_uri: str, registry: str, *, timeout: float = T, **saver_options: Any) -> None:
-        self.net = big_model()
+    def __init__(
+        self,
+        output_uri: str,
+        registry: str,
+        *,
+        timeout: float = T,
+        net: torch.nn.Module | None = None,
+        **saver_options: Any,
+    ) -> None:
+        self.net = net if net is not None else big_model()
         self.saver = TrackerSaver(
             output_uri,
             project="p",
@@ -176,6 +184,47 @@ def test_async_training_goes_on_and_the_error_surfaces_then_a_later_save_succeed
     time.sleep(training.saver.storage.outage.retry_in())
     training.run(1)
     assert training.live()[-1] == f"model_{training.step}.pt"
+    assert_true_and_small(s3_output_uri, registry)
+    training.saver.close()
+
+
+@pytest.mark.parametrize("operation", ["PutObject", "CompleteMultipartUpload"])
+def test_a_commit_refused_by_a_killed_gateway_keeps_the_previous_record_live_at_once(
+    s3_output_uri: str, tmp_path: Any, ceph_s3: Any, operation: str
+) -> None:
+    """radosgw is killed right before the save's commit request: the one PUT of a small checkpoint,
+    or the CompleteMultipartUpload once every part of a 20 MiB one is up. Every attempt is
+    refused, which proves that nothing reached the store, so as soon as the save raises, with
+    the gateway still down, the slot's previous record is live again; the new one is failed.
+    (Before the staged write, the previous record stayed evicted until the gateway came back.)
+    """
+    registry = str(tmp_path / "registry.db")
+    training = Training(s3_output_uri, registry, net=torch.nn.Linear(4, 4) if operation == "PutObject" else None)
+    training.run(2)
+    before = training.live()
+    events = training.saver.storage._client.meta.events  # the saver's own client: its commit request
+    killed: list[str] = []
+
+    def kill(params: dict[str, Any], **_: Any) -> None:
+        if not killed:
+            killed.append(params["Key"])
+            ceph_s3.kill_rgw()
+
+    with ceph_s3.gateway_stopped():
+        events.register(f"before-parameter-build.s3.{operation}", kill, unique_id="test-kill")
+        try:
+            with pytest.raises(StorageError, match="stopped answering|cannot reach"):
+                training.run(1)
+        finally:
+            events.unregister(f"before-parameter-build.s3.{operation}", unique_id="test-kill")
+        assert killed and killed[0].endswith("p/r/model.slot0.pt"), killed
+        assert training.live() == before  # at once: nothing reads the store, which is still down
+        states = {r.filename: r.state for r in find_models(project="p", run="r", registry=registry)}
+        assert states["model_3.pt"] is RecordState.FAILED, states
+        assert RecordState.PENDING not in states.values(), states
+    time.sleep(training.saver.storage.outage.retry_in())
+    training.run(1)
+    assert training.live() == sorted([before[-1], "model_4.pt"])
     assert_true_and_small(s3_output_uri, registry)
     training.saver.close()
 

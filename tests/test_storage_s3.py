@@ -16,12 +16,16 @@ from tracker_saver.storage import open_storage
 
 boto3 = pytest.importorskip("boto3")
 
+import botocore.exceptions  # noqa: E402
+
+from tracker_saver.outage import OutageError  # noqa: E402
 from tracker_saver.storage.s3 import KNOWN_OPTIONS, S3Storage  # noqa: E402  (needs boto3)
 from tracker_saver.storage.s3 import options as options_mod  # noqa: E402
 from tracker_saver.storage.s3 import progress as progress_mod  # noqa: E402
 from tracker_saver.storage.s3 import storage as storage_mod  # noqa: E402
 from tracker_saver.storage.s3.parts import Segments  # noqa: E402
 from tracker_saver.storage.s3.progress import Progress  # noqa: E402
+from tracker_saver.storage.s3.uploads import CommitAttempts  # noqa: E402
 
 MiB = 1024 * 1024
 SECRET = "s3cr3t-never-shown-Zq81xVb"
@@ -417,3 +421,26 @@ def test_every_error_carries_the_cause_and_is_in_the_tree(s3_env) -> None:
         store.put_stream("p/r/s.slot0.pt", io.BytesIO(b"x"))
     assert isinstance(caught.value, StorageError) and caught.value.key == "p/r/s.slot0.pt"
     assert type(caught.value.__cause__).__module__.startswith(("botocore", "boto3"))
+
+
+@pytest.mark.parametrize(
+    ("outcome", "reached"),
+    [
+        (botocore.exceptions.EndpointConnectionError(endpoint_url="http://127.0.0.1:1"), False),
+        (botocore.exceptions.ConnectTimeoutError(endpoint_url="http://127.0.0.1:1"), False),
+        (OutageError("no answer for 7.0 s"), False),
+        (botocore.exceptions.ReadTimeoutError(endpoint_url="http://127.0.0.1:1"), True),
+        (botocore.exceptions.ConnectionClosedError(endpoint_url="http://127.0.0.1:1"), True),
+        (None, True),  # an answer, even an error status: the server saw the request
+    ],
+    ids=lambda v: type(v).__name__ if not isinstance(v, bool) else str(v),
+)
+def test_a_commit_request_reached_the_store_unless_every_attempt_proves_it_was_not_sent(
+    outcome: BaseException | None, reached: bool
+) -> None:
+    """Only failures that happen before a byte is sent (refused, connect timeout, the outage
+    clock) prove that a PUT / CompleteMultipartUpload left the key as it was."""
+    attempts = CommitAttempts()
+    attempts.ended(botocore.exceptions.EndpointConnectionError(endpoint_url="http://127.0.0.1:1"))
+    attempts.ended(outcome)
+    assert attempts.may_have_reached() is reached

@@ -19,7 +19,7 @@ import logging
 import re
 import threading
 import time
-from collections.abc import Callable, Iterator, Mapping
+from collections.abc import Iterator, Mapping
 from typing import Any, BinaryIO
 
 import torch
@@ -38,11 +38,12 @@ from tracker_saver.errors import (
 from tracker_saver.local_view import LocalView
 from tracker_saver.memory import StableMemory
 from tracker_saver.naming import key_ext, key_segment, run_prefix, slot_key
+from tracker_saver.pools import shared_pool
 from tracker_saver.records import LOADABLE, Record, RecordState, StreamId, UploadInfo
 from tracker_saver.recovery import Action, recover_slot, recover_stream
 from tracker_saver.registry.base import Query, Registry, stream_query
 from tracker_saver.slots import Choice, SlotAllocator
-from tracker_saver.storage.base import Storage
+from tracker_saver.storage.base import StagedWrite, Storage
 from tracker_saver.timings import SaveClock
 
 __all__ = ["HashingWriter", "Pipeline", "check_save_kwargs", "is_writing", "kept_filenames", "writing"]
@@ -97,8 +98,8 @@ def writing() -> Iterator[None]:
 #: release the GIL, so the sha256 runs while the bytes are written.
 PARALLEL_HASH_BYTES = 1 << 20
 
-#: One thread for every writer's hashing: a writer's updates run in the order it wrote.
-_hasher = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="tracker-saver-sha256")
+#: The pool of the one thread that hashes for every writer: a writer's updates run in the order it wrote.
+HASHER = "tracker-saver-sha256"
 
 
 class HashingWriter:
@@ -127,7 +128,7 @@ class HashingWriter:
         self._sha = hashlib.sha256()
         self._hashing: list[concurrent.futures.Future[None]] = []
         self.size = 0
-        self.error: OSError | None = None
+        self.error: Exception | None = None
 
     def write(self, data: bytes) -> int:
         view = memoryview(data)
@@ -140,8 +141,8 @@ class HashingWriter:
             self._sha.update(view)
         try:
             self.target.write(view)
-        except OSError as exc:
-            self.error = exc  # torch may rewrap it; keep the original for the error message
+        except Exception as exc:
+            self.error = exc  # torch.save re-wraps it in a RuntimeError: keep the original
             raise
         finally:
             if wait:
@@ -152,7 +153,7 @@ class HashingWriter:
     def _queue_hash(self, data: memoryview | bytes) -> bool:
         """Hash ``data`` on the hashing thread; ``False`` once the interpreter shuts down (an atexit flush)."""
         try:
-            future = _hasher.submit(self._sha.update, data)
+            future = shared_pool(HASHER).submit(self._sha.update, data)
         except RuntimeError:  # concurrent.futures takes no new work at interpreter shutdown
             return False
         self._hashing = [f for f in self._hashing if not f.done()] + [future]
@@ -220,6 +221,9 @@ class Pipeline:
         self.view = view
         self.slots = SlotAllocator()
         self._claimed: dict[StreamId, float] = {}  # stream -> when the claim was last renewed
+        # ``open`` runs on the async worker and on the caller's thread (``TrackerSaver.adopt``):
+        # one at a time, so a stream is settled and loaded once.
+        self._lock = threading.RLock()
 
     def open(self, stream: StreamId) -> None:
         """Claim ``stream`` (renewed every quarter lease) and, on first use, settle and load it.
@@ -227,22 +231,23 @@ class Pipeline:
         Raises:
             StreamBusyError: another live saver writes the stream.
         """
-        now = time.monotonic()
-        if now - self._claimed.get(stream, -LEASE_S) >= LEASE_S / 4:
-            self.registry.claim(stream, self.holder)
-            self._claimed[stream] = now
-        if not self.slots.loaded(stream):
-            # We hold the claim: every pending record of the stream is a dead writer's (or ours,
-            # from a save that failed), and every unfinished write to its slots is one that an
-            # outage or a kill left (a retried CreateMultipartUpload the server ran late, say).
-            for action in recover_stream(self.storage, self.registry, stream):
-                log.warning("%s: %s", stream.label, action)
-            prefix = f"{run_prefix(stream.project, stream.run)}{key_segment(stream.stream)}.slot"
-            for item in self.storage.staged(prefix):
-                if re.fullmatch(r"\d+\.\w+", item.key[len(prefix) :]):  # not the stream "<name>.slot…"'s
-                    self.storage.abort_staged(item)
-                    log.warning("%s: removed unfinished write %s", stream.label, item.ref)
-            self.slots.load(stream, self.registry.query(stream_query(stream, states=LOADABLE)))
+        with self._lock:
+            now = time.monotonic()
+            if now - self._claimed.get(stream, -LEASE_S) >= LEASE_S / 4:
+                self.registry.claim(stream, self.holder)
+                self._claimed[stream] = now
+            if not self.slots.loaded(stream):
+                # We hold the claim: every pending record of the stream is a dead writer's (or ours,
+                # from a save that failed), and every unfinished write to its slots is one that an
+                # outage or a kill left (a retried CreateMultipartUpload the server ran late, say).
+                for action in recover_stream(self.storage, self.registry, stream):
+                    log.warning("%s: %s", stream.label, action)
+                prefix = f"{run_prefix(stream.project, stream.run)}{key_segment(stream.stream)}.slot"
+                for item in self.storage.staged(prefix):
+                    if re.fullmatch(r"\d+\.\w+", item.key[len(prefix) :]):  # not the stream "<name>.slot…"'s
+                        self.storage.abort_staged(item)
+                        log.warning("%s: removed unfinished write %s", stream.label, item.ref)
+                self.slots.load(stream, self.registry.query(stream_query(stream, states=LOADABLE)))
 
     def recover(self, project: str, run: str) -> list[Action]:
         """Start-up recovery: settle what killed writers left in this run at this output_uri.
@@ -272,17 +277,19 @@ class Pipeline:
                         self.storage.abort_staged(item)
                         log.warning("start-up recovery in %s: removed unfinished write %s", stream.label, item.ref)
             finally:
-                self.registry.release(stream, self.holder)
-                self._claimed.pop(stream, None)
+                with self._lock:
+                    self.registry.release(stream, self.holder)
+                    self._claimed.pop(stream, None)
         for action in actions:
             log.warning("start-up recovery in %s/%s: %s", project, run, action)
         return actions
 
     def close(self) -> None:
         """Give up every stream claim this pipeline holds."""
-        for stream in list(self._claimed):
-            self.registry.release(stream, self.holder)
-            del self._claimed[stream]
+        with self._lock:
+            for stream in list(self._claimed):
+                self.registry.release(stream, self.holder)
+                del self._claimed[stream]
 
     def save(self, checkpoint: Mapping[str, Any], info: UploadInfo, clock: SaveClock | None = None) -> Record | None:
         """Write ``checkpoint`` into the slot chosen for ``info``; return its live record.
@@ -311,34 +318,37 @@ class Pipeline:
         except BaseException:
             self.slots.abandon(stream, choice)
             raise
-        staged = False
         # CPU tensors' storages outlive torch.save's writes: their hash and upload may trail them.
         stable = StableMemory.of(checkpoint)
         writer = HashingWriter(stable=stable)
-
-        def before_commit() -> None:  # DESIGN step 6, right before the storage commit point
-            nonlocal staged
-            replaces = choice.replaces.id if choice.replaces is not None else None
-            self.registry.supersede(record.id, sha256=writer.sha256, size=writer.size, replaces=replaces)
-            staged = True
-
+        staged: StagedWrite | None = None
+        superseded = False
         writing_since = time.perf_counter()
         try:
-            self._write(checkpoint, info.key, writer, before_commit, stable)
+            staged = self.storage.stage(info.key, stable=stable)
+            self._serialize(checkpoint, staged, writer)  # step 5: the bytes are staged
+            replaces = choice.replaces.id if choice.replaces is not None else None
+            self.registry.supersede(record.id, sha256=writer.sha256, size=writer.size, replaces=replaces)  # step 6
+            superseded = True
+            staged.commit()  # step 7: the commit point
+            self._check_size(info.key, writer.size)
         except BaseException as exc:
-            self._undo(stream, choice, record, staged, exc)
+            reached = staged.abort() if staged is not None else False
+            self._undo(stream, choice, record, exc, superseded=superseded, reached=reached)
             raise
         write_s = time.perf_counter() - writing_since
         final.metadata.update(sha256=writer.sha256, size=writer.size, uri=record.uri)
         post_error: CallbackError | None = None
         try:
             try:
-                self.callbacks.run_post(final)
+                self.callbacks.run_post(final)  # step 8
             except CallbackError as exc:
                 post_error = exc  # the bytes are committed: the record still becomes live
             # Last, so no callback can forge them; durable ends here, before the commit's round-trip.
             final.metadata.update(clock.metadata(size=writer.size, write_s=write_s))
-            live = self.registry.make_live(record.id, sha256=writer.sha256, size=writer.size, metadata=final.metadata)
+            live = self.registry.make_live(  # step 9
+                record.id, sha256=writer.sha256, size=writer.size, metadata=final.metadata
+            )
         except BaseException:
             # The bytes are in the slot, the record is pending with their digest: start-up
             # recovery (or the next save's) promotes it. Reload the slots from the registry.
@@ -352,44 +362,51 @@ class Pipeline:
             raise post_error
         return live
 
-    def _undo(self, stream: StreamId, choice: Choice, record: Record, staged: bool, exc: BaseException) -> None:
-        """After a failed save: the previous record back to live, the new one failed."""
+    def _undo(
+        self, stream: StreamId, choice: Choice, record: Record, exc: BaseException, *, superseded: bool, reached: bool
+    ) -> None:
+        """After a failed save: the previous record back to live, the new one failed.
+
+        ``superseded``: step 6 ran (the slot's previous record left live); ``reached``: the
+        staged write's commit may have changed the slot (its ``abort`` said so).
+        """
         self.slots.abandon(stream, choice)
         if isinstance(exc, StorageError):
             # An outage may leave unfinished writes it could not abort: the stream's next save
             # reopens it, which removes them (``open``).
             self.slots.forget(stream)
+        why = f"{type(exc).__name__}: {exc}"
         try:
-            if not staged:  # the commit point was never reached: the slot's bytes are untouched
-                self.registry.fail(record.id, f"{type(exc).__name__}: {exc}")
+            if not reached:  # the slot's bytes are provably untouched: no need to read them
+                if superseded and choice.replaces is not None:
+                    self.registry.restore(choice.replaces.id, RecordState.LIVE)
+                    self.slots.forget(stream)
+                self.registry.fail(record.id, why)
                 return
-            # The commit point was attempted: what the slot holds now decides.
+            # The commit may have reached the store: what the slot holds now decides.
             self.slots.forget(stream)
             for action in recover_slot(self.storage, self.registry, stream, choice.slot, restored=RecordState.LIVE):
                 log.info("%s after a failed save: %s", stream.label, action)
         except TrackerSaverError:
-            # The original error is raised; the next save's recovery settles the records.
+            # The original error is raised; the next save's recovery (or start-up's) settles the records.
             self.slots.forget(stream)
             log.warning("could not settle the records of %s after a failed save", stream.label, exc_info=True)
 
-    def _write(
-        self,
-        checkpoint: Mapping[str, Any],
-        key: str,
-        writer: HashingWriter,
-        before_commit: Callable[[], None],
-        stable: StableMemory,
-    ) -> None:
+    def _serialize(self, checkpoint: Mapping[str, Any], staged: StagedWrite, writer: HashingWriter) -> None:
+        """``torch.save`` through ``writer`` into ``staged``, then ``finish`` it; errors made ours."""
+        key = staged.key
         try:
-            with self.storage.writer(key, before_commit=before_commit, stable=stable) as target:
-                writer.target = target
-                with writing():
-                    torch.save(checkpoint, writer, **self.save_kwargs)  # type: ignore[arg-type]
+            writer.target = staged.file
+            with writing():
+                torch.save(checkpoint, writer, **self.save_kwargs)  # type: ignore[arg-type]
+            staged.finish()
         except TrackerSaverError:
             raise
         except Exception as exc:
-            cause = writer.error if writer.error is not None else exc if isinstance(exc, OSError) else None
-            if cause is not None:
+            cause = staged.failure or writer.error or exc
+            if isinstance(cause, TrackerSaverError):  # the storage's own (torch.save re-wraps it)
+                raise cause from cause.__cause__
+            if isinstance(cause, OSError):
                 fix = ": free space there, or pass an output_uri with room" if cause.errno in _FULL else ""
                 raise StorageError(f"writing {self.storage.url(key)} failed: {cause}{fix}", key=key) from cause
             # TypeError (e.g. "cannot pickle '_thread.lock'") must not escape as such:
@@ -398,11 +415,14 @@ class Pipeline:
                 f"torch.save could not serialize the checkpoint for {key!r}: {exc!r}; "
                 "put only state_dict()-able objects in Checkpoint's to_save"
             ) from exc
+
+    def _check_size(self, key: str, size: int) -> None:
+        """The committed object holds every byte written (a store that cut it short is caught here)."""
         stat = self.storage.stat(key)
-        if stat is None or stat.size != writer.size:
+        if stat is None or stat.size != size:
             raise IntegrityError(
                 f"{self.storage.url(key)} holds {stat.size if stat else 'no'} bytes after writing "
-                f"{writer.size}: the write did not complete",
+                f"{size}: the write did not complete",
                 key=key,
             )
 

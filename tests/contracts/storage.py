@@ -59,6 +59,37 @@ class StorageContract:
         assert storage.stat("p/r/new.slot0.pt") is None
         assert storage.list("p/") == []
 
+    def test_a_staged_write_changes_the_key_only_at_its_commit(self, storage: Storage) -> None:
+        """DESIGN's steps 5 and 7: written and finished, the key still holds the previous bytes
+        and nothing is listed; ``commit`` replaces them; ``abort`` afterwards says they changed."""
+        storage.put_stream("p/r/s.slot0.pt", io.BytesIO(b"previous"))
+        staged = storage.stage("p/r/s.slot0.pt")
+        staged.file.write(b"the new ")
+        staged.file.write(b"bytes")
+        staged.finish()
+        with storage.get("p/r/s.slot0.pt") as f:
+            assert f.read() == b"previous"
+        assert [s.key for s in storage.list("p/")] == ["p/r/s.slot0.pt"]
+        staged.commit()
+        with storage.get("p/r/s.slot0.pt") as f:
+            assert f.read() == b"the new bytes"
+        assert staged.abort() is True
+
+    @pytest.mark.parametrize("finished", [False, True], ids=["mid-write", "finished"])
+    def test_an_aborted_staged_write_proves_the_key_unchanged_and_leaves_nothing(
+        self, storage: Storage, finished: bool
+    ) -> None:
+        storage.put_stream("p/r/s.slot0.pt", io.BytesIO(b"previous"))
+        staged = storage.stage("p/r/s.slot0.pt")
+        staged.file.write(b"x" * 100_000)
+        if finished:
+            staged.finish()
+        assert staged.abort() is False  # no commit was attempted
+        with storage.get("p/r/s.slot0.pt") as f:
+            assert f.read() == b"previous"
+        assert storage.staged("p/") == []
+        assert [s.key for s in storage.list("p/")] == ["p/r/s.slot0.pt"]
+
     def test_overwrite_replaces_bytes(self, storage: Storage) -> None:
         storage.put_stream("p/r/s.slot0.pt", io.BytesIO(b"one"))
         storage.put_stream("p/r/s.slot0.pt", io.BytesIO(b"two!"))

@@ -30,7 +30,6 @@ Protocol: JSON lines on stdout, commands on stdin.
 from __future__ import annotations
 
 import collections
-import contextlib
 import json
 import os
 import signal
@@ -39,7 +38,6 @@ import sys
 import threading
 import time
 import traceback
-from collections.abc import Iterator
 from typing import Any, BinaryIO
 
 import torch
@@ -50,7 +48,7 @@ from tests.soak.plan import N_SAVED, parse_crash, score_of
 from tracker_saver import TrackerSaver, pipeline, resume, slots
 from tracker_saver.records import Record, RecordState, UploadInfo
 from tracker_saver.registry.base import Registry
-from tracker_saver.storage.base import Storage
+from tracker_saver.storage.base import StagedWrite, Storage
 
 __all__ = ["MUTANTS", "Crash", "Net", "Pad", "main", "zygote"]
 
@@ -157,18 +155,24 @@ def soak_registry(base: type[Registry], crash: Crash, mutant: str = "") -> type[
 
 
 def tap_storage(storage: Storage, crash: Crash, pad_bytes: int) -> None:
-    """Wrap this storage's ``writer``: ``write:mid`` inside the staged write, ``commit:after`` after it."""
-    inner = storage.writer
+    """Wrap this storage's ``stage``: ``write:mid`` inside the staged write, ``commit:after`` after its commit."""
+    inner = storage.stage
 
-    @contextlib.contextmanager
-    def writer(key: str, **kwargs: Any) -> Iterator[BinaryIO]:
+    def stage(key: str, **kwargs: Any) -> StagedWrite:
         # about half of the checkpoint: ~2 KiB of model and trainer state, plus the last stream's pad
         half = (pad_bytes + 2000) // 2 if key.rsplit("/", 1)[-1].startswith("checkpoint.") else 1000
-        with inner(key, **kwargs) as target:
-            yield _Tap(target, crash, half)  # type: ignore[misc]
-        crash.at("commit:after")  # the rename / PUT / CompleteMultipartUpload returned
+        staged = inner(key, **kwargs)
+        staged.file = _Tap(staged.file, crash, half)  # type: ignore[assignment]
+        commit = staged.commit
 
-    storage.writer = writer  # type: ignore[method-assign]
+        def commit_then_crash() -> None:
+            commit()
+            crash.at("commit:after")  # the rename / PUT / CompleteMultipartUpload returned
+
+        staged.commit = commit_then_crash  # type: ignore[method-assign]
+        return staged
+
+    storage.stage = stage  # type: ignore[method-assign]
 
 
 def watch_s3(storage: Storage, crash: Crash, resumed: threading.Event) -> None:

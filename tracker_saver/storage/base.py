@@ -7,16 +7,18 @@ import hashlib
 import os
 import tempfile
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, BinaryIO
+from typing import BinaryIO
 
 from tracker_saver.naming import check_key
 
-if TYPE_CHECKING:
-    from tracker_saver.memory import StableMemory
+__all__ = ["ObjectStat", "SpooledWrite", "Stable", "Staged", "StagedWrite", "Storage", "sha256_of"]
 
-__all__ = ["ObjectStat", "Staged", "Storage", "sha256_of"]
+#: Memory the caller keeps unchanged until a write is committed or aborted: ``view in stable``
+#: says whether a written buffer may be sent later instead of copied (the pipeline passes a
+#: checkpoint's CPU tensor storages, :class:`tracker_saver.memory.StableMemory`).
+Stable = Container[memoryview]
 
 #: Checkpoints up to this size are buffered in memory before upload; larger ones spill to a
 #: temp file. Backends that write in place (local) ignore it.
@@ -61,14 +63,99 @@ class Staged:
     started: float
 
 
+class StagedWrite(ABC):
+    """One write to :attr:`key`, driven by its caller: DESIGN's step 5, then the commit point (step 7).
+
+    Write the bytes into :attr:`file`; :meth:`finish` once the last is written (every byte is
+    staged: a temp file fsynced, every part uploaded; the key's object is still untouched);
+    then :meth:`commit`, the commit point: once it returns, the key holds the new bytes. After
+    a failure anywhere, :meth:`abort` removes what was staged and says whether the key's object
+    may have changed. A storage never calls back into its caller.
+
+    Examples:
+        >>> import tempfile
+        >>> from tracker_saver.storage import open_storage
+        >>> store = open_storage(tempfile.mkdtemp())
+        >>> staged = store.stage("p/r/best_model.slot0.pt")
+        >>> staged.file.write(b"bytes")
+        5
+        >>> staged.finish(); store.stat("p/r/best_model.slot0.pt") is None
+        True
+        >>> staged.commit(); store.stat("p/r/best_model.slot0.pt").size
+        5
+    """
+
+    #: The key the bytes become.
+    key: str
+    #: Where the caller writes the bytes (write-only; no ``name``).
+    file: BinaryIO
+    #: The storage's error that a write into :attr:`file` raised, if any: code between the
+    #: caller and the file (``torch.save``) may re-wrap it, and the caller raises this instead.
+    failure: BaseException | None = None
+
+    @abstractmethod
+    def finish(self) -> None:
+        """Every byte is written: stage the rest (fsync, the last parts), leaving the key as it was."""
+
+    @abstractmethod
+    def commit(self) -> None:
+        """The commit point: make the staged bytes the key's object, atomically."""
+
+    @abstractmethod
+    def abort(self) -> bool:
+        """Remove what was staged (best effort); return whether the key's object may have changed.
+
+        ``False`` proves that the key still holds its previous object: the commit was never
+        attempted, or it failed in a way that shows nothing reached the store (a refused
+        connection, say). ``True`` after a commit that returned, or one whose outcome is unclear.
+        """
+
+
+class SpooledWrite(StagedWrite):
+    """The default staged write: a spool (memory, then a temp file past ``spool_bytes``) sent by ``put_stream``.
+
+    Args:
+        storage: the storage whose ``put_stream`` commits the bytes.
+        key: the key they become.
+        sent: after a failed commit, whether its request may have reached the store (default:
+            assume it may have).
+    """
+
+    def __init__(self, storage: Storage, key: str, *, sent: Callable[[], bool] | None = None) -> None:
+        self.key = key
+        self._storage = storage
+        self._sent = sent
+        self._spool = tempfile.SpooledTemporaryFile(max_size=storage.spool_bytes)
+        self.file = self._spool  # type: ignore[assignment]
+        self._committing = False
+
+    def finish(self) -> None:
+        self._spool.seek(0)
+
+    def commit(self) -> None:
+        self._committing = True
+        try:
+            self._storage.put_stream(self.key, self._spool)  # type: ignore[arg-type]
+        finally:
+            self._spool.close()
+        self._sent = None
+
+    def abort(self) -> bool:
+        self._spool.close()
+        if not self._committing:
+            return False
+        return self._sent() if self._sent is not None else True
+
+
 class Storage(ABC):
     """Objects under one root (``/abs/folder`` or ``s3://bucket/prefix``), addressed by key.
 
     A storage never sees records: it moves bytes for keys. Every write is atomic per key:
     a reader sees the previous object or the new one, never a mix (DESIGN invariant 6).
 
-    Subclasses implement the six abstract methods; ``writer`` has a default that buffers
-    (in memory, spilling to a temp file past ``spool_bytes``) and calls ``put_stream``.
+    Subclasses implement the seven abstract methods; ``stage`` has a default that buffers
+    (in memory, spilling to a temp file past ``spool_bytes``) and calls ``put_stream`` at the
+    commit point. A backend that can stage in place (a temp file, a multipart upload) overrides it.
 
     Examples:
         >>> from tracker_saver.storage import open_storage
@@ -91,25 +178,32 @@ class Storage(ABC):
     def check(self) -> None:  # noqa: B027 (an optional hook: nothing to check by default)
         """Raise a clear error now if the root cannot be written (default: nothing to check)."""
 
+    def stage(self, key: str, *, stable: Stable | None = None) -> StagedWrite:
+        """Begin a write to ``key`` that the caller drives: see :class:`StagedWrite`.
+
+        ``stable`` is memory the caller leaves unchanged until the write is committed or
+        aborted: a backend may send writes of it later instead of copying them (this default,
+        a spool that :meth:`put_stream` sends at the commit point, copies everything).
+        """
+        return SpooledWrite(self, check_key(key))
+
     @contextlib.contextmanager
-    def writer(
-        self, key: str, *, before_commit: Callable[[], None] | None = None, stable: StableMemory | None = None
-    ) -> Iterator[BinaryIO]:
+    def writer(self, key: str, *, stable: Stable | None = None) -> Iterator[BinaryIO]:
         """Yield a binary file; on a clean exit its bytes replace ``key`` atomically.
 
-        ``before_commit`` runs once every byte is written and staged, right before the commit
-        point (the rename, the PUT or the CompleteMultipartUpload); if it raises, nothing is
-        committed. On an exception the previous object stays intact. ``stable`` is memory the
-        caller leaves unchanged until the writer exits: a backend may send writes of it later
-        instead of copying them (this default copies everything).
+        On an exception the previous object stays intact. A shorthand for :meth:`stage`, then
+        ``finish`` and ``commit`` (``abort`` on an exception).
         """
-        check_key(key)
-        with tempfile.SpooledTemporaryFile(max_size=self.spool_bytes) as spool:
-            yield spool  # type: ignore[misc]
-            spool.seek(0)
-            if before_commit is not None:
-                before_commit()
-            self.put_stream(key, spool)  # type: ignore[arg-type]
+        staged = self.stage(key, stable=stable)
+        try:
+            yield staged.file
+            staged.finish()
+            staged.commit()
+        except BaseException as exc:
+            staged.abort()
+            if staged.failure is not None and staged.failure is not exc:
+                raise staged.failure from staged.failure.__cause__
+            raise
 
     def staged(self, prefix: str = "") -> list[Staged]:
         """Unfinished writes to keys starting with ``prefix`` (default: the backend stages nothing)."""

@@ -2,33 +2,24 @@
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import os
 import shutil
 import tempfile
-from collections.abc import Callable, Iterator
 from glob import escape as glob_escape
 from pathlib import Path
-from typing import TYPE_CHECKING, BinaryIO
+from typing import BinaryIO
 
 from tracker_saver.errors import ConfigError, StorageError
 from tracker_saver.naming import check_key
-from tracker_saver.storage.base import ObjectStat, Staged, Storage
+from tracker_saver.pools import shared_pool
+from tracker_saver.storage.base import ObjectStat, Stable, Staged, StagedWrite, Storage
 
-if TYPE_CHECKING:
-    from tracker_saver.memory import StableMemory
-
-__all__ = ["LocalStorage", "file_mode"]
+__all__ = ["LocalStorage", "LocalWrite", "file_mode"]
 
 #: Temp files start with this and are invisible to ``list``: a stream's footprint counts
 #: only complete objects. A crash leaves at most one such file per slot, easy to find by name.
 TEMP_PREFIX = ".tmp-"
-
-
-#: Closes replaced slot files off the caller's thread: freeing a large file's blocks takes
-#: a while (about 0.1 s per 256 MiB on ext4), and the rename needs none of it.
-_closer = concurrent.futures.ThreadPoolExecutor(max_workers=1, thread_name_prefix="tracker-saver-close")
 
 
 def file_mode() -> int:
@@ -67,6 +58,79 @@ def _fsync_dir(path: Path) -> None:
         os.close(fd)
 
 
+def _close_later(fd: int) -> None:
+    """Close ``fd`` off the caller's thread: freeing a large replaced file's blocks takes a while
+    (about 0.1 s per 256 MiB on ext4), and the rename needs none of it."""
+    try:
+        shared_pool("tracker-saver-close").submit(os.close, fd)
+    except RuntimeError:  # the interpreter is shutting down (an atexit flush)
+        os.close(fd)
+
+
+class LocalWrite(StagedWrite):
+    """A staged write to a local file: a temp file in its folder; the commit point is ``os.replace``.
+
+    The temp file is in the slot's own folder, so ``os.replace`` is an atomic rename: a crash
+    leaves either the old slot bytes or the new ones (invariant 6), and at most one temp file.
+
+    Examples:
+        >>> import tempfile
+        >>> from pathlib import Path
+        >>> staged = LocalWrite(Path(tempfile.mkdtemp()) / "m.slot0.pt", "p/r/m.slot0.pt")
+        >>> staged.file.write(b"x"), staged.abort()
+        (1, False)
+    """
+
+    def __init__(self, path: Path, key: str) -> None:
+        self.key = key
+        self._path = path
+        self._replaced = False
+        try:
+            path.parent.mkdir(parents=True, exist_ok=True)
+            fd, self._tmp = tempfile.mkstemp(dir=path.parent, prefix=TEMP_PREFIX + path.name + ".")
+        except OSError as exc:
+            raise self._error(exc) from exc
+        try:
+            os.fchmod(fd, file_mode())
+        except OSError as exc:
+            os.close(fd)
+            os.unlink(self._tmp)
+            raise self._error(exc) from exc
+        self._file = os.fdopen(fd, "wb")
+        self.file = self._file
+
+    def _error(self, exc: OSError) -> StorageError:
+        return StorageError(f"cannot write {str(self._path)!r}: {exc.strerror}", key=self.key)
+
+    def finish(self) -> None:
+        try:
+            self._file.flush()
+            os.fsync(self._file.fileno())
+            self._file.close()
+        except OSError as exc:
+            raise self._error(exc) from exc
+
+    def commit(self) -> None:
+        old = _hold(self._path)
+        try:
+            os.replace(self._tmp, self._path)
+            self._replaced = True
+            _fsync_dir(self._path.parent)
+        except OSError as exc:
+            raise self._error(exc) from exc
+        finally:
+            if old is not None:
+                _close_later(old)
+
+    def abort(self) -> bool:
+        with contextlib.suppress(OSError):
+            self._file.close()
+        if not self._replaced:
+            with contextlib.suppress(FileNotFoundError):
+                os.unlink(self._tmp)
+        return self._replaced
+
+
 class LocalStorage(Storage):
     """Objects as files under a local folder.
 
@@ -99,40 +163,9 @@ class LocalStorage(Storage):
     def _path(self, key: str) -> Path:
         return self.root / check_key(key)
 
-    @contextlib.contextmanager
-    def writer(
-        self, key: str, *, before_commit: Callable[[], None] | None = None, stable: StableMemory | None = None
-    ) -> Iterator[BinaryIO]:
-        path = self._path(key)  # every write goes to the file at once: ``stable`` changes nothing
-        try:
-            path.parent.mkdir(parents=True, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=TEMP_PREFIX + path.name + ".")
-        except OSError as exc:
-            raise StorageError(f"cannot write {str(path)!r}: {exc.strerror}", key=key) from exc
-        try:
-            with os.fdopen(fd, "wb") as f:
-                os.fchmod(fd, file_mode())
-                yield f
-                f.flush()
-                os.fsync(f.fileno())
-            if before_commit is not None:
-                before_commit()
-            # The temp file is in the slot's own folder, so os.replace is an atomic rename:
-            # a crash leaves either the old slot bytes or the new ones (invariant 6).
-            old = _hold(path)
-            os.replace(tmp, path)
-            _fsync_dir(path.parent)
-            if old is not None:
-                try:
-                    _closer.submit(os.close, old)
-                except RuntimeError:  # the interpreter is shutting down (an atexit flush)
-                    os.close(old)
-        except BaseException as exc:
-            with contextlib.suppress(FileNotFoundError):
-                os.unlink(tmp)
-            if isinstance(exc, OSError):
-                raise StorageError(f"cannot write {str(path)!r}: {exc.strerror}", key=key) from exc
-            raise
+    def stage(self, key: str, *, stable: Stable | None = None) -> StagedWrite:
+        """A temp file next to ``key``'s file; every write goes to it at once (``stable`` changes nothing)."""
+        return LocalWrite(self._path(key), key)
 
     def _walk_top(self, prefix: str) -> Path:
         """The folder that holds every key starting with ``prefix``: the root, or a plain folder
@@ -173,12 +206,20 @@ class LocalStorage(Storage):
                 tmp.unlink()
 
     def put_file(self, key: str, path: str | os.PathLike[str]) -> None:
-        with open(path, "rb") as src, self.writer(key) as dst:
-            shutil.copyfileobj(src, dst, 1 << 20)
+        with open(path, "rb") as src:
+            self.put_stream(key, src)
 
     def put_stream(self, key: str, stream: BinaryIO) -> None:
-        with self.writer(key) as dst:
-            shutil.copyfileobj(stream, dst, 1 << 20)
+        staged = self.stage(key)
+        try:
+            shutil.copyfileobj(stream, staged.file, 1 << 20)
+            staged.finish()
+            staged.commit()
+        except BaseException as exc:
+            staged.abort()
+            if isinstance(exc, OSError):  # a write into the temp file (a full disk, say)
+                raise StorageError(f"cannot write {str(self._path(key))!r}: {exc.strerror}", key=key) from exc
+            raise
 
     def copy(self, src_key: str, dst_key: str) -> None:
         """Copy through a temp file next to ``dst_key``: fsync, ``os.replace``, fsync the folder."""

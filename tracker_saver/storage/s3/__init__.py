@@ -5,7 +5,8 @@
 #   options.py   check the options; build the boto3 session, client and TransferConfig
 #   errors.py    the one boundary where botocore/boto3/s3transfer errors become ours; redaction
 #   parts.py     the streaming writer: parts uploaded in parallel while torch.save writes
-#   uploads.py   open multipart uploads (to abort) and commit hooks, through botocore events
+#   staged.py    the staged write the pipeline drives: parts, then the commit point, or an abort
+#   uploads.py   open multipart uploads (to abort) and commit attempts, through botocore events
 #   progress.py  the tqdm bar for large transfers
 # Importing this package needs boto3: open_storage turns that ModuleNotFoundError into an install hint.
 

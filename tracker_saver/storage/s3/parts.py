@@ -13,7 +13,7 @@ from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
-    from tracker_saver.memory import StableMemory
+    from tracker_saver.storage.base import Stable
 
 __all__ = ["KEEP_BYTES", "PartWriter", "Segments"]
 
@@ -82,11 +82,11 @@ class PartWriter:
 
     Each ``part_size`` bytes written become a part, uploaded by one of ``concurrency`` threads
     while the caller goes on writing; once ``concurrency`` parts are in flight, ``write`` waits
-    for one to finish. A write of ``stable`` memory (see :class:`StableMemory`) is sent from
+    for one to finish. A write of ``stable`` memory (see :data:`~tracker_saver.storage.base.Stable`) is sent from
     where it is; anything else is copied, so at most ``concurrency + 1`` parts of copies are held.
-    Less than one part in all goes up as one PUT. The object exists only once :meth:`commit`
-    returns. After an upload failed, the next ``write`` or ``commit`` raises its error, so the
-    caller stops serializing at once.
+    Less than one part in all goes up as one PUT. :meth:`finish` waits for every part; the
+    object exists only once :meth:`commit` returns. After an upload failed, the next ``write``
+    or ``finish`` raises its error, so the caller stops serializing at once.
 
     Args:
         client: a boto3 S3 client (thread-safe; every request goes through its events).
@@ -97,7 +97,7 @@ class PartWriter:
         progress: called with each part's size once it is up.
 
     Note:
-        ``write`` and ``commit`` run on the caller's thread; parts are uploaded on the pool's.
+        ``write``, ``finish`` and ``commit`` run on the caller's thread; parts are uploaded on the pool's.
     """
 
     def __init__(
@@ -108,7 +108,7 @@ class PartWriter:
         *,
         part_size: int,
         concurrency: int,
-        stable: StableMemory | None = None,
+        stable: Stable | None = None,
         progress: Callable[[int], None] | None = None,
     ) -> None:
         self._client = client
@@ -153,19 +153,24 @@ class PartWriter:
     def flush(self) -> None:
         pass
 
-    def commit(self) -> None:
-        """Upload what is left and make it the object: the PUT, or CompleteMultipartUpload once every part is up."""
+    def finish(self) -> None:
+        """Upload what is left of a multipart upload and wait for every part (nothing for one PUT)."""
         self._raise_failure()
         if self._upload_id is None:
             self._cut()
-            body = Segments(self._segments)
-            self._client.put_object(Bucket=self._bucket, Key=self._key, Body=body if len(body) else b"")
-            self._progress(len(body))
             return
         if self._filled:
             self._send_part()
         concurrent.futures.wait(self._futures)
         self._raise_failure()
+
+    def commit(self) -> None:
+        """Make the bytes the object: the PUT, or CompleteMultipartUpload (after :meth:`finish`)."""
+        if self._upload_id is None:
+            body = Segments(self._segments)
+            self._client.put_object(Bucket=self._bucket, Key=self._key, Body=body if len(body) else b"")
+            self._progress(len(body))
+            return
         parts = [future.result() for future in self._futures]
         self._client.complete_multipart_upload(
             Bucket=self._bucket, Key=self._key, UploadId=self._upload_id, MultipartUpload={"Parts": parts}
@@ -207,7 +212,7 @@ class PartWriter:
             future = concurrent.futures.Future()
             try:
                 future.set_result(self._upload_part(number, segments))
-            except Exception as exc:  # recorded as the failure: the next write or commit raises it
+            except Exception as exc:  # recorded as the failure: the next write or finish raises it
                 future.set_exception(exc)
         self._futures.append(future)
 
@@ -231,7 +236,7 @@ class PartWriter:
 
     @property
     def error(self) -> BaseException | None:
-        """The first failed request's error (what ``write`` and ``commit`` raise), if any.
+        """The first failed request's error (what ``write`` and ``finish`` raise), if any.
 
         ``torch.save`` replaces an exception raised by ``write`` with a ``RuntimeError`` of its
         own, so the writer's caller raises this one instead.

@@ -6,8 +6,8 @@ import contextlib
 import logging
 import os
 import tempfile
-from collections.abc import Callable, Iterator
-from typing import TYPE_CHECKING, Any, BinaryIO
+from collections.abc import Iterator
+from typing import Any, BinaryIO
 
 import botocore.exceptions
 
@@ -15,7 +15,15 @@ from tracker_saver.errors import ConfigError, StorageError
 from tracker_saver.masking import redact_url
 from tracker_saver.naming import check_key
 from tracker_saver.outage import DEFAULT_TIMEOUT_S, Outage
-from tracker_saver.storage.base import DEFAULT_SPOOL_BYTES, ObjectStat, Staged, Storage
+from tracker_saver.storage.base import (
+    DEFAULT_SPOOL_BYTES,
+    ObjectStat,
+    SpooledWrite,
+    Stable,
+    Staged,
+    StagedWrite,
+    Storage,
+)
 from tracker_saver.storage.s3.errors import ErrorBoundary
 from tracker_saver.storage.s3.options import (
     DEFAULT_MAX_CONCURRENCY,
@@ -30,13 +38,10 @@ from tracker_saver.storage.s3.options import (
     refuse_unknown,
     transfer_config,
 )
-from tracker_saver.storage.s3.parts import PartWriter
 from tracker_saver.storage.s3.progress import Progress
+from tracker_saver.storage.s3.staged import S3Write
 from tracker_saver.storage.s3.uploads import UploadTracker
 from tracker_saver.storage.s3.watch import watch
-
-if TYPE_CHECKING:
-    from tracker_saver.memory import StableMemory
 
 __all__ = ["KNOWN_OPTIONS", "LIST_PAGE_SIZE", "PROBE_NAME", "S3Storage"]
 
@@ -294,48 +299,30 @@ class S3Storage(Storage):
         finally:
             progress.close()
 
-    @contextlib.contextmanager
-    def writer(
-        self, key: str, *, before_commit: Callable[[], None] | None = None, stable: StableMemory | None = None
-    ) -> Iterator[BinaryIO]:
-        """Yield a binary file; on a clean exit its bytes replace ``key`` atomically.
+    def stage(self, key: str, *, stable: Stable | None = None) -> StagedWrite:
+        """A staged write to ``key``; with ``stream_writes`` (default) its bytes go up while they are written.
 
-        ``before_commit`` runs at the commit point: right before the PUT, or the
-        CompleteMultipartUpload once every part is uploaded (so after the body has returned).
-
-        With ``stream_writes`` (default) the bytes go up while they are written
-        (:class:`PartWriter`): each part of ``writer_part_size`` bytes is uploaded on one of
-        ``writer_concurrency`` threads, and less than one part in all is one PUT. Writes of
-        ``stable`` memory are sent without copying them. If the body raises, the multipart
-        upload is aborted and the previous object stays. If an upload fails first, the next write
-        raises, and the body's exception is replaced by the mapped ``StorageError``.
+        Each part of ``writer_part_size`` bytes is uploaded on one of ``writer_concurrency``
+        threads (:class:`S3Write`), writes of ``stable`` memory without copying them; less than
+        one part in all is one PUT at the commit point. Without ``stream_writes`` the bytes are
+        spooled and sent by ``put_stream`` at the commit point. Either way ``abort`` says
+        whether the commit request may have reached the server.
         """
-        if not self.stream_writes:
-            with super().writer(key, before_commit=before_commit) as spool:
-                yield spool
-            return
-        progress = Progress(f"upload {key}", None, self.progress)
-        with self._uploads.commit_hook(self._s3_key(key), before_commit), self._transfer("uploading to", key) as s3_key:
-            parts = PartWriter(
-                self._client,
-                self.bucket,
-                s3_key,
+        if self.stream_writes:
+            return S3Write(
+                key,
+                s3_key=self._s3_key(key),
+                bucket=self.bucket,
+                client=self._client,
+                uploads=self._uploads,
+                boundary=self._boundary,
                 part_size=self.writer_part_size,
                 concurrency=self.writer_concurrency,
+                progress=self.progress,
                 stable=stable,
-                progress=progress,
             )
-            try:
-                yield parts  # type: ignore[misc]
-                parts.commit()
-            except BaseException:
-                failure = parts.error
-                if failure is not None:  # the body failed because an upload did (its write raised)
-                    raise failure from failure.__cause__
-                raise
-            finally:
-                parts.close()  # no part in flight may outlive the caller's memory
-                progress.close()
+        attempts = self._uploads.watch(self._s3_key(key))
+        return SpooledWrite(self, key, sent=attempts.may_have_reached)
 
     def get(self, key: str) -> contextlib.AbstractContextManager[BinaryIO]:
         s3_key = self._s3_key(key)
