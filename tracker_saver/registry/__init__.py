@@ -9,7 +9,15 @@ from tracker_saver.errors import ConfigError, RegistryError
 from tracker_saver.outage import DEFAULT_TIMEOUT_S
 from tracker_saver.registry.base import Query, Registry
 
-__all__ = ["DEFAULT_REGISTRY", "Query", "Registry", "check_exists", "check_registry_path", "open_registry", "sqlite_path"]
+__all__ = [
+    "DEFAULT_REGISTRY",
+    "Query",
+    "Registry",
+    "check_exists",
+    "check_registry_path",
+    "open_registry",
+    "sqlite_path",
+]
 
 #: Where records live when neither an argument nor ``TRACKER_SAVER_REGISTRY`` says otherwise.
 DEFAULT_REGISTRY = "~/.tracker_saver/registry.db"
