@@ -9,7 +9,6 @@ must never reach it.
 
 from __future__ import annotations
 
-import logging
 import os
 import platform
 import re
@@ -25,8 +24,6 @@ import torch
 
 from tracker_saver.masking import strip_userinfo
 from tracker_saver.records import MetaValue
-
-_log = logging.getLogger(__name__)
 
 __all__ = ["GIT_TIMEOUT_S", "LINEAGE_KEYS", "MASK", "git_state", "lineage", "mask_command"]
 
@@ -133,8 +130,7 @@ def _clearml_task_id() -> str | None:
         return None
     try:
         task = clearml.Task.current_task()
-    except Exception as exc:  # a broken or half-configured clearml must not stop a checkpoint
-        _log.debug("no clearml_task_id in lineage: clearml.Task.current_task() raised %r", exc)
+    except Exception:  # a broken or half-configured clearml must not stop a checkpoint
         return None
     return str(task.id) if task is not None else None
 

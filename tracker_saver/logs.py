@@ -40,7 +40,6 @@ from tracker_saver.logs_read import LogObject, download_logs, list_logs
 from tracker_saver.masking import strip_userinfo
 from tracker_saver.naming import check_name, log_key, logs_prefix
 from tracker_saver.outage import DEFAULT_TIMEOUT_S
-from tracker_saver.registry.base import RunContext
 from tracker_saver.storage import Storage, is_remote, open_storage
 from tracker_saver.storage.local import LocalStorage
 
@@ -166,8 +165,7 @@ class LogUploader:
             self.save_on_rank = saver.save_on_rank
             if task is None and self._is_uploading_rank():
                 # A registry that belongs to a tracker task (ClearML) offers it: the logs show there too.
-                registry = saver.registry
-                task = registry.artifact_task() if isinstance(registry, RunContext) else None
+                task = getattr(saver.registry, "artifact_task", lambda: None)()
                 self.task = task
         else:
             if output_uri is None or not os.fspath(output_uri):

@@ -317,7 +317,3 @@ class RunContext(Protocol):
     def guard_writes(self, is_writing: Callable[[], bool]) -> None:
         """Make the tracker's framework hooks ignore what ``torch.save`` writes while ``is_writing()``."""
         ...
-
-    def artifact_task(self) -> Any:
-        """The tracker's task running now (``None`` if none): ``LogUploader(saver=...)`` attaches logs to it."""
-        ...
