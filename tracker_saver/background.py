@@ -20,7 +20,7 @@ import weakref
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 
-from tracker_saver.errors import FlushTimeoutError
+from tracker_saver.errors import ClosedError, ConfigError, FlushTimeoutError
 
 __all__ = ["ATEXIT_TIMEOUT_S", "Background"]
 
@@ -60,7 +60,7 @@ class Background:
 
     def __init__(self, *, max_pending: int = 1, name: str = "tracker-saver") -> None:
         if not isinstance(max_pending, int) or isinstance(max_pending, bool) or max_pending < 1:
-            raise ValueError(f"max_pending must be an int >= 1, got {max_pending!r}")
+            raise ConfigError(f"max_pending must be an int >= 1, got {max_pending!r}")
         self._slots = threading.BoundedSemaphore(max_pending)
         self._queue: queue.SimpleQueue[_Op | None] = queue.SimpleQueue()
         self._pending: list[str] = []  # what is queued or running, oldest first
@@ -114,7 +114,7 @@ class Background:
 
     def _check_open(self) -> None:
         if self._closed:
-            raise RuntimeError("this saver is closed: create a new TrackerSaver to save again")
+            raise ClosedError("this saver is closed: create a new TrackerSaver to save again")
 
     def _enqueue(self, op: _Op) -> None:
         with self._idle:

@@ -5,7 +5,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Protocol
 
-from tracker_saver.errors import CallbackError, TrackerSaverError
+from tracker_saver.errors import CallbackError, ConfigTypeError, TrackerSaverError
 from tracker_saver.records import TIMING_KEYS, UploadInfo
 
 __all__ = ["CallbackChain", "PostUploadCallback", "PreUploadCallback"]
@@ -51,13 +51,13 @@ class CallbackChain:
     def add_pre(self, callback: PreUploadCallback) -> None:
         """Add a pre-upload callback."""
         if not callable(callback):
-            raise TypeError(f"pre-upload callback {callback!r} is not callable")
+            raise ConfigTypeError(f"pre-upload callback {callback!r} is not callable")
         self._pre.append(callback)
 
     def add_post(self, callback: PostUploadCallback) -> None:
         """Add a post-upload callback."""
         if not callable(callback):
-            raise TypeError(f"post-upload callback {callback!r} is not callable")
+            raise ConfigTypeError(f"post-upload callback {callback!r} is not callable")
         self._post.append(callback)
 
     def run_pre(self, info: UploadInfo) -> UploadInfo | None:

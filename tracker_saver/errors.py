@@ -4,6 +4,8 @@
 
     TrackerSaverError
      ├── ConfigError (ValueError)     bad argument or environment, raised before any work
+ │    └── ConfigTypeError (TypeError)  an argument of the wrong kind (e.g. a callback not callable)
+ ├── ClosedError (RuntimeError)   a saver or log uploader used after close()
      ├── StorageError                 an object could not be written, read, listed or deleted
      │    └── IntegrityError          bytes do not match the record (size or sha256)
      ├── RegistryError                a record could not be created, changed or found
@@ -23,7 +25,9 @@ from __future__ import annotations
 
 __all__ = [
     "CallbackError",
+    "ClosedError",
     "ConfigError",
+    "ConfigTypeError",
     "FlushTimeoutError",
     "IntegrityError",
     "RecordNotFoundError",
@@ -41,6 +45,14 @@ class TrackerSaverError(Exception):
 
 class ConfigError(TrackerSaverError, ValueError):
     """A constructor argument or environment setting is invalid; the message names the fix."""
+
+
+class ConfigTypeError(ConfigError, TypeError):
+    """An argument of the wrong kind; a ``TypeError`` too, for callers that catch one."""
+
+
+class ClosedError(TrackerSaverError, RuntimeError):
+    """An object was used after its ``close()``; a ``RuntimeError`` too, as it used to be."""
 
 
 class StorageError(TrackerSaverError):

@@ -34,7 +34,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from tracker_saver.background import Background
-from tracker_saver.errors import ConfigError, RegistryError, StorageError
+from tracker_saver.errors import ClosedError, ConfigError, RegistryError, StorageError
 from tracker_saver.logs_files import DEFAULT_FILES, Sent, check_every, check_patterns, sha256_file, snapshot_file
 from tracker_saver.logs_read import LogObject, download_logs, list_logs
 from tracker_saver.masking import strip_userinfo
@@ -257,7 +257,7 @@ class LogUploader:
         hashes and, with ``keep_local=False``, deletes the files it confirms. :meth:`flush` waits.
         """
         if self._closed:
-            raise RuntimeError("this LogUploader is closed: create a new one to upload again")
+            raise ClosedError("this LogUploader is closed: create a new one to upload again")
         self._last = time.monotonic()
         if not final:
             self._background.raise_error()

@@ -9,12 +9,12 @@ import torch
 
 __all__ = ["StableMemory"]
 
-# torch.frombuffer of a read-only view warns once per process; we only read its address.
-warnings.filterwarnings("ignore", message="The given buffer is not writable", module=__name__)
-
 
 def _address(view: memoryview) -> int:
-    return int(torch.frombuffer(view, dtype=torch.uint8).data_ptr())
+    # torch.frombuffer of a read-only view warns; we only read its address. Local, not a global filter.
+    with warnings.catch_warnings():
+        warnings.filterwarnings("ignore", message="The given buffer is not writable")
+        return int(torch.frombuffer(view, dtype=torch.uint8).data_ptr())
 
 
 class StableMemory:

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import warnings
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
 from typing import Any
@@ -20,16 +19,14 @@ from tracker_saver.distributed import check_save_on_rank, open_for_reading, shar
 from tracker_saver.errors import ConfigError, SerializationError
 from tracker_saver.lineage import lineage as compute_lineage
 from tracker_saver.local_view import LocalView, default_dirname
-from tracker_saver.naming import check_name, fallback_basename, parse_filename
-from tracker_saver.outage import DEFAULT_TIMEOUT_S, check_timeout
+from tracker_saver.outage import DEFAULT_TIMEOUT_S
 from tracker_saver.pipeline import Pipeline, check_save_kwargs, is_writing
 from tracker_saver.preemption import DEFAULT_GRACE_S
-from tracker_saver.records import LOADABLE, MetaValue, Record, RecordState, StreamId, UploadInfo, clean_metadata
-from tracker_saver.registry import Query, Registry, open_registry, sqlite_path
+from tracker_saver.records import LOADABLE, MetaValue, Record, RecordState, StreamId, UploadInfo
+from tracker_saver.registry import Query, Registry, check_registry_path, open_registry, sqlite_path
 from tracker_saver.registry.base import RunContext
-from tracker_saver.registry.sqlite import check_registry_path
+from tracker_saver.saver_setup import check_options, check_registry_outside, open_targets, upload_info
 from tracker_saver.snapshot import BufferPool, take_snapshot
-from tracker_saver.storage import Storage, is_remote, open_storage
 from tracker_saver.timings import SaveClock
 
 __all__ = ["RunContext", "TrackerSaver"]
@@ -126,42 +123,14 @@ class TrackerSaver(DiskSaver):
         save_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
         self.kwargs = check_save_kwargs(save_kwargs)
-        if not isinstance(max_pending, int) or isinstance(max_pending, bool) or max_pending < 1:
-            raise ConfigError(
-                f"max_pending={max_pending!r}: pass how many snapshots may wait for the background "
-                "upload, an int >= 1 (each holds a copy of the checkpoint in memory)"
-            )
-        timeout = check_timeout("timeout", timeout)
-        if not isinstance(lineage, bool):
-            raise ConfigError(f"lineage={lineage!r}: pass True to record what made each checkpoint, or False")
+        timeout = check_options(max_pending=max_pending, timeout=timeout, lineage=lineage)
         self.save_on_rank = check_save_on_rank(save_on_rank)
         # The world is fixed here: a saver made before the process group would think every rank saves.
         self._world_size = idist.get_world_size()
         self._saving = self._world_size <= 1 or idist.get_rank() == self.save_on_rank
-        opened: Registry | None = None
-        db_path: str | None = None
-        if isinstance(registry, Registry):
-            opened = registry
-        elif (db_path := sqlite_path(registry)) is None:
-            # ClearML: it knows the task's project, run (<name>.<id>), output_uri
-            opened = open_registry(registry, timeout=timeout)
-        defaults: Mapping[str, str] = opened.run_defaults() if isinstance(opened, RunContext) else {}
-        # None means "not given"; an explicit "" is a bad name like "  ", not a request for the default.
-        self.project = check_name("project", project if project is not None else defaults.get("project") or "default")
-        self.run = check_name("run", run if run is not None else defaults.get("run") or "default")
-        output_uri = output_uri or defaults.get("output_uri")
-        if not output_uri:
-            raise ConfigError(
-                "TrackerSaver needs an output_uri: pass a folder or s3://BUCKET/PREFIX "
-                "(with registry='clearml' it defaults to the task's output_uri)"
-            )
-        options = dict(storage_options or {})
-        if is_remote(output_uri):
-            options.setdefault("timeout", timeout)
-        if isinstance(opened, RunContext):
-            options = opened.storage_options_for(os.fspath(output_uri), options)
-        # Opening a storage does no I/O; check() below writes a probe, on the saving rank only.
-        self.storage: Storage = open_storage(output_uri, **options)
+        opened, db_path, self.project, self.run, self.storage = open_targets(
+            registry, project=project, run=run, output_uri=output_uri, storage_options=storage_options, timeout=timeout
+        )
         folder = Path(dirname).expanduser() if dirname else default_dirname(self.storage.uri, self.project, self.run)
         self._view = LocalView(folder.absolute(), self.storage, copies=bool(dirname) or self._COPY_TO_DIRNAME)
         self.dirname = self._view.folder  # Ignite's DiskSaver attribute: last_checkpoint is dirname / filename
@@ -191,7 +160,7 @@ class TrackerSaver(DiskSaver):
         """Check output_uri, open (create, migrate) the registry and recover this run's streams."""
         # Validate everything before creating anything: a bad argument leaves no folder or file.
         # The registry file is checked (not opened) first, as check() creates output_uri's folder.
-        self._check_registry_outside(self.storage, db_path)
+        check_registry_outside(self.storage, db_path)
         if db_path is not None:
             check_registry_path(db_path)
         self.storage.check()
@@ -217,17 +186,6 @@ class TrackerSaver(DiskSaver):
         if self._registry is None:
             self._registry = open_for_reading(self._registry_spec, timeout=self._timeout)
         return self._registry
-
-    @staticmethod
-    def _check_registry_outside(storage: Storage, path: str | None) -> None:
-        root = getattr(storage, "root", None)
-        if path is None or root is None or path == ":memory:":
-            return
-        if Path(path).resolve().is_relative_to(Path(root).resolve()):
-            raise ConfigError(
-                f"registry {path!r} is inside output_uri {str(root)!r}, which holds checkpoint "
-                "objects only: put the registry elsewhere (default ~/.tracker_saver/registry.db)"
-            )
 
     def _pipeline_of_saving_rank(self) -> Pipeline:
         assert self._pipeline is not None, "only the saving rank has a pipeline"
@@ -265,24 +223,8 @@ class TrackerSaver(DiskSaver):
         if self._removed is not None:  # the remove Ignite made just before this save failed
             error, self._removed = self._removed, None
             raise error
-        if metadata is None or "basename" not in metadata:
-            metadata = {"basename": fallback_basename(filename)}
-            warnings.warn(
-                f"TrackerSaver got no Ignite metadata for {filename!r} (a call from outside "
-                f"ignite.handlers.Checkpoint): it is saved in stream {metadata['basename']!r}, as DiskSaver "
-                "saves such a call; pass metadata={'basename': ...} or save through Checkpoint to choose",
-                UserWarning,
-                stacklevel=3,
-            )
-        basename = check_name("stream (Ignite's basename, from filename_prefix and to_save)", str(metadata["basename"]))
-        parsed = parse_filename(filename, basename, metadata.get("score_name"), metadata.get("priority"))
-        info = UploadInfo(
-            project=self.project,
-            run=self.run,
-            stream=basename,
-            filename=filename,
-            metadata=clean_metadata({**parsed, **self._lineage}),
-            output_uri=self.storage.uri,
+        info = upload_info(
+            filename, metadata, project=self.project, run=self.run, lineage=self._lineage, output_uri=self.storage.uri
         )
         if self._background is None:
             self._save(checkpoint, info, clock)

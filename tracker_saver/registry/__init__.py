@@ -9,7 +9,15 @@ from tracker_saver.errors import ConfigError, RegistryError
 from tracker_saver.outage import DEFAULT_TIMEOUT_S
 from tracker_saver.registry.base import Query, Registry
 
-__all__ = ["DEFAULT_REGISTRY", "Query", "Registry", "check_exists", "open_registry", "sqlite_path"]
+__all__ = [
+    "DEFAULT_REGISTRY",
+    "Query",
+    "Registry",
+    "check_exists",
+    "check_registry_path",
+    "open_registry",
+    "sqlite_path",
+]
 
 #: Where records live when neither an argument nor ``TRACKER_SAVER_REGISTRY`` says otherwise.
 DEFAULT_REGISTRY = "~/.tracker_saver/registry.db"
@@ -101,3 +109,16 @@ def check_exists(path: str, *, create: bool) -> None:
             f"no registry at {path}: check the path, or pass --registry (or set TRACKER_SAVER_REGISTRY) "
             "to name the registry file the saver wrote"
         )
+
+
+def check_registry_path(path: str | os.PathLike[str]) -> None:
+    """Check, creating nothing, that a SQLite registry can be made or opened at ``path``.
+
+    The neutral entry point for generic code (the saver): the SQLite backend stays behind it.
+
+    Examples:
+        >>> check_registry_path(":memory:")
+    """
+    from tracker_saver.registry.sqlite_check import check_registry_path as check
+
+    check(path)
