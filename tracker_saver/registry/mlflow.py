@@ -209,6 +209,12 @@ class MLflowRegistry(MLflowClaims, Registry):
     def set_alias(self, record_id: str, alias: str) -> Record:
         check_alias(alias)
         _, record = self._read(record_id)
+        if not record.state.loadable:
+            raise RegistryError(
+                f"record {record_id} is {record.state.value}: an alias names a loadable record (live, revived or "
+                "pinned); pick a live record (tracker-saver models list --live)",
+                record_id=record_id,
+            )
         exp = self._experiment(record.project, create=True)
         self._call(self._client.set_experiment_tag, f"setting alias {alias!r}", exp.experiment_id,
                    _ALIAS + alias, record_id)  # fmt: skip
@@ -247,9 +253,7 @@ class MLflowRegistry(MLflowClaims, Registry):
         # Pushed down: the stream-level fields, so every stream found is whole (``best``/``latest``).
         filters = {k: getattr(query, k) for k in ("project", "run", "stream", "output_uri")}
         records = self._search(experiments, {k: v for k, v in filters.items() if v is not None})
-        derived = derived_aliases(
-            (r.id, r.stream_id, r.created_at, r.score) for r in records if r.state in LOADABLE
-        )
+        derived = derived_aliases((r.id, r.stream_id, r.created_at, r.score) for r in records if r.state in LOADABLE)
         user: dict[str, list[str]] = {}
         for exp in experiments:
             for key, value in (exp.tags or {}).items():

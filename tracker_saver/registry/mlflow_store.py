@@ -26,7 +26,7 @@ class MLflowStore(MLflowTransport):
     #: Prepended to a project to name its experiment (``""``: the experiment is the project).
     experiment_prefix = ""
 
-    def _experiment(self, project: str, *, create: bool) -> Any | None:
+    def _experiment(self, project: str, *, create: bool) -> Any:
         """The experiment of ``project`` (``None`` when absent and not ``create``)."""
         project = self.experiment_prefix + project
         exp = self._call(self._client.get_experiment_by_name, f"looking up experiment {project!r}", project)
