@@ -11,7 +11,7 @@ import pytest
 
 from tests.helpers import Target
 
-pytest_plugins = ["tests.conftest_ceph", "tests.conftest_clearml", "tests.conftest_browser"]
+pytest_plugins = ["tests.conftest_ceph", "tests.conftest_clearml", "tests.conftest_browser", "tests.conftest_mlflow"]
 
 
 @pytest.fixture

@@ -1,4 +1,4 @@
-"""Open the registry a user names: SQLite by default, ClearML when asked."""
+"""Open the registry a user names: SQLite by default, ClearML or MLflow when asked."""
 
 from __future__ import annotations
 
@@ -35,8 +35,8 @@ def sqlite_path(registry: str | os.PathLike[str] | None) -> str | None:
     env = os.environ.get("TRACKER_SAVER_REGISTRY") or None
     spec = os.fspath(registry) if registry is not None else (env or DEFAULT_REGISTRY)
     if spec == "sqlite":  # "the SQLite registry": the environment's file if it names one
-        spec = env if env and env not in ("sqlite", "clearml") else DEFAULT_REGISTRY
-    if spec == "clearml" or spec.startswith("clearml:"):
+        spec = env if env and env not in ("sqlite", "clearml", "mlflow") else DEFAULT_REGISTRY
+    if spec in ("clearml", "mlflow") or spec.startswith(("clearml:", "mlflow:")):
         return None
     if spec.startswith("sqlite:///"):
         spec = spec[len("sqlite:///") :]  # sqlite:///rel/path or sqlite:////abs/path
@@ -60,8 +60,9 @@ def open_registry(
             ``"sqlite"`` (the default file), a file path or ``sqlite:///path``, ``":memory:"``,
             ``"clearml"`` (the current ClearML task's server; in ClearML's offline mode, the
             task's local journal, :mod:`tracker_saver.registry.clearml_journal`), ``"clearml:ROOT"``
-            (records' projects under the ClearML project ``ROOT``), or a ``Registry`` instance.
-        timeout: for a ClearML registry, the seconds one call may wait on a server that
+            (records' projects under the ClearML project ``ROOT``), ``"mlflow"`` (the tracking
+            server of ``$MLFLOW_TRACKING_URI``), ``"mlflow:http://HOST:PORT"``, or a ``Registry`` instance.
+        timeout: for a ClearML or MLflow registry, the seconds one call may wait on a server that
             stopped answering (SQLite is local: it has its own busy timeout).
         create: whether a SQLite file that does not exist yet is created. Readers pass
             ``False``: a mistyped path is then an error, not a new empty registry.
@@ -76,6 +77,9 @@ def open_registry(
     if isinstance(registry, Registry):
         return registry
     path = sqlite_path(registry)
+    spec = os.fspath(registry) if registry is not None else os.environ.get("TRACKER_SAVER_REGISTRY", "")
+    if path is None and (spec == "mlflow" or spec.startswith("mlflow:")):
+        return _open_mlflow(spec.partition(":")[2] or None, timeout=timeout)
     if path is None:
         try:
             from tracker_saver.registry.clearml import ClearMLRegistry
@@ -86,13 +90,22 @@ def open_registry(
             ) from exc
         if (journal := offline_journal()) is not None:  # ClearML offline mode: a local journal
             return journal
-        spec = os.fspath(registry) if registry is not None else os.environ.get("TRACKER_SAVER_REGISTRY", "")
         root = spec.partition(":")[2] or None
         return ClearMLRegistry(project_root=root, timeout=timeout)
     check_exists(path, create=create)
     from tracker_saver.registry.sqlite import SQLiteRegistry
 
     return SQLiteRegistry(path)
+
+
+def _open_mlflow(uri: str | None, *, timeout: float) -> Registry:
+    try:
+        from tracker_saver.registry.mlflow import MLflowRegistry
+    except ModuleNotFoundError as exc:
+        raise ModuleNotFoundError(
+            "registry='mlflow' needs mlflow: pip install 'mlflow>=3.4,<4' (the mlflow extra)"
+        ) from exc
+    return MLflowRegistry(uri, timeout=timeout)
 
 
 def check_exists(path: str, *, create: bool) -> None:

@@ -1,0 +1,132 @@
+"""The MLflow registry against a real ``mlflow server`` (tests/conftest_mlflow.py): the contract
+suite, and what MLflow itself shows of the records (read back with MLflow's own client)."""
+
+from __future__ import annotations
+
+import uuid
+
+import pytest
+
+pytest.importorskip("mlflow", reason="MLflow tests need mlflow: pip install -e '.[mlflow]' -c constraints.txt")
+
+from tests.contracts.registry import SHA, RegistryContract, live, pending  # noqa: E402
+from tracker_saver.errors import ConfigError, RecordNotFoundError, RegistryError  # noqa: E402
+from tracker_saver.registry import open_registry  # noqa: E402
+from tracker_saver.registry.mlflow import MLflowRegistry  # noqa: E402
+
+pytestmark = pytest.mark.mlflow
+
+
+def _registry(uri: str) -> MLflowRegistry:
+    """A registry whose experiments are this test's own (the server is shared by the session)."""
+    return MLflowRegistry(uri, experiment_prefix=f"t{uuid.uuid4().hex[:10]}-", timeout=10)
+
+
+class TestMLflowRegistryContract(RegistryContract):
+    @pytest.fixture
+    def registry(self, mlflow_server: str):
+        reg = _registry(mlflow_server)
+        yield reg
+        reg.close()
+
+
+@pytest.fixture
+def reg(mlflow_server: str) -> MLflowRegistry:
+    return _registry(mlflow_server)
+
+
+def _model(reg: MLflowRegistry, record_id: str):
+    from mlflow import MlflowClient
+
+    return MlflowClient(reg.tracking_uri).get_logged_model(record_id)
+
+
+def test_a_checkpoint_is_a_logged_model_with_a_legal_name_metrics_and_status(reg: MLflowRegistry) -> None:
+    from mlflow import MlflowClient
+
+    record = live(reg, "best_model_3_acc=0.91.pt", score=0.91, score_name="acc", global_step=3)
+    model = _model(reg, record.id)
+    assert model.name == "best_model_3_acc=0_91"
+    assert str(model.status) == "READY"
+    assert model.source_run_id
+    exp = model.experiment_id
+    found = MlflowClient(reg.tracking_uri).search_logged_models([exp], filter_string="metrics.score > 0.5")
+    assert [m.model_id for m in found] == [record.id]
+    assert MlflowClient(reg.tracking_uri).search_logged_models([exp], filter_string="metrics.score > 0.95") == []
+    assert model.params["score_name"] == "acc"
+
+
+def test_two_filenames_never_share_a_name(reg: MLflowRegistry) -> None:
+    a = live(reg, "best_model_3_acc=0.91.pt")
+    b = live(reg, "best_model_3_acc=0_91.pt", slot=1)
+    names = {_model(reg, a.id).name, _model(reg, b.id).name}
+    assert len(names) == 2 and "best_model_3_acc=0_91" in names
+
+
+def test_pending_failed_and_evicted_are_not_ready_in_mlflow(reg: MLflowRegistry) -> None:
+    record = pending(reg, "a_1.pt")
+    assert str(_model(reg, record.id).status) == "PENDING"
+    reg.fail(record.id, "disk full")
+    assert str(_model(reg, record.id).status) == "FAILED"
+    other = live(reg, "a_2.pt", slot=1)
+    reg.evict(other.id)
+    assert str(_model(reg, other.id).status) == "FAILED"
+    assert _model(reg, other.id).tags["tracker_saver.state"] == '"evicted"'
+    reg.restore(other.id)
+    assert str(_model(reg, other.id).status) == "READY"
+
+
+def test_rename_keeps_the_mlflow_name_and_sets_the_display_name_tag(reg: MLflowRegistry) -> None:
+    record = live(reg, "best_model_1_acc=0.5.pt")
+    assert reg.rename(record.id, "baseline").name == "baseline"
+    model = _model(reg, record.id)
+    assert model.name == "best_model_1_acc=0_5" and model.tags["tracker_saver.name"] == '"baseline"'
+
+
+def test_a_model_deleted_in_the_ui_is_not_found(reg: MLflowRegistry) -> None:
+    from mlflow import MlflowClient
+
+    record = live(reg, "a_1.pt")
+    MlflowClient(reg.tracking_uri).delete_logged_model(record.id)
+    with pytest.raises(RecordNotFoundError, match=record.id):
+        reg.get(record.id)
+
+
+def test_a_deleted_experiment_names_the_restore_command(reg: MLflowRegistry) -> None:
+    from mlflow import MlflowClient
+
+    record = live(reg, "a_1.pt")
+    MlflowClient(reg.tracking_uri).delete_experiment(_model(reg, record.id).experiment_id)
+    with pytest.raises(RegistryError, match="is deleted: restore it"):
+        pending(reg, "a_2.pt")
+
+
+def test_an_unreachable_server_is_a_registry_error_within_the_timeout() -> None:
+    import socket
+    import time
+
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    reg = MLflowRegistry(f"http://127.0.0.1:{port}", timeout=2)
+    started = time.monotonic()
+    with pytest.raises(RegistryError, match="does not answer.*mlflow server"):
+        pending(reg, "a_1.pt")
+    assert time.monotonic() - started < 10
+
+
+def test_open_registry_names_the_mlflow_registry(mlflow_uri: str) -> None:
+    assert open_registry(f"mlflow:{mlflow_uri}").uri == f"mlflow:{mlflow_uri}"
+    assert open_registry("mlflow").uri == f"mlflow:{mlflow_uri}"
+
+
+def test_no_tracking_uri_is_a_config_error_naming_the_fix(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    with pytest.raises(ConfigError, match="MLFLOW_TRACKING_URI"):
+        open_registry("mlflow")
+
+
+def test_make_live_is_refused_twice(reg: MLflowRegistry) -> None:
+    record = live(reg, "a_1.pt")
+    with pytest.raises(RegistryError, match="not pending"):
+        reg.make_live(record.id, sha256=SHA, size=1)

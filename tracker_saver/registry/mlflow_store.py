@@ -1,0 +1,112 @@
+"""The MLflow registry's entities: experiments (projects), runs, and reading LoggedModels back.
+
+A record's project is an MLflow experiment of that name; its run is the MLflow run named so in
+it (the active run when it matches, else one created with the ``tracker_saver.run`` tag). A
+deleted experiment is an error naming the fix, never silently re-created.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tracker_saver.errors import RecordNotFoundError, RegistryError
+from tracker_saver.records import Record
+from tracker_saver.registry.mlflow_codec import PREFIX, encode, read_record
+from tracker_saver.registry.mlflow_transport import MLflowTransport
+
+__all__ = ["MLflowStore"]
+
+#: Logged models per ``search_logged_models`` page.
+PAGE = 100
+
+
+class MLflowStore(MLflowTransport):
+    """Find or create an experiment and a run; fetch and search LoggedModels as records."""
+
+    #: Prepended to a project to name its experiment (``""``: the experiment is the project).
+    experiment_prefix = ""
+
+    def _experiment(self, project: str, *, create: bool) -> Any:
+        """The experiment of ``project`` (``None`` when absent and not ``create``)."""
+        project = self.experiment_prefix + project
+        exp = self._call(self._client.get_experiment_by_name, f"looking up experiment {project!r}", project)
+        if exp is not None and exp.lifecycle_stage == "deleted":
+            raise RegistryError(
+                f"MLflow registry {self.uri}: experiment {project!r} (id {exp.experiment_id}) is deleted: restore "
+                f"it (`mlflow experiments restore --experiment-id {exp.experiment_id}`) or save under another project"
+            )
+        if exp is None and create:
+            exp_id = self._call(self._client.create_experiment, f"creating experiment {project!r}", project)
+            exp = self._call(self._client.get_experiment, f"reading experiment {project!r}", exp_id)
+        return exp
+
+    def _run_id(self, experiment_id: str, run: str) -> str:
+        """The id of the MLflow run called ``run`` in the experiment (created if there is none)."""
+        import mlflow
+
+        active = mlflow.active_run()
+        if active is not None and active.info.experiment_id == experiment_id and active.info.run_name == run:
+            return str(active.info.run_id)
+        found = self._call(
+            self._client.search_runs,
+            f"looking up run {run!r}",
+            [experiment_id],
+            filter_string=f"tags.`{PREFIX}run` = '{_quote(run)}'",
+            max_results=1,
+        )
+        if found:
+            return str(found[0].info.run_id)
+        created = self._call(
+            self._client.create_run, f"creating run {run!r}", experiment_id, run_name=run, tags={PREFIX + "run": run}
+        )
+        return str(created.info.run_id)
+
+    def _model(self, record_id: str) -> Any:
+        return self._call(
+            self._client.get_logged_model, f"reading logged model {record_id}", record_id, record_id=record_id
+        )
+
+    def _read(self, record_id: str) -> tuple[Any, Record]:
+        model = self._model(record_id)
+        record = read_record(model)
+        if record is None or str(getattr(model.status, "name", model.status)) == "DELETED":
+            raise RecordNotFoundError(
+                f"record {record_id} does not exist in {self.uri} (the logged model is not one tracker_saver "
+                "wrote): see `tracker-saver models list` for ids",
+                record_id=record_id,
+            )
+        return model, record
+
+    def _experiments(self, project: str | None) -> list[Any]:
+        if project is not None:
+            exp = self._experiment(project, create=False)
+            return [] if exp is None else [exp]
+        found = self._call(self._client.search_experiments, "listing experiments")
+        return [e for e in found if str(e.name).startswith(self.experiment_prefix)]
+
+    def _search(self, experiments: list[Any], filters: dict[str, Any]) -> list[Record]:
+        """Every record in ``experiments`` whose ``tracker_saver.*`` tags equal ``filters``."""
+        where = " AND ".join(f"tags.`{PREFIX}{k}` = '{_quote(encode(v))}'" for k, v in filters.items())
+        out: list[Record] = []
+        ids = [str(e.experiment_id) for e in experiments]
+        for start in range(0, len(ids), 100):
+            token: str | None = None
+            while True:
+                page = self._call(
+                    self._client.search_logged_models,
+                    "searching logged models",
+                    ids[start : start + 100],
+                    filter_string=where or None,
+                    max_results=PAGE,
+                    page_token=token,
+                )
+                out.extend(r for m in page if (r := read_record(m)) is not None)
+                token = page.token
+                if not token:
+                    break
+        return out
+
+
+def _quote(text: str) -> str:
+    """``text`` inside a single-quoted MLflow filter string."""
+    return text.replace("\\", "\\\\").replace("'", "\\'")
