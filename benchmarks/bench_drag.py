@@ -32,6 +32,8 @@ Prints the table (stdout; progress to stderr), then one JSON line.
 from __future__ import annotations
 
 import argparse
+import concurrent.futures
+import hashlib
 import json
 import os
 import statistics
@@ -49,7 +51,7 @@ import torch
 from ignite.engine import Engine
 from ignite.handlers import Checkpoint
 
-from tracker_saver import TrackerSaver
+from tracker_saver import TrackerSaver, background
 
 REFERENCE = "torch.save+fsync"
 VARIANTS = [REFERENCE, "thread", "fork", "ours"]
@@ -111,6 +113,51 @@ def saver_thread(state: dict[str, torch.Tensor], work: Path) -> Saver:
 
         def write() -> None:
             torch.save(copy, path)
+            fsync_file(path)
+
+        thread = threading.Thread(target=write, daemon=True)
+        thread.start()
+        return lambda: not thread.is_alive()
+
+    return save
+
+
+class _ShaFile:
+    """A file that sha256-hashes what ``torch.save`` writes: inline (fused), or on a second thread."""
+
+    def __init__(self, path: Path, hasher: concurrent.futures.ThreadPoolExecutor | None) -> None:
+        self.file = open(path, "wb")  # noqa: SIM115 - closed by close()
+        self.sha = hashlib.sha256()
+        self.hasher = hasher
+
+    def write(self, data: bytes) -> int:
+        view = memoryview(data)
+        if self.hasher is None:
+            self.sha.update(view)
+            return self.file.write(view)
+        future = self.hasher.submit(self.sha.update, view)
+        written = self.file.write(view)
+        future.result()
+        return written
+
+    def close(self) -> None:
+        self.file.flush()
+        os.fsync(self.file.fileno())
+        self.file.close()
+
+
+def saver_thread_sha(state: dict[str, torch.Tensor], work: Path, *, fused: bool) -> Saver:
+    """Prototype: the plain thread plus sha256 of the bytes, fused into the write pass or on a second thread."""
+    hasher = None if fused else concurrent.futures.ThreadPoolExecutor(max_workers=1)
+
+    def save(n: int) -> Callable[[], bool]:
+        copy = {k: v.clone() for k, v in state.items()}
+        path = work / f"sha_{fused}_{n}.pt"
+
+        def write() -> None:
+            out = _ShaFile(path, hasher)
+            torch.save(copy, out)  # type: ignore[arg-type]  # a write-only file-like object
+            out.close()
             fsync_file(path)
 
         thread = threading.Thread(target=write, daemon=True)
@@ -192,7 +239,9 @@ def measure(trainer: Trainer, save: Saver, n: int, before: float) -> Measure:
     return Measure(t1 - t0, window, drag, lost)
 
 
-def run_size(size: int, rounds: int, before: float, root: Path, s3: str | None) -> dict[str, dict[str, float]]:
+def run_size(
+    size: int, rounds: int, before: float, root: Path, s3: str | None, prototypes: bool
+) -> dict[str, dict[str, float]]:
     """Interleaved rounds of every variant at ``size`` MiB; medians, lost as x of the reference."""
     work = Path(tempfile.mkdtemp(prefix=f"drag-{size}-", dir=root))
     state = make_state(size)
@@ -204,6 +253,9 @@ def run_size(size: int, rounds: int, before: float, root: Path, s3: str | None) 
         "fork": saver_fork(state, work),
         "ours": ours,
     }
+    if prototypes:
+        savers["thread+sha fused"] = saver_thread_sha(state, work, fused=True)
+        savers["thread+sha 2 threads"] = saver_thread_sha(state, work, fused=False)
     closers = [ours_saver]
     if s3:
         ours_s3, s3_saver = saver_ours(state, work, f"{s3.rstrip('/')}/{uuid.uuid4().hex[:8]}")
@@ -270,17 +322,26 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--before", type=float, default=1.0, help="seconds of stepping measured before each save")
     parser.add_argument("--busy", action="store_true", help="keep the other core busy with a separate process")
+    parser.add_argument(
+        "--prototypes", action="store_true", help="add the plain thread + sha256 (fused, or on a second thread)"
+    )
+    parser.add_argument("--niceness", type=int, default=None, help="ours: the worker thread's nice value (A/B)")
     parser.add_argument("--tmpdir", type=Path, default=None)
     parser.add_argument(
         "--s3-uri", default=None, help="s3://bucket/prefix for ours-s3 (used when AWS_ENDPOINT_URL is set)"
     )
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
+    if args.niceness is not None:
+        background.WORKER_NICENESS = args.niceness
     s3 = args.s3_uri if os.environ.get("AWS_ENDPOINT_URL") else None
     spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if args.busy else None
     try:
         with tempfile.TemporaryDirectory(dir=args.tmpdir) as root:
-            results = {str(size): run_size(size, args.rounds, args.before, Path(root), s3) for size in args.sizes}
+            results = {
+                str(size): run_size(size, args.rounds, args.before, Path(root), s3, args.prototypes)
+                for size in args.sizes
+            }
     finally:
         if spinner is not None:
             spinner.kill()

@@ -13,7 +13,9 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
+import os
 import queue
+import sys
 import threading
 import time
 import weakref
@@ -25,6 +27,10 @@ from tracker_saver.errors import FlushTimeoutError
 __all__ = ["ATEXIT_TIMEOUT_S", "Background"]
 
 log = logging.getLogger(__name__)
+
+#: The worker thread's nice value (Linux: per thread; threads it starts inherit it), so a background
+#: save takes the CPU training leaves rather than competing with it (benchmarks/bench_drag.py).
+WORKER_NICENESS = 10
 
 #: How long the ``atexit`` flush waits for background saves before giving up and logging what
 #: was not made durable.
@@ -175,6 +181,7 @@ class Background:
                 self._thread.join()
 
     def _work(self) -> None:
+        _lower_priority()
         while (op := self._queue.get()) is not None:
             try:
                 op.run()
@@ -191,6 +198,16 @@ class Background:
                 with self._idle:
                     self._pending.remove(op.what)
                     self._idle.notify_all()
+
+
+def _lower_priority() -> None:
+    """Lower the calling thread's CPU priority by ``WORKER_NICENESS`` where the OS allows it per thread."""
+    if sys.platform != "linux":  # elsewhere PRIO_PROCESS would lower the whole process, training included
+        return
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WORKER_NICENESS)
+    except OSError as exc:  # a sandbox may forbid it: the save still runs, only at normal priority
+        log.debug("background thread keeps its priority: %s", exc)
 
 
 def _flush_at_exit(background: Background) -> Callable[[], None]:
