@@ -5,7 +5,8 @@ snapshot) are queued or running, then lets the caller take its snapshot and queu
 ``submit`` queues a light one (a remove). Both return at once after that. An
 operation's error is kept and raised in the caller's thread by the next ``submit`` or by
 ``flush``, so nothing fails silently (DESIGN invariant 5). The thread is a daemon, and an
-``atexit`` hook flushes with a time limit, so interpreter shutdown never hangs forever.
+``atexit`` hook flushes with a time limit, so interpreter shutdown never hangs forever. On Linux the
+thread runs at a lower CPU priority (``WORKER_NICENESS``), so it takes the CPU training leaves.
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ from dataclasses import dataclass
 
 from tracker_saver.errors import FlushTimeoutError
 
-__all__ = ["ATEXIT_TIMEOUT_S", "Background"]
+__all__ = ["ATEXIT_TIMEOUT_S", "WORKER_NICENESS", "Background"]
 
 log = logging.getLogger(__name__)
 
