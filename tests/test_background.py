@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import os
+import sys
 import threading
 import time
 
 import pytest
 
-from tracker_saver.background import Background
+from tracker_saver.background import WORKER_NICENESS, Background
 from tracker_saver.errors import FlushTimeoutError, StorageError
 
 
@@ -137,3 +139,18 @@ def test_a_snapshot_that_fails_frees_its_room() -> None:
 def test_max_pending_must_be_a_positive_int() -> None:
     with pytest.raises(ValueError, match="max_pending must be an int >= 1, got 0"):
         Background(max_pending=0)
+
+
+@pytest.mark.skipif(sys.platform != "linux", reason="per-thread priority is Linux only (elsewhere it is left alone)")
+def test_worker_thread_runs_at_lower_priority_than_training() -> None:
+    bg = Background()
+    try:
+        bg.submit(lambda: None, what="noop")
+        bg.flush()  # the worker has started and lowered itself
+        native_id = bg._thread.native_id
+        assert native_id is not None
+        own = os.getpriority(os.PRIO_PROCESS, threading.get_native_id())
+        assert os.getpriority(os.PRIO_PROCESS, native_id) == min(19, own + WORKER_NICENESS)
+    finally:
+        bg.close()
+    assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == own  # training keeps its priority

@@ -86,3 +86,19 @@ def test_bench_outages_rgw_kinds_neither_hang_nor_lie_nor_leave_objects(ceph_s3,
     assert re.fullmatch(OUTAGE_SUMMARY, summary) and summary.startswith("outages=2 "), _found(summary, captured.err)
     assert status == 0, lines[-2]
     assert {(r["kind"], r["mode"]) for r in report["rows"]} == {("rgw-stopped", "sync"), ("rgw-frozen", "async")}
+
+
+def test_bench_drag_measures_every_saver_side_by_side(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "AWS_ENDPOINT_URL"}
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "bench_drag.py"), "--sizes", "4", "--rounds", "1"]
+    cmd += ["--before", "0.2", "--tmpdir", str(tmp_path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    assert "loadavg" in lines[0], lines[0]
+    report = json.loads(lines[-1])
+    rows = report["results"]["4"]
+    assert list(rows) == ["torch.save+fsync", "thread", "fork", "ours"]
+    assert rows["torch.save+fsync"]["lost_x"] == pytest.approx(1.0, abs=0.05)
+    for variant, row in rows.items():
+        assert row["blocked_s"] > 0 and row["lost_s"] >= row["blocked_s"], (variant, row)

@@ -5,7 +5,8 @@ snapshot) are queued or running, then lets the caller take its snapshot and queu
 ``submit`` queues a light one (a remove). Both return at once after that. An
 operation's error is kept and raised in the caller's thread by the next ``submit`` or by
 ``flush``, so nothing fails silently (DESIGN invariant 5). The thread is a daemon, and an
-``atexit`` hook flushes with a time limit, so interpreter shutdown never hangs forever.
+``atexit`` hook flushes with a time limit, so interpreter shutdown never hangs forever. On Linux the
+thread runs at a lower CPU priority (``WORKER_NICENESS``), so it takes the CPU training leaves.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from __future__ import annotations
 import atexit
 import contextlib
 import logging
+import os
 import queue
+import sys
 import threading
 import time
 import weakref
@@ -22,9 +25,13 @@ from dataclasses import dataclass
 
 from tracker_saver.errors import ClosedError, ConfigError, FlushTimeoutError
 
-__all__ = ["ATEXIT_TIMEOUT_S", "Background"]
+__all__ = ["ATEXIT_TIMEOUT_S", "WORKER_NICENESS", "Background"]
 
 log = logging.getLogger(__name__)
+
+#: The worker thread's nice value (Linux: per thread; threads it starts inherit it), so a background
+#: save takes the CPU training leaves rather than competing with it (benchmarks/bench_drag.py).
+WORKER_NICENESS = 10
 
 #: How long the ``atexit`` flush waits for background saves before giving up and logging what
 #: was not made durable.
@@ -175,6 +182,7 @@ class Background:
                 self._thread.join()
 
     def _work(self) -> None:
+        _lower_priority()
         while (op := self._queue.get()) is not None:
             try:
                 op.run()
@@ -191,6 +199,16 @@ class Background:
                 with self._idle:
                     self._pending.remove(op.what)
                     self._idle.notify_all()
+
+
+def _lower_priority() -> None:
+    """Lower the calling thread's CPU priority by ``WORKER_NICENESS`` where the OS allows it per thread."""
+    if sys.platform != "linux":  # elsewhere PRIO_PROCESS would lower the whole process, training included
+        return
+    try:
+        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WORKER_NICENESS)
+    except OSError as exc:  # a sandbox may forbid it: the save still runs, only at normal priority
+        log.debug("background thread keeps its priority: %s", exc)
 
 
 def _flush_at_exit(background: Background) -> Callable[[], None]:
