@@ -3,11 +3,9 @@ user aliases are unique per project and resolve to their record."""
 
 from __future__ import annotations
 
-import contextlib
 import errno
 import threading
 from collections import defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -89,16 +87,21 @@ def test_latest_and_best_name_only_loadable_records_through_failed_saves(
 
     saver = local_target.saver(pre_upload=[refuse], async_upload=async_upload)
     if failure == "storage":  # the disk fills up once every byte is written, before the commit point
-        write = saver.storage.writer
+        stage = saver.storage.stage
 
-        @contextlib.contextmanager
-        def full_disk(key: str, **kwargs: Any) -> Iterator[Any]:
-            with write(key, **kwargs) as target:
-                yield target
+        def full_disk(key: str, **kwargs: Any) -> Any:
+            staged = stage(key, **kwargs)
+            finish = staged.finish
+
+            def finish_then_fail() -> None:
+                finish()
                 if "best_model" in key and flaky.epoch in FAILING:
                     raise OSError(errno.ENOSPC, "No space left on device")
 
-        saver.storage.writer = full_disk  # type: ignore[method-assign]
+            staged.finish = finish_then_fail  # type: ignore[method-assign]
+            return staged
+
+        saver.storage.stage = full_disk  # type: ignore[method-assign]
     engine = trainer_engine(model())
     engine.state.max_epochs = len(EXPECTED)
     # A real Checkpoint per stream, called as EPOCH_COMPLETED would call it: an engine stops at
