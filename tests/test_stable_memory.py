@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import hashlib
 import io
+import os
+import threading
 
+import pytest
 import torch
 
+from tracker_saver.hashing import HASHER, PARALLEL_HASH_BYTES, HashingWriter, hash_alongside
 from tracker_saver.memory import StableMemory
-from tracker_saver.pipeline import PARALLEL_HASH_BYTES, HashingWriter
+from tracker_saver.pools import shared_pool
 
 
 class Recorder(io.RawIOBase):
@@ -67,3 +71,42 @@ def test_the_hash_of_a_checkpoint_is_the_same_whether_its_storages_are_stable_or
         assert writer.sha256 == hashlib.sha256(target.getvalue()).hexdigest()
         digests.append(writer.sha256)
     assert digests[0] == digests[1]
+
+
+def test_a_writer_that_hashes_inline_never_waits_on_the_hashing_thread() -> None:
+    # The hashing thread is held busy: an inline writer still finishes, a parallel one waits.
+    release = threading.Event()
+    shared_pool(HASHER).submit(release.wait, 30)
+    buffer = bytes(4 * PARALLEL_HASH_BYTES)
+    results: dict[bool, str] = {}
+
+    def write(parallel: bool) -> None:
+        writer = HashingWriter(io.BytesIO(), parallel=parallel)
+        writer.write(buffer)
+        results[parallel] = writer.sha256
+
+    try:
+        threads = {parallel: threading.Thread(target=write, args=(parallel,)) for parallel in (False, True)}
+        for thread in threads.values():
+            thread.start()
+        threads[False].join(10)
+        assert results.get(False) == hashlib.sha256(buffer).hexdigest()
+        assert True not in results  # queued behind the busy hashing thread
+    finally:
+        release.set()
+    threads[True].join(10)
+    assert results[True] == results[False]
+
+
+@pytest.mark.parametrize(("cores", "torch_threads", "expected"), [(2, 1, False), (2, 2, False), (4, 2, True)])
+def test_a_background_save_hashes_beside_its_write_only_with_two_cores_to_spare(
+    monkeypatch: pytest.MonkeyPatch, cores: int, torch_threads: int, expected: bool
+) -> None:
+    monkeypatch.setattr(os, "sched_getaffinity", lambda pid: set(range(cores)))  # the machine's size, chosen
+    before = torch.get_num_threads()
+    torch.set_num_threads(torch_threads)
+    try:
+        assert hash_alongside(background=True) is expected
+        assert hash_alongside(background=False) is True  # the training thread waits for it anyway
+    finally:
+        torch.set_num_threads(before)

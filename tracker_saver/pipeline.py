@@ -10,17 +10,15 @@ leaves the previous record live; one after it is settled by what the slot holds
 
 from __future__ import annotations
 
-import concurrent.futures
 import contextlib
 import errno
-import hashlib
 import inspect
 import logging
 import re
 import threading
 import time
 from collections.abc import Iterator, Mapping
-from typing import Any, BinaryIO
+from typing import Any
 
 import torch
 
@@ -35,10 +33,10 @@ from tracker_saver.errors import (
     StreamBusyError,
     TrackerSaverError,
 )
+from tracker_saver.hashing import HashingWriter, hash_alongside
 from tracker_saver.local_view import LocalView
 from tracker_saver.memory import StableMemory
 from tracker_saver.naming import key_ext, key_segment, run_prefix, slot_key
-from tracker_saver.pools import shared_pool
 from tracker_saver.records import LOADABLE, Record, RecordState, StreamId, UploadInfo
 from tracker_saver.recovery import Action, recover_slot, recover_stream
 from tracker_saver.registry.base import Query, Registry, stream_query
@@ -46,7 +44,7 @@ from tracker_saver.slots import Choice, SlotAllocator
 from tracker_saver.storage.base import StagedWrite, Storage
 from tracker_saver.timings import SaveClock
 
-__all__ = ["HashingWriter", "Pipeline", "check_save_kwargs", "is_writing", "kept_filenames", "writing"]
+__all__ = ["Pipeline", "check_save_kwargs", "is_writing", "kept_filenames", "writing"]
 
 log = logging.getLogger(__name__)
 
@@ -92,87 +90,6 @@ def writing() -> Iterator[None]:
         yield
     finally:
         _local.writing = False
-
-
-#: Writes at least this big are hashed on a second thread; hashlib and file or socket writes
-#: release the GIL, so the sha256 runs while the bytes are written.
-PARALLEL_HASH_BYTES = 1 << 20
-
-#: The pool of the one thread that hashes for every writer: a writer's updates run in the order it wrote.
-HASHER = "tracker-saver-sha256"
-
-
-class HashingWriter:
-    """A write-only file that hashes and counts what passes through to ``target``.
-
-    Large writes are hashed on a second thread while ``target`` writes them. A write of
-    ``stable`` memory (a checkpoint's CPU tensor storage, see :class:`StableMemory`) returns
-    without waiting for its hash (``sha256`` waits instead), so the hash also overlaps whatever
-    the caller does next; any other large write waits for its hash before it returns, as the
-    caller may reuse the buffer then. Small writes are hashed inline, or copied and queued
-    behind a pending hash.
-
-    It has no ``name`` attribute on purpose: ClearML's ``torch.save`` binding registers only
-    files it can name, so our writes never become a second, untracked upload.
-
-    Examples:
-        >>> import io
-        >>> writer = HashingWriter(io.BytesIO())
-        >>> writer.write(b"abc"), writer.sha256[:12]
-        (3, 'ba7816bf8f01')
-    """
-
-    def __init__(self, target: BinaryIO | None = None, *, stable: StableMemory | None = None) -> None:
-        self.target = target
-        self.stable = stable if stable is not None else StableMemory()
-        self._sha = hashlib.sha256()
-        self._hashing: list[concurrent.futures.Future[None]] = []
-        self.size = 0
-        self.error: Exception | None = None
-
-    def write(self, data: bytes) -> int:
-        view = memoryview(data)
-        assert self.target is not None
-        large = view.nbytes >= PARALLEL_HASH_BYTES
-        queued = (large or bool(self._hashing)) and self._queue_hash(view if large else bytes(view))
-        wait = queued and large and view not in self.stable
-        if not queued:
-            self._wait()  # an earlier write's hash comes first
-            self._sha.update(view)
-        try:
-            self.target.write(view)
-        except Exception as exc:
-            self.error = exc  # torch.save re-wraps it in a RuntimeError: keep the original
-            raise
-        finally:
-            if wait:
-                self._wait()
-        self.size += view.nbytes
-        return view.nbytes
-
-    def _queue_hash(self, data: memoryview | bytes) -> bool:
-        """Hash ``data`` on the hashing thread; ``False`` once the interpreter shuts down (an atexit flush)."""
-        try:
-            future = shared_pool(HASHER).submit(self._sha.update, data)
-        except RuntimeError:  # concurrent.futures takes no new work at interpreter shutdown
-            return False
-        self._hashing = [f for f in self._hashing if not f.done()] + [future]
-        return True
-
-    def _wait(self) -> None:
-        for future in self._hashing:
-            future.result()
-        self._hashing.clear()
-
-    def flush(self) -> None:
-        if self.target is not None:
-            self.target.flush()
-
-    @property
-    def sha256(self) -> str:
-        """The hex digest of everything written so far (waits for pending hashes)."""
-        self._wait()
-        return self._sha.hexdigest()
 
 
 def kept_filenames(checkpoint: Mapping[str, Any]) -> list[str]:
@@ -320,7 +237,7 @@ class Pipeline:
             raise
         # CPU tensors' storages outlive torch.save's writes: their hash and upload may trail them.
         stable = StableMemory.of(checkpoint)
-        writer = HashingWriter(stable=stable)
+        writer = HashingWriter(stable=stable, parallel=hash_alongside(background=clock.background))
         staged: StagedWrite | None = None
         superseded = False
         writing_since = time.perf_counter()
