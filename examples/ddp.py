@@ -12,6 +12,7 @@ See docs/ddp.md.
 
 from __future__ import annotations
 
+import gc
 import socket
 import sys
 from pathlib import Path
@@ -58,6 +59,18 @@ def training(local_rank: int, root: str) -> None:
 # --8<-- [end:training]
 
 
+def training_then_free(local_rank: int, root: str) -> None:
+    """``training``, then the DDP model freed while the process group still exists.
+
+    Ignite's handlers hold the model in reference cycles (the trainer's handlers → the
+    ``Checkpoint`` → ``to_save`` → the trainer), so it would outlive the process group, which
+    Ignite destroys as this function returns, and be freed during interpreter shutdown, where
+    gloo can abort the process ("terminate called without an active exception").
+    """
+    training(local_rank, root)
+    gc.collect()
+
+
 def main() -> None:
     ROOT.mkdir(exist_ok=True)
     with socket.socket() as free:  # a free port, so two runs on one machine do not collide
@@ -65,7 +78,7 @@ def main() -> None:
         port = free.getsockname()[1]
     # --8<-- [start:parallel]
     with idist.Parallel(backend="gloo", nproc_per_node=2, master_port=port) as parallel:
-        parallel.run(training, str(ROOT))
+        parallel.run(training_then_free, str(ROOT))
     # --8<-- [end:parallel]
     records = find_models(project="examples", run="ddp", registry=str(ROOT / "registry.db"))
     for record in records:

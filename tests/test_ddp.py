@@ -9,6 +9,7 @@ that one rank never joins fails the test in seconds instead of hanging it.
 
 from __future__ import annotations
 
+import gc
 import json
 import socket
 from datetime import timedelta
@@ -39,7 +40,13 @@ def _parallel(worker: Any, *args: Any) -> None:
         free.bind(("127.0.0.1", 0))
         port = free.getsockname()[1]
     with idist.Parallel(backend="gloo", nproc_per_node=2, master_port=port, timeout=GROUP_TIMEOUT) as parallel:
-        parallel.run(worker, *args)
+        parallel.run(_then_free, worker, *args)
+
+
+def _then_free(local_rank: int, worker: Any, *args: Any) -> None:
+    """``worker``, then its DDP models freed before Ignite destroys the process group (see examples/ddp.py)."""
+    worker(local_rank, *args)
+    gc.collect()
 
 
 def _report(folder: str, **seen: Any) -> None:
