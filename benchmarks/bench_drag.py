@@ -51,7 +51,7 @@ import torch
 from ignite.engine import Engine
 from ignite.handlers import Checkpoint
 
-from tracker_saver import TrackerSaver, background
+from tracker_saver import TrackerSaver, background, pipeline
 
 REFERENCE = "torch.save+fsync"
 VARIANTS = [REFERENCE, "thread", "fork", "ours"]
@@ -326,6 +326,9 @@ def main(argv: list[str] | None = None) -> int:
         "--prototypes", action="store_true", help="add the plain thread + sha256 (fused, or on a second thread)"
     )
     parser.add_argument("--niceness", type=int, default=None, help="ours: the worker thread's nice value (A/B)")
+    parser.add_argument(
+        "--hash-thread", action="store_true", help="ours: hash on a second thread beside the write, as before (A/B)"
+    )
     parser.add_argument("--tmpdir", type=Path, default=None)
     parser.add_argument(
         "--s3-uri", default=None, help="s3://bucket/prefix for ours-s3 (used when AWS_ENDPOINT_URL is set)"
@@ -334,6 +337,8 @@ def main(argv: list[str] | None = None) -> int:
     torch.set_num_threads(1)
     if args.niceness is not None:
         background.WORKER_NICENESS = args.niceness
+    if args.hash_thread:
+        pipeline.hash_alongside = lambda *, background: True
     s3 = args.s3_uri if os.environ.get("AWS_ENDPOINT_URL") else None
     spinner = subprocess.Popen([sys.executable, "-c", "while True: pass"]) if args.busy else None
     try:
@@ -347,7 +352,17 @@ def main(argv: list[str] | None = None) -> int:
             spinner.kill()
             spinner.wait()
     print(table(results, args.busy))
-    print(json.dumps({"loadavg": os.getloadavg(), "busy": args.busy, "rounds": args.rounds, "results": results}))
+    print(
+        json.dumps(
+            {
+                "loadavg": os.getloadavg(),
+                "busy": args.busy,
+                "hash_thread": args.hash_thread,
+                "rounds": args.rounds,
+                "results": results,
+            }
+        )
+    )
     return 0
 
 
