@@ -20,7 +20,9 @@ import pytest
 pytest.importorskip("clearml", reason="ClearML tests need clearml: pip install 'clearml>=1.16' (the clearml extra)")
 
 from tests.conftest_clearml import ClearMLServer, init_task, live_server_configured  # noqa: E402
-from tests.contracts.registry import SHA, RegistryContract, live  # noqa: E402
+from tests.contracts.claims import StreamClaimsContract  # noqa: E402
+from tests.contracts.labels import LabelsContract  # noqa: E402
+from tests.contracts.records import SHA, RecordStoreContract, live  # noqa: E402
 from tracker_saver.claims import Holder, new_holder  # noqa: E402
 from tracker_saver.errors import ConfigError, RecordNotFoundError, RegistryError, StreamBusyError  # noqa: E402
 from tracker_saver.query import parse_order, parse_where  # noqa: E402
@@ -35,7 +37,7 @@ def _root() -> str:
     return f"tracker_saver-tests/{uuid.uuid4().hex[:12]}"
 
 
-class TestClearMLRegistryContract(RegistryContract):
+class TestClearMLRegistryContract(RecordStoreContract, LabelsContract, StreamClaimsContract):
     @pytest.fixture
     def registry(self, clearml_server: ClearMLServer):
         # ClearML refuses project names under 3 characters, so project "p" lives under a root.

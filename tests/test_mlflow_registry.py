@@ -9,7 +9,9 @@ import pytest
 
 pytest.importorskip("mlflow", reason="MLflow tests need mlflow: pip install -e '.[mlflow]' -c constraints.txt")
 
-from tests.contracts.registry import SHA, RegistryContract, live, pending  # noqa: E402
+from tests.contracts.claims import StreamClaimsContract  # noqa: E402
+from tests.contracts.labels import LabelsContract  # noqa: E402
+from tests.contracts.records import SHA, RecordStoreContract, live, pending  # noqa: E402
 from tracker_saver.errors import ConfigError, RecordNotFoundError, RegistryError  # noqa: E402
 from tracker_saver.registry import open_registry  # noqa: E402
 from tracker_saver.registry.mlflow import MLflowRegistry  # noqa: E402
@@ -22,7 +24,7 @@ def _registry(uri: str) -> MLflowRegistry:
     return MLflowRegistry(uri, experiment_prefix=f"t{uuid.uuid4().hex[:10]}-", timeout=10)
 
 
-class TestMLflowRegistryContract(RegistryContract):
+class TestMLflowRegistryContract(RecordStoreContract, LabelsContract, StreamClaimsContract):
     @pytest.fixture
     def registry(self, mlflow_server: str):
         reg = _registry(mlflow_server)

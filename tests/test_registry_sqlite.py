@@ -8,7 +8,9 @@ import sys
 
 import pytest
 
-from tests.contracts.registry import RegistryContract, live
+from tests.contracts.claims import StreamClaimsContract
+from tests.contracts.labels import LabelsContract
+from tests.contracts.records import RecordStoreContract, live
 from tracker_saver.errors import ConfigError
 from tracker_saver.query import parse_order, parse_where
 from tracker_saver.registry import DEFAULT_REGISTRY, Query, open_registry
@@ -16,7 +18,7 @@ from tracker_saver.registry.migrations import MIGRATIONS
 from tracker_saver.registry.sqlite import SQLiteRegistry
 
 
-class TestSQLiteRegistry(RegistryContract):
+class TestSQLiteRegistry(RecordStoreContract, LabelsContract, StreamClaimsContract):
     @pytest.fixture
     def registry(self, tmp_path):
         reg = SQLiteRegistry(tmp_path / "registry.db")
@@ -64,7 +66,7 @@ def test_an_unknown_registry_scheme_is_refused() -> None:
 
 WRITER = """
 import sys
-from tests.contracts.registry import live
+from tests.contracts.records import live
 from tracker_saver.registry.sqlite import SQLiteRegistry
 reg = SQLiteRegistry(sys.argv[1])
 for i in range(40):
@@ -82,7 +84,7 @@ def test_two_processes_can_write_at_once(tmp_path) -> None:
 
 
 def test_slot_size_sha256_uri_and_created_at_are_stored_once_and_still_queried_as_metadata(tmp_path) -> None:
-    from tests.contracts.registry import SHA, pending
+    from tests.contracts.records import SHA, pending
 
     registry = SQLiteRegistry(tmp_path / "r.db")
     first = live(registry, "a_1.pt", slot=0)

@@ -7,12 +7,15 @@ from pathlib import Path
 
 from tracker_saver.errors import ConfigError, RegistryError
 from tracker_saver.outage import DEFAULT_TIMEOUT_S
-from tracker_saver.registry.base import Query, Registry
+from tracker_saver.registry.base import Labels, Query, RecordStore, Registry, StreamClaims
 
 __all__ = [
     "DEFAULT_REGISTRY",
+    "Labels",
     "Query",
+    "RecordStore",
     "Registry",
+    "StreamClaims",
     "check_exists",
     "check_registry_path",
     "open_registry",

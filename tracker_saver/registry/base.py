@@ -15,9 +15,12 @@ from tracker_saver.records import DERIVED_ALIASES, MetaValue, Record, RecordStat
 __all__ = [
     "RunContext",
     "Candidate",
+    "Labels",
     "Query",
     "RECORD_FIELDS",
+    "RecordStore",
     "Registry",
+    "StreamClaims",
     "busy",
     "derived_aliases",
     "record_field",
@@ -160,24 +163,24 @@ def _id_key(record_id: str) -> tuple[int, Any]:
     return (0, int(record_id)) if record_id.isdigit() else (1, record_id)
 
 
-class Registry(ABC):
-    """Records of checkpoints: create pending, commit live, change state, rename, tag, query.
+class RecordStore(ABC):
+    """Records and their states: the part of a registry that every save goes through.
 
-    State changes are checked: ``set_state`` only moves a record out of the states it expects,
-    so an evicted record can never become live by accident (invariant 2). Each stream has one
-    writer at a time: ``claim`` records it and refuses a second live one.
+    A backend writes six methods: ``create_pending`` (step 4), ``supersede`` (step 6),
+    ``make_live`` (step 9), ``set_state`` (every other move, a compare-and-set on the state it
+    leaves), ``get`` and ``query``. ``evict``, ``restore``, ``fail``, ``count`` and
+    ``metadata_keys`` are built on them. ``tests/contracts/records.py`` proves a backend's.
 
     Examples:
         >>> from tracker_saver.registry import open_registry
         >>> reg = open_registry(":memory:")
+        >>> isinstance(reg, RecordStore)
+        True
         >>> rec = reg.create_pending(UploadInfo("p", "r", "checkpoint", "checkpoint_1.pt", slot=0,
         ...                          key="p/r/checkpoint.slot0.pt"), uri="file:///tmp/p/r/checkpoint.slot0.pt")
-        >>> reg.make_live(rec.id, sha256="0" * 64, size=1).state.value
-        'live'
+        >>> reg.evict(reg.make_live(rec.id, sha256="0" * 64, size=1).id).state.value
+        'evicted'
     """
-
-    #: A URI-like description for messages (never contains credentials).
-    uri: str
 
     @abstractmethod
     def create_pending(self, info: UploadInfo, *, uri: str) -> Record:
@@ -203,6 +206,55 @@ class Registry(ABC):
         self, record_id: str, state: RecordState, *, expected: Sequence[RecordState], error: str | None = None
     ) -> Record:
         """Move a record to ``state`` if it is in one of ``expected``; raise ``RegistryError`` if not."""
+
+    @abstractmethod
+    def get(self, record_id: str) -> Record:
+        """The record with ``record_id``, with its aliases; ``RecordNotFoundError`` if there is none."""
+
+    @abstractmethod
+    def query(self, query: Query) -> list[Record]:
+        """Records matching ``query`` with their aliases, sorted as :func:`select` sorts them."""
+
+    def count(self, query: Query) -> int:
+        """How many records match ``query`` without its ``limit`` and ``offset`` (for pagination)."""
+        return len(self.query(replace(query, limit=None, offset=0, order_by=())))
+
+    def metadata_keys(self) -> set[str]:
+        """Every key that some record's ``metadata`` holds: what a where or sort key may name
+        besides the record fields (``find_models`` refuses any other key).
+
+        This default reads every record; a backend that can ask for the keys alone overrides it.
+        """
+        return {key for record in self.query(Query()) for key in record.metadata}
+
+    def evict(self, record_id: str) -> Record:
+        """``live``/``revived`` → ``evicted``: its slot is being reused (never a pinned record)."""
+        return self.set_state(record_id, RecordState.EVICTED, expected=(RecordState.LIVE, RecordState.REVIVED))
+
+    def restore(self, record_id: str, state: RecordState = RecordState.LIVE) -> Record:
+        """``evicted`` → ``live`` (a replacing save failed) or ``revived`` (found at start-up)."""
+        return self.set_state(record_id, state, expected=(RecordState.EVICTED,))
+
+    def fail(self, record_id: str, error: str) -> Record:
+        """``pending`` → ``failed``, keeping why."""
+        return self.set_state(record_id, RecordState.FAILED, expected=(RecordState.PENDING,), error=error)
+
+
+class Labels(ABC):
+    """What users put on records after training: names, tags, user aliases and pins.
+
+    None of it moves a slot's record through its states; derived aliases (``latest``,
+    ``best``) are not stored here but computed by :func:`derived_aliases` when records are
+    read. A backend writes seven methods; ``tests/contracts/labels.py`` proves them.
+
+    Examples:
+        >>> from tracker_saver.registry import open_registry
+        >>> reg = open_registry(":memory:")
+        >>> rec = reg.create_pending(UploadInfo("p", "r", "checkpoint", "checkpoint_1.pt", slot=0,
+        ...                          key="p/r/checkpoint.slot0.pt"), uri="file:///tmp/p/r/checkpoint.slot0.pt")
+        >>> reg.add_tags(reg.rename(rec.id, "first").id, ["baseline"]).tags
+        ('baseline',)
+    """
 
     @abstractmethod
     def rename(self, record_id: str, name: str) -> Record:
@@ -236,25 +288,23 @@ class Registry(ABC):
     def delete_pinned(self, record_id: str) -> None:
         """Delete a ``pinned`` record (and its aliases); ``RegistryError`` for any other state."""
 
-    @abstractmethod
-    def get(self, record_id: str) -> Record:
-        """The record with ``record_id``, with its aliases; ``RecordNotFoundError`` if there is none."""
 
-    @abstractmethod
-    def query(self, query: Query) -> list[Record]:
-        """Records matching ``query`` with their aliases, sorted as :func:`select` sorts them."""
+class StreamClaims(ABC):
+    """One writer per stream: who holds a stream's claim, and whether that holder is alive.
 
-    def count(self, query: Query) -> int:
-        """How many records match ``query`` without its ``limit`` and ``offset`` (for pagination)."""
-        return len(self.query(replace(query, limit=None, offset=0, order_by=())))
+    A backend writes three methods; ``tests/contracts/claims.py`` proves them. A holder that
+    died (see :func:`tracker_saver.claims.is_alive`) holds nothing.
 
-    def metadata_keys(self) -> set[str]:
-        """Every key that some record's ``metadata`` holds: what a where or sort key may name
-        besides the record fields (``find_models`` refuses any other key).
-
-        This default reads every record; a backend that can ask for the keys alone overrides it.
-        """
-        return {key for record in self.query(Query()) for key in record.metadata}
+    Examples:
+        >>> from tracker_saver.claims import new_holder
+        >>> from tracker_saver.registry import open_registry
+        >>> class Saver: ...
+        >>> reg, saver = open_registry(":memory:"), Saver()
+        >>> stream = StreamId("file:///c", "p", "r", "best_model")
+        >>> reg.claim(stream, new_holder(saver))
+        >>> reg.holder(stream) is not None
+        True
+    """
 
     @abstractmethod
     def claim(self, stream: StreamId, holder: Holder) -> None:
@@ -272,17 +322,27 @@ class Registry(ABC):
     def release(self, stream: StreamId, holder: Holder) -> None:
         """Give up ``holder``'s claim on ``stream`` (nothing if it holds none)."""
 
-    def evict(self, record_id: str) -> Record:
-        """``live``/``revived`` → ``evicted``: its slot is being reused (never a pinned record)."""
-        return self.set_state(record_id, RecordState.EVICTED, expected=(RecordState.LIVE, RecordState.REVIVED))
 
-    def restore(self, record_id: str, state: RecordState = RecordState.LIVE) -> Record:
-        """``evicted`` → ``live`` (a replacing save failed) or ``revived`` (found at start-up)."""
-        return self.set_state(record_id, state, expected=(RecordState.EVICTED,))
+class Registry(RecordStore, Labels, StreamClaims):
+    """Records of checkpoints: a :class:`RecordStore`, its :class:`Labels` and its :class:`StreamClaims`.
 
-    def fail(self, record_id: str, error: str) -> Record:
-        """``pending`` → ``failed``, keeping why."""
-        return self.set_state(record_id, RecordState.FAILED, expected=(RecordState.PENDING,), error=error)
+    State changes are checked: ``set_state`` only moves a record out of the states it expects,
+    so an evicted record can never become live by accident (invariant 2). Each stream has one
+    writer at a time: ``claim`` records it and refuses a second live one. A backend subclasses
+    ``Registry`` and writes the abstract methods of the three parts (sixteen in all), each part
+    proven by its own contract suite in ``tests/contracts/``.
+
+    Examples:
+        >>> from tracker_saver.registry import open_registry
+        >>> reg = open_registry(":memory:")
+        >>> rec = reg.create_pending(UploadInfo("p", "r", "checkpoint", "checkpoint_1.pt", slot=0,
+        ...                          key="p/r/checkpoint.slot0.pt"), uri="file:///tmp/p/r/checkpoint.slot0.pt")
+        >>> reg.make_live(rec.id, sha256="0" * 64, size=1).state.value
+        'live'
+    """
+
+    #: A URI-like description for messages (never contains credentials).
+    uri: str
 
     def close(self) -> None:  # noqa: B027 (an optional hook: nothing to release by default)
         """Release connections."""

@@ -1,0 +1,49 @@
+"""The stream-claims contract: one writer per stream (``StreamClaims``), written once, run by every backend.
+
+A backend opts in by adding ``StreamClaimsContract`` to its registry test class (see
+``tests/contracts/records.py``). A holder's liveness is its saver's: ``release_local`` plays
+a saver that is gone, as a killed process is.
+"""
+
+from __future__ import annotations
+
+import pytest
+
+from tracker_saver.claims import new_holder, release_local
+from tracker_saver.errors import StreamBusyError
+from tracker_saver.records import StreamId
+from tracker_saver.registry import StreamClaims
+
+
+class StreamClaimsContract:
+    def test_a_stream_has_one_live_claim_holder(self, registry: StreamClaims) -> None:
+        class Owner: ...
+
+        first, second = Owner(), Owner()
+        a, b = new_holder(first), new_holder(second)
+        stream = StreamId("file:///out", "p", "r", "best_model")
+        registry.claim(stream, a)
+        registry.claim(stream, a)  # renewing is fine
+        registry.claim(StreamId("file:///out", "p", "r", "checkpoint"), b)  # another stream is fine
+        with pytest.raises(StreamBusyError, match=f"pid {a.pid}"):
+            registry.claim(stream, b)
+        registry.release(stream, a)
+        registry.claim(stream, b)
+        release_local(b)  # b's saver is gone: its claim is dead
+        registry.claim(stream, a)
+        registry.release(stream, a)
+        registry.release(StreamId("file:///out", "p", "r", "checkpoint"), b)
+
+    def test_holder_names_the_live_claim_holder_and_changes_nothing(self, registry: StreamClaims) -> None:
+        class Owner: ...
+
+        owner = Owner()
+        a = new_holder(owner)
+        stream = StreamId("file:///out", "p", "r2", "best_model")
+        assert registry.holder(stream) is None
+        registry.claim(stream, a)
+        assert registry.holder(stream) == a
+        assert registry.holder(stream) == a  # asking twice takes nothing
+        release_local(a)  # its saver is gone: a dead holder holds nothing
+        assert registry.holder(stream) is None
+        registry.release(stream, a)
