@@ -215,6 +215,7 @@ def test_a_commit_refused_by_a_killed_gateway_keeps_the_previous_record_live_at_
         try:
             with pytest.raises(StorageError, match="stopped answering|cannot reach"):
                 training.run(1)
+                pytest.fail(f"the save succeeded; killed before {killed}; {ceph_s3.rgw_report()}")
         finally:
             events.unregister(f"before-parameter-build.s3.{operation}", unique_id="test-kill")
         assert killed and killed[0].endswith("p/r/model.slot0.pt"), killed
