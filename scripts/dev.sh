@@ -30,6 +30,8 @@ test_() {
     if [ "$(id -u)" = 0 ]; then
         # The UI's browser tests drive Debian's Chromium (never a browser Playwright downloads).
         command -v chromium >/dev/null || bash scripts/apt.sh install chromium
+        # The MLflow team set-up test runs `mlflow server` on a throwaway PostgreSQL 15 cluster.
+        bash scripts/apt.sh install postgresql
         bash scripts/ceph-s3.sh install
         if bash scripts/ceph-s3.sh running >/dev/null 2>&1; then
             # Someone started it (a developer's shell): use it, and leave it running.
