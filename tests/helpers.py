@@ -110,6 +110,9 @@ ROOT = Path(__file__).resolve().parents[1]
 def process_spec(target: Target, *, run: str, **config: Any) -> dict[str, Any]:
     """The JSON config a training subprocess (``tests.worker``, ``tests.resume_run``) reads."""
     registry = target.registry if isinstance(target.registry, str) else None
+    if str(getattr(target.registry, "uri", "")).startswith("mlflow:"):  # the server, and this test's experiments
+        registry = f"mlflow:{target.registry.tracking_uri}"
+        config.setdefault("experiment_prefix", target.registry.experiment_prefix)
     return {
         "output_uri": target.output_uri,
         "registry": registry,
@@ -118,6 +121,17 @@ def process_spec(target: Target, *, run: str, **config: Any) -> dict[str, Any]:
         "run": run,
         **config,
     }
+
+
+def spec_registry(config: dict[str, Any]) -> Any:
+    """The registry a process config names: its spec, or for MLflow a registry with the test's prefix."""
+    spec = config["registry"]
+    if not str(spec).startswith("mlflow:"):
+        return spec
+    from tracker_saver.registry.mlflow import MLflowRegistry
+
+    return MLflowRegistry(spec.partition(":")[2], experiment_prefix=config.get("experiment_prefix", ""),
+                          timeout=float(config.get("timeout", 30)))  # fmt: skip
 
 
 def process_env() -> dict[str, str]:

@@ -11,7 +11,7 @@ import json
 import sys
 from typing import Any
 
-from tests.helpers import SCORES, Target, attach, model, trainer_engine
+from tests.helpers import SCORES, Target, attach, model, spec_registry, trainer_engine
 from tracker_saver import TrackerSaver, resume
 
 
@@ -30,7 +30,7 @@ class RecordingSaver(TrackerSaver):
 
 
 def main(config: dict[str, Any]) -> dict[str, Any]:
-    target = Target(config["output_uri"], config["registry"], config.get("storage_options") or {},
+    target = Target(config["output_uri"], spec_registry(config), config.get("storage_options") or {},
                     config.get("saver_options") or {})  # fmt: skip
     max_seen: dict[str, int] = {}
 

@@ -16,7 +16,10 @@ that stream's save in this epoch, through real mechanisms only:
 * ``serialize``: the checkpoint holds a lock, so ``torch.save`` fails;
 * ``skip``: a pre-upload callback returns ``None``;
 * ``registry``: while ``torch.save`` runs, another connection locks the SQLite registry, so
-  the commit-point transaction times out;
+  the commit-point transaction times out; with an MLflow registry (``"mlflow:URI"``, and
+  ``experiment_prefix``), the worker talks to the tracking server through a
+  :class:`tests.tcp_gate.Gate` that the fault closes, so the commit-point write meets a server
+  that does not answer (MLflow has no lock to take: an outage is its way to refuse a write);
 * ``storage`` (local output_uri): while ``torch.save`` runs, the staged temp file is unlinked, so
   the rename at the commit point fails after the commit-point transaction;
 * ``kill-pre`` / ``kill-serialize`` / ``kill-stage`` / ``kill-post``: SIGKILL in a pre-upload
@@ -38,6 +41,7 @@ import signal
 import sqlite3
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +49,7 @@ import torch
 from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint
 
+from tests.tcp_gate import Gate
 from tracker_saver import TrackerSaver, find_models, resume
 from tracker_saver.models import open_verified
 from tracker_saver.records import UploadInfo
@@ -53,6 +58,8 @@ from tracker_saver.registry.sqlite import SQLiteRegistry
 STREAMS = ("best_checkpoint", "checkpoint")
 _fault: dict[str, Any] = {"stream": None, "kind": None}
 _locks: list[sqlite3.Connection] = []
+_gate: Gate | None = None
+_gate_wait_s = 0.0
 
 
 def _die() -> None:
@@ -88,6 +95,15 @@ class _LockRegistry(_Fault):
         return (int, (0,))
 
 
+class _CloseGate(_Fault):
+    """The MLflow registry's fault: its tracking server stops answering (see tests/tcp_gate.py)."""
+
+    def __reduce__(self) -> Any:
+        assert _gate is not None
+        _gate.close()
+        return (int, (0,))
+
+
 class _LoseStagedFile(_Fault):
     def __init__(self, root: str) -> None:
         self.root = root
@@ -110,7 +126,8 @@ class FaultySaver(TrackerSaver):
         elif _armed(stream, "storage"):
             checkpoint = {**checkpoint, "fault": _LoseStagedFile(str(self.storage.root))}  # type: ignore[attr-defined]
         elif _armed(stream, "registry"):
-            checkpoint = {**checkpoint, "fault": _LockRegistry(self.registry.path)}  # type: ignore[attr-defined]
+            lock = _CloseGate() if _gate is not None else _LockRegistry(self.registry.path)  # type: ignore[attr-defined]
+            checkpoint = {**checkpoint, "fault": lock}
         print(json.dumps({"call": stream, "filename": filename}), flush=True)
         ok = False
         try:
@@ -127,6 +144,11 @@ def _unlock() -> None:
         conn.rollback() if conn.in_transaction else None
         conn.close()
     _locks.clear()
+    if _gate is not None and not _gate.is_open:
+        _gate.open()
+        # The server answers again; the registry tries it once half its timeout has passed
+        # (tracker_saver.outage.Outage): wait that out, as a process that lives on would.
+        time.sleep(_gate_wait_s)
 
 
 def _killing(base: type) -> type:
@@ -152,9 +174,26 @@ def _post(info: UploadInfo) -> None:
         _die()
 
 
+def _mlflow(config: dict[str, Any]) -> Any:
+    """The MLflow registry of ``config``, reached through a gate the ``registry`` fault closes."""
+    global _gate, _gate_wait_s
+    from urllib.parse import urlsplit
+
+    from tracker_saver.registry.mlflow import MLflowRegistry
+
+    server = urlsplit(str(config["registry"]).partition(":")[2])
+    _gate = Gate(server.hostname or "127.0.0.1", int(server.port or 80))
+    _gate_wait_s = float(config.get("timeout", 30))
+    return _killing(MLflowRegistry)(
+        _gate.uri, experiment_prefix=config.get("experiment_prefix", ""), timeout=float(config.get("timeout", 30))
+    )
+
+
 def main(config: dict[str, Any]) -> None:
     registry: Any = config["registry"]
-    if str(registry).startswith("clearml"):
+    if str(registry).startswith("mlflow:"):
+        registry = _mlflow(config)
+    elif str(registry).startswith("clearml"):
         from tracker_saver.registry.clearml import ClearMLRegistry
 
         registry = _killing(ClearMLRegistry)(project_root=str(registry).partition(":")[2] or None)
