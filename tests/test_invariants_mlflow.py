@@ -17,7 +17,7 @@ pytestmark = pytest.mark.mlflow
 
 
 def _registry(uri: str) -> MLflowRegistry:
-    return MLflowRegistry(uri, experiment_prefix=f"i{uuid.uuid4().hex[:10]}-", timeout=10)
+    return MLflowRegistry(uri, experiment_prefix=f"i{uuid.uuid4().hex[:10]}-", timeout=4)
 
 
 class TestMLflowLocalInvariants(InvariantContract):

@@ -46,7 +46,9 @@ def _model(reg: MLflowRegistry, record_id: str):
 def test_a_checkpoint_is_a_logged_model_with_a_legal_name_metrics_and_status(reg: MLflowRegistry) -> None:
     from mlflow import MlflowClient
 
-    record = live(reg, "best_model_3_acc=0.91.pt", score=0.91, score_name="acc", global_step=3)
+    record = pending(reg, "best_model_3_acc=0.91.pt", score=0.91, score_name="acc", global_step=3)
+    # As the pipeline does: the save's whole metadata again, with what the write adds.
+    record = reg.make_live(record.id, sha256=SHA, size=10, metadata={"score": 0.91, "global_step": 3, "write_s": 0.25})
     model = _model(reg, record.id)
     assert model.name == "best_model_3_acc=0_91"
     assert str(model.status) == "READY"
@@ -56,6 +58,10 @@ def test_a_checkpoint_is_a_logged_model_with_a_legal_name_metrics_and_status(reg
     assert [m.model_id for m in found] == [record.id]
     assert MlflowClient(reg.tracking_uri).search_logged_models([exp], filter_string="metrics.score > 0.95") == []
     assert model.params["score_name"] == "acc"
+    # Logged once, at creation: making the record live logs only what it adds (size, timings).
+    client = MlflowClient(reg.tracking_uri)
+    assert [m.value for m in client.get_metric_history(model.source_run_id, "score")] == [0.91]
+    assert [m.value for m in client.get_metric_history(model.source_run_id, "write_s")] == [0.25]
 
 
 def test_two_filenames_never_share_a_name(reg: MLflowRegistry) -> None:

@@ -124,14 +124,14 @@ class MLflowRegistry(MLflowClaims, Registry):
         return self._create(info, uri=uri, state=RecordState.PINNED, extra={"sha256": sha256, "size": int(size)})
 
     def _write(self, record: Record, fields: Mapping[str, Any], state: RecordState | None = None) -> None:
-        """Write ``fields`` tags, then the state tag, then MLflow's status (see the module doc)."""
-        if fields:
-            tags = {PREFIX + k: encode(v) for k, v in fields.items()}
-            self._call(self._client.set_logged_model_tags, f"updating model {record.id}", record.id, tags,
-                       record_id=record.id)  # fmt: skip
+        """Write ``fields`` and the state tag in one request, then MLflow's status (see the module doc)."""
+        tags = {PREFIX + k: encode(v) for k, v in fields.items()}
         if state is not None:
-            self._call(self._client.set_logged_model_tags, f"moving model {record.id} to {state.value}", record.id,
-                       {PREFIX + "state": encode(state.value)}, record_id=record.id)  # fmt: skip
+            tags[PREFIX + "state"] = encode(state.value)
+        if tags:
+            what = f"moving model {record.id} to {state.value}" if state is not None else f"updating model {record.id}"
+            self._call(self._client.set_logged_model_tags, what, record.id, tags, record_id=record.id)
+        if state is not None:
             if status_of(state) != status_of(record.state):
                 self._call(self._client.finalize_logged_model, f"setting the status of model {record.id}",
                            record.id, status_of(state), record_id=record.id)  # fmt: skip
@@ -146,7 +146,8 @@ class MLflowRegistry(MLflowClaims, Registry):
             )
         meta = {k: v for k, v in record.metadata.items() if k not in ("slot", "created_at")} | dict(metadata or {})
         self._write(record, {"sha256": sha256, "size": int(size), "metadata": meta}, RecordState.LIVE)
-        self._metrics(record_id, str(model.source_run_id), metadata or {})
+        changed = {k: v for k, v in (metadata or {}).items() if record.metadata.get(k) != v}
+        self._metrics(record_id, str(model.source_run_id), changed)  # the rest were logged at creation
         return self.get(record_id)
 
     @staticmethod

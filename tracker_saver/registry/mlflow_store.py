@@ -26,6 +26,10 @@ class MLflowStore(MLflowTransport):
     #: Prepended to a project to name its experiment (``""``: the experiment is the project).
     experiment_prefix = ""
 
+    def __init__(self, tracking_uri: str, *, timeout: float) -> None:
+        super().__init__(tracking_uri, timeout=timeout)
+        self._run_ids: dict[tuple[str, str], str] = {}  # (experiment id, run name) -> MLflow run id
+
     def _experiment(self, project: str, *, create: bool) -> Any:
         """The experiment of ``project`` (``None`` when absent and not ``create``)."""
         project = self.experiment_prefix + project
@@ -47,6 +51,9 @@ class MLflowStore(MLflowTransport):
         active = mlflow.active_run()
         if active is not None and active.info.experiment_id == experiment_id and active.info.run_name == run:
             return str(active.info.run_id)
+        known = self._run_ids.get((experiment_id, run))
+        if known is not None:
+            return known
         found = self._call(
             self._client.search_runs,
             f"looking up run {run!r}",
@@ -54,12 +61,11 @@ class MLflowStore(MLflowTransport):
             filter_string=f"tags.`{PREFIX}run` = '{_quote(run)}'",
             max_results=1,
         )
-        if found:
-            return str(found[0].info.run_id)
-        created = self._call(
-            self._client.create_run, f"creating run {run!r}", experiment_id, run_name=run, tags={PREFIX + "run": run}
-        )
-        return str(created.info.run_id)
+        if not found:
+            found = [self._call(self._client.create_run, f"creating run {run!r}", experiment_id, run_name=run,
+                                tags={PREFIX + "run": run})]  # fmt: skip
+        run_id = self._run_ids[experiment_id, run] = str(found[0].info.run_id)
+        return run_id
 
     def _model(self, record_id: str) -> Any:
         return self._call(
