@@ -76,7 +76,8 @@ with mlflow.start_run(run_name="small-cnn"):
 # --8<-- [end:run]
 
 # --8<-- [start:read]
-records = find_models(project=saver.project, run=saver.run, live=True, registry="mlflow")
+where = {"project": saver.project, "run": saver.run, "output_uri": saver.storage.uri}  # this folder's streams
+records = find_models(**where, live=True, registry="mlflow")
 for record in records:
     print(f"live: {record.name} (stream {record.stream}, score {record.score})")
 objects = saver.storage.list()
