@@ -49,7 +49,7 @@ class Run:
     """How the test runs one ``<!-- run: NAME -->`` block."""
 
     before: str = ""  # shell run first, in the same shell: what the page says comes before the block
-    needs: str | None = None  # "ceph" or "clearml": its marker (and, for ceph, the gateway fixture)
+    needs: str | None = None  # "ceph", "clearml" or "mlflow": its marker (ceph: the gateway; mlflow: the server)
     exit_status: dict[int, int] = field(default_factory=dict)  # console: $-command index -> its status
     prints: tuple[str, ...] = ()  # text the block's output must contain
     buckets: tuple[str, ...] = ()  # S3 buckets the block creates, removed afterwards
@@ -93,6 +93,8 @@ RUNS: dict[str, Run] = {
         needs="clearml", prints=("holds 1 object(s)", "model epoch_model_3.pt")
     ),
     "s3-example-on-the-scripts-gateway": Run(needs="ceph", prints=("holds 2 objects",), buckets=("ckpts",)),
+    # MLFLOW_TRACKING_URI is the session's mlflow server (the page exports it after starting one)
+    "mlflow-example-and-its-records": Run(needs="mlflow", prints=("3 live logged models", "checkpoint_48.pt")),
 }
 
 
@@ -362,6 +364,8 @@ def test_the_shell_block_runs_as_written(
         for bucket in run.buckets:
             request.addfinalizer(functools.partial(_remove_bucket, ceph, bucket))
     home, env = sandbox(tmp_path)
+    if run.needs == "mlflow":
+        env["MLFLOW_TRACKING_URI"] = request.getfixturevalue("mlflow_server")
     script, out = tmp_path / "block.sh", tmp_path / "output.txt"
     script.write_text(_script(block, run))
     with open(out, "w") as sink:  # a file, not a pipe: a server the block leaves running keeps no pipe open

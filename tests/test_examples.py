@@ -4,7 +4,8 @@ The list of examples is the folder listing, so a new example is run automaticall
 also be given its key line in ``EXAMPLES`` below (the test says so). What each one leaves in its
 folder must be exactly what the "writes" column of ``docs/examples.md`` says. Examples that need a
 server get the same one the other tests use: the S3 one the Ceph RGW (``s3_env``), the ClearML
-one the stand-in or a live server (``clearml_server``). In CI a missing server fails the test.
+one the stand-in or a live server (``clearml_server``), the MLflow one a real ``mlflow server``
+(``mlflow_server``, its URI in ``MLFLOW_TRACKING_URI``). In CI a missing server fails the test.
 """
 
 from __future__ import annotations
@@ -30,7 +31,7 @@ class Example:
 
     key_lines: tuple[str, ...]
     args: tuple[str, ...] = ()
-    needs: str | None = None  # "ceph" or "clearml": the marker, and the fixture that starts the server
+    needs: str | None = None  # "ceph", "clearml" or "mlflow": the marker, and the fixture that starts the server
     before: tuple[tuple[str, ...], ...] = ()  # commands run first in the same folder (example name + args)
 
 
@@ -57,9 +58,12 @@ EXAMPLES: dict[str, Example] = {
         key_lines=("holds 2 object(s)", "5 models created; again: 0 created, 5 there", "model model_10.pt: live"),
         needs="clearml",
     ),
+    "mlflow_run.py": Example(
+        key_lines=("./checkpoints holds 3 objects", "run 'small-cnn': 3 live logged models"), needs="mlflow"
+    ),
 }
 
-MARKS = {"ceph": pytest.mark.ceph, "clearml": pytest.mark.clearml}
+MARKS = {"ceph": pytest.mark.ceph, "clearml": pytest.mark.clearml, "mlflow": pytest.mark.mlflow}
 
 
 def _listed() -> list[object]:
@@ -92,6 +96,7 @@ def test_the_example_runs_on_the_cpu_and_prints_what_it_did(
     example = EXAMPLES.get(name)
     assert example is not None, f"examples/{name} is new: give it its key line in EXAMPLES in {__file__}"
     args = example.args
+    server_env: dict[str, str] = {}
     if example.needs == "ceph":
         request.getfixturevalue("s3_env")  # boto3's environment points at the gateway, and only at it
         ceph = request.getfixturevalue("ceph_s3")
@@ -100,10 +105,13 @@ def test_the_example_runs_on_the_cpu_and_prints_what_it_did(
         request.addfinalizer(lambda: _remove_bucket(ceph, bucket))
     elif example.needs == "clearml":
         request.getfixturevalue("clearml_server")  # CLEARML_* point the SDK at the stand-in (or a live server)
+    elif example.needs == "mlflow":
+        server_env["MLFLOW_TRACKING_URI"] = request.getfixturevalue("mlflow_server")  # the session's own server
     # An earlier test's Task.init in this process leaves CLEARML_PROC_MASTER_ID behind; a script
     # started with it takes itself for that process's child and gets no task of its own.
     env = {k: v for k, v in os.environ.items() if not k.endswith("_PROC_MASTER_ID")}
     env["PYTHONUNBUFFERED"] = "1"
+    env.update(server_env)
     before: set[str] = set()  # what other examples left here first is not this one's
     for command in example.before:
         _run(command[0], command[1:], tmp_path, env)
