@@ -865,7 +865,7 @@ def test_registry_inside_output(row: Row, world: World) -> None:
     REGISTRY, "registry-unknown-scheme",
     'TrackerSaver("./ckpt", registry="postgres://db/ckpts")',
     "ConfigError",
-    "registry 'postgres://db/ckpts' is not understood: use 'sqlite', a file path, sqlite:///PATH or 'clearml'",
+    "registry 'postgres://db/ckpts' is not understood: use 'sqlite', a file path, sqlite:///PATH, 'clearml' or 'mlflow[:http://HOST:PORT]'",
     LEFT_NOTHING,
 )  # fmt: skip
 def test_registry_unknown_scheme(row: Row, world: World) -> None:

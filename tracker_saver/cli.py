@@ -199,7 +199,7 @@ def _global_options() -> tuple[_Parser, _Parser]:
     registry.add_argument(
         "--registry",
         metavar="REGISTRY",
-        help="a SQLite path, sqlite:///PATH or 'clearml' (default: $TRACKER_SAVER_REGISTRY, "
+        help="a SQLite path, sqlite:///PATH, 'clearml' or 'mlflow[:URI]' (default: $TRACKER_SAVER_REGISTRY, "
         "else ~/.tracker_saver/registry.db); it must exist",
     )
     as_json = _Parser(add_help=False, argument_default=argparse.SUPPRESS)

@@ -74,7 +74,8 @@ def open_targets(
     elif (db_path := sqlite_path(registry)) is None:
         # ClearML: it knows the task's project, run (<name>.<id>), output_uri
         opened = open_registry(registry, timeout=timeout)
-    defaults: Mapping[str, str] = opened.run_defaults() if isinstance(opened, RunContext) else {}
+    asks = project is None or run is None or not output_uri  # what the tracker's run may fill in
+    defaults: Mapping[str, str] = opened.run_defaults() if asks and isinstance(opened, RunContext) else {}
     # None means "not given"; an explicit "" is a bad name like "  ", not a request for the default.
     project = check_name("project", project if project is not None else defaults.get("project") or "default")
     run = check_name("run", run if run is not None else defaults.get("run") or "default")

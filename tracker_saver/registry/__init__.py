@@ -45,7 +45,8 @@ def sqlite_path(registry: str | os.PathLike[str] | None) -> str | None:
         spec = spec[len("sqlite:///") :]  # sqlite:///rel/path or sqlite:////abs/path
     elif "://" in spec:
         raise ConfigError(
-            f"registry {spec!r} is not understood: use 'sqlite', a file path, sqlite:///PATH or 'clearml'"
+            f"registry {spec!r} is not understood: use 'sqlite', a file path, sqlite:///PATH, 'clearml' or "
+            "'mlflow[:http://HOST:PORT]'"
         )
     return spec if spec == ":memory:" else str(Path(spec).expanduser())
 

@@ -367,7 +367,11 @@ class RunContext(Protocol):
     """
 
     def run_defaults(self) -> Mapping[str, str]:
-        """``project``, ``run`` and ``output_uri`` of the run being saved, those it knows."""
+        """``project``, ``run`` and ``output_uri`` of the run being saved, those it knows.
+
+        Asked only when the saver is not given all three; it may raise ``ConfigError`` when it knows
+        of no run to save under (MLflow without an active run).
+        """
         ...
 
     def storage_options_for(self, output_uri: str, options: Mapping[str, Any]) -> dict[str, Any]:

@@ -62,12 +62,15 @@ class MLflowRegistry(MLflowClaims, Registry):
 
     # --- RunContext: what the active MLflow run knows -------------------------------------
     def run_defaults(self) -> dict[str, str]:
-        """``project`` (the active run's experiment) and ``run`` (its name); empty without an active run."""
+        """``project`` (the active run's experiment) and ``run`` (its name); ``ConfigError`` without an active run."""
         import mlflow
 
         active = mlflow.active_run()
         if active is None:
-            return {}
+            raise ConfigError(
+                f"registry {self.uri} has no active MLflow run to save under: save inside `with mlflow.start_run():` "
+                "or pass project= and run= to TrackerSaver"
+            )
         exp = self._call(self._client.get_experiment, "reading the active run's experiment", active.info.experiment_id)
         return {"project": str(exp.name).removeprefix(self.experiment_prefix), "run": str(active.info.run_name)}
 

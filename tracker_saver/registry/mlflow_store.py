@@ -45,27 +45,32 @@ class MLflowStore(MLflowTransport):
         return exp
 
     def _run_id(self, experiment_id: str, run: str) -> str:
-        """The id of the MLflow run called ``run`` in the experiment (created if there is none)."""
+        """The id of the MLflow run called ``run`` in the experiment: the active run when it is that one
+        (then tagged ``tracker_saver.run``), else the run with that tag (created if there is none)."""
         import mlflow
 
         active = mlflow.active_run()
-        if active is not None and active.info.experiment_id == experiment_id and active.info.run_name == run:
+        key = (experiment_id, run)
+        if active is not None and (active.info.experiment_id, active.info.run_name) == key:
+            if self._run_ids.get(key) != active.info.run_id:  # tagged, so a later process finds it
+                self._call(self._client.set_tag, f"tagging run {run!r}", active.info.run_id, PREFIX + "run", run)
+                self._run_ids[key] = str(active.info.run_id)
             return str(active.info.run_id)
-        known = self._run_ids.get((experiment_id, run))
-        if known is not None:
-            return known
-        found = self._call(
-            self._client.search_runs,
-            f"looking up run {run!r}",
-            [experiment_id],
-            filter_string=f"tags.`{PREFIX}run` = '{_quote(run)}'",
-            max_results=1,
-        )
-        if not found:
-            found = [self._call(self._client.create_run, f"creating run {run!r}", experiment_id, run_name=run,
-                                tags={PREFIX + "run": run})]  # fmt: skip
-        run_id = self._run_ids[experiment_id, run] = str(found[0].info.run_id)
-        return run_id
+        if key not in self._run_ids:
+            found = self._call(
+                self._client.search_runs,
+                f"looking up run {run!r}",
+                [experiment_id],
+                filter_string=f"tags.`{PREFIX}run` = '{_quote(run)}'",
+                max_results=1,
+            )
+            if found:
+                self._run_ids[key] = str(found[0].info.run_id)
+            else:
+                created = self._call(self._client.create_run, f"creating run {run!r}", experiment_id, run_name=run,
+                                     tags={PREFIX + "run": run})  # fmt: skip
+                self._run_ids[key] = str(created.info.run_id)
+        return self._run_ids[key]
 
     def _model(self, record_id: str) -> Any:
         return self._call(
