@@ -69,14 +69,20 @@ class Cluster:
             stdout=log, stderr=subprocess.STDOUT, start_new_session=True, **self.as_user,
         )  # fmt: skip
         log.close()
+        try:
+            self._wait_ready()
+            self._run([_pg_bin("createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "mlflow"])
+        except BaseException:
+            self.stop()
+            raise
+
+    def _wait_ready(self) -> None:
         deadline = time.monotonic() + PG_START_TIMEOUT_S
         while subprocess.run([_pg_bin("pg_isready"), "-q", "-h", "127.0.0.1", "-p", str(self.port)]).returncode:
             if self.proc.poll() is not None or time.monotonic() > deadline:
-                self.stop()
-                tail = (root / "postgres.log").read_text(errors="replace")[-2000:]
+                tail = (self.root / "postgres.log").read_text(errors="replace")[-2000:]
                 raise RuntimeError(f"PostgreSQL on port {self.port} did not start; its log ends:\n{tail}")
             time.sleep(0.1)
-        self._run([_pg_bin("createdb"), "-h", "127.0.0.1", "-p", str(self.port), "-U", "postgres", "mlflow"])
 
     def _run(self, argv: list[str]) -> None:
         done = subprocess.run(argv, capture_output=True, text=True, **self.as_user)
@@ -168,6 +174,7 @@ def _check(tmp_path: Path, uri: str, target: Target, best: list[tuple[int, float
         ("checkpoint", f) for f in want_last
     ]
     assert [r.score for r in live if r.stream == "best_model"] == [s for _, s in best]
+    assert [r.name for r in live] == [r.filename for r in live]  # the semantic name, as Ignite made it
     status = _mlflow_status(uri)
     for filename in want_best + want_last:
         assert status[filename.removesuffix(".pt").replace(".", "_")] == "READY", (filename, status)
