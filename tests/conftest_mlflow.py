@@ -26,13 +26,14 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["start_mlflow_server"]
+__all__ = ["free_port", "start_mlflow_server", "stop_server"]
 
 #: Seconds a fresh server may take to answer ``/health`` (a few on 2 cores; gunicorn imports mlflow).
 START_TIMEOUT_S = 90.0
 
 
-def _free_port() -> int:
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that was free a moment ago."""
     with socket.socket() as sock:
         sock.bind(("127.0.0.1", 0))
         return int(sock.getsockname()[1])
@@ -46,8 +47,13 @@ def _healthy(uri: str) -> bool:
         return False
 
 
-def start_mlflow_server(root: Path) -> tuple[subprocess.Popen[bytes], str]:
-    """Start ``mlflow server`` with its store under ``root``; return the process and its URI."""
+def start_mlflow_server(root: Path, backend_store_uri: str | None = None) -> tuple[subprocess.Popen[bytes], str]:
+    """Start ``mlflow server`` with its files under ``root``; return the process and its URI.
+
+    The backend store is ``backend_store_uri`` (e.g. ``postgresql+psycopg2://postgres@127.0.0.1:PORT/mlflow``,
+    see tests/test_mlflow_postgres.py), by default a SQLite file in ``root``; artifacts and the
+    server's log are in ``root`` either way.
+    """
     exe = Path(sys.executable).with_name("mlflow")
     if not exe.exists():
         found = shutil.which("mlflow")
@@ -55,29 +61,31 @@ def start_mlflow_server(root: Path) -> tuple[subprocess.Popen[bytes], str]:
             raise FileNotFoundError("no mlflow executable: pip install -e '.[mlflow]' -c constraints.txt")
         exe = Path(found)
     root.mkdir(parents=True, exist_ok=True)
-    port = _free_port()
+    port = free_port()
     uri = f"http://127.0.0.1:{port}"
     env = {**os.environ, "TMPDIR": str(root), "MLFLOW_TRACKING_URI": ""}
     log = (root / "server.log").open("wb")
+    store = backend_store_uri or f"sqlite:///{root / 'mlflow.db'}"
     proc = subprocess.Popen(
         [str(exe), "server", "--host", "127.0.0.1", "--port", str(port), "--workers", "1",
-         "--backend-store-uri", f"sqlite:///{root / 'mlflow.db'}", "--default-artifact-root", str(root / "artifacts")],
+         "--backend-store-uri", store, "--default-artifact-root", str(root / "artifacts")],
         stdout=log, stderr=subprocess.STDOUT, env=env, cwd=root, start_new_session=True,
     )  # fmt: skip
     log.close()
     deadline = time.monotonic() + START_TIMEOUT_S
     while not _healthy(uri):
         if proc.poll() is not None or time.monotonic() > deadline:
-            _stop(proc)
+            stop_server(proc)
             tail = (root / "server.log").read_text(errors="replace")[-2000:]
             raise RuntimeError(f"mlflow server at {uri} did not answer /health; its log ends:\n{tail}")
         time.sleep(0.25)
     return proc, uri
 
 
-def _stop(proc: subprocess.Popen[bytes]) -> None:
+def stop_server(proc: subprocess.Popen[bytes], sig: int = 15) -> None:
+    """Stop a server started in its own session: ``sig`` to its process group, SIGKILL after 15 s."""
     if proc.poll() is None:
-        os.killpg(proc.pid, 15)  # the server's own process group: gunicorn and its worker
+        os.killpg(proc.pid, sig)  # the server's own process group: gunicorn and its worker
         try:
             proc.wait(timeout=15)
         except subprocess.TimeoutExpired:
@@ -98,7 +106,7 @@ def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     try:
         yield uri
     finally:
-        _stop(proc)
+        stop_server(proc)
 
 
 @pytest.fixture
