@@ -13,6 +13,7 @@ from tests.contracts.claims import StreamClaimsContract  # noqa: E402
 from tests.contracts.labels import LabelsContract  # noqa: E402
 from tests.contracts.records import SHA, RecordStoreContract, live, pending  # noqa: E402
 from tracker_saver.errors import ConfigError, RecordNotFoundError, RegistryError  # noqa: E402
+from tracker_saver.records import RecordState  # noqa: E402
 from tracker_saver.registry import open_registry  # noqa: E402
 from tracker_saver.registry.mlflow import MLflowRegistry  # noqa: E402
 
@@ -60,6 +61,8 @@ def test_a_checkpoint_is_a_logged_model_with_a_legal_name_metrics_and_status(reg
     assert model.params["score_name"] == "acc"
     # Logged once, at creation: making the record live logs only what it adds (size, timings).
     client = MlflowClient(reg.tracking_uri)
+    outputs = client.get_run(model.source_run_id).outputs.model_outputs  # the run's page lists it
+    assert [(o.model_id, o.step) for o in outputs] == [(record.id, 3)]
     assert [m.value for m in client.get_metric_history(model.source_run_id, "score")] == [0.91]
     assert [m.value for m in client.get_metric_history(model.source_run_id, "write_s")] == [0.25]
 
@@ -138,3 +141,26 @@ def test_make_live_is_refused_twice(reg: MLflowRegistry) -> None:
     record = live(reg, "a_1.pt")
     with pytest.raises(RegistryError, match="not pending"):
         reg.make_live(record.id, sha256=SHA, size=1)
+
+
+@pytest.mark.parametrize("refused", ["finalize_logged_model", "set_logged_model_tags"])
+def test_an_eviction_cut_short_never_leaves_mlflow_offering_the_evicted_record(
+    reg: MLflowRegistry, refused: str, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """One of the eviction's two writes (status, state tag) is refused by the real server's client
+    (the call raises, as when the process dies or the server fails between them)."""
+    from mlflow.exceptions import MlflowException
+
+    record = live(reg, "a_1.pt")
+
+    def refuse(*args: object, **kwargs: object) -> None:
+        raise MlflowException("refused by the test", error_code="INVALID_STATE")
+
+    monkeypatch.setattr(reg._client, refused, refuse)
+    with pytest.raises(RegistryError):
+        reg.evict(record.id)
+    monkeypatch.undo()
+    model = _model(reg, record.id)
+    offered = str(model.status) == "READY"
+    assert not offered or model.tags["tracker_saver.state"] == '"live"', (model.status, model.tags)
+    assert reg.get(record.id).state in (RecordState.LIVE, RecordState.EVICTED)

@@ -3,8 +3,9 @@
 See :mod:`tracker_saver.registry.mlflow_codec` for the mapping (name, tags, status, metrics)
 and docs/mlflow.md for what MLflow's UI shows. MLflow has no transaction and no
 compare-and-set: each state change reads the record, checks its state, then writes the
-``tracker_saver.state`` tag (the truth every reader uses) and then MLflow's status, so a
-record never reads as more loadable than it is.
+``tracker_saver.state`` tag (the truth every reader uses) and MLflow's status, in the order that
+never shows a record as more loadable than it is: a status that leaves ``READY`` goes first, one
+that becomes ``READY`` last.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ from typing import Any
 
 from tracker_saver.errors import ConfigError, RecordNotFoundError, RegistryError
 from tracker_saver.outage import DEFAULT_TIMEOUT_S
-from tracker_saver.records import LOADABLE, MetaValue, Record, RecordState, UploadInfo, check_alias
+from tracker_saver.records import LOADABLE, LOADABLE_OR_PINNED, MetaValue, Record, RecordState, UploadInfo, check_alias
 from tracker_saver.registry.base import Query, Registry, derived_aliases, select, with_aliases
 from tracker_saver.registry.mlflow_claims import MLflowClaims
 from tracker_saver.registry.mlflow_codec import PREFIX, encode, model_name, record_tags, status_of
@@ -104,6 +105,7 @@ class MLflowRegistry(MLflowClaims, Registry):
             params=params,
         )
         self._metrics(str(model.model_id), run_id, info.metadata)
+        self._link(str(model.model_id), run_id, info.metadata.get("global_step"))
         if state is not RecordState.PENDING:
             self._call(self._client.finalize_logged_model, "finalizing a model", model.model_id, status_of(state))
         return self.get(str(model.model_id))
@@ -120,6 +122,13 @@ class MLflowRegistry(MLflowClaims, Registry):
         if metrics:
             self._call(self._client.log_batch, f"logging the metrics of model {model_id}", run_id, metrics=metrics)
 
+    def _link(self, model_id: str, run_id: str, step: MetaValue) -> None:
+        """The model among the run's outputs, so the run's page in MLflow's UI lists it."""
+        from mlflow.entities import LoggedModelOutput
+
+        output = LoggedModelOutput(model_id, step if isinstance(step, int) and not isinstance(step, bool) else 0)
+        self._call(self._client.log_outputs, f"linking model {model_id} to its run", run_id, [output])
+
     def create_pending(self, info: UploadInfo, *, uri: str) -> Record:
         return self._create(info, uri=uri, state=RecordState.PENDING, extra={})
 
@@ -127,17 +136,23 @@ class MLflowRegistry(MLflowClaims, Registry):
         return self._create(info, uri=uri, state=RecordState.PINNED, extra={"sha256": sha256, "size": int(size)})
 
     def _write(self, record: Record, fields: Mapping[str, Any], state: RecordState | None = None) -> None:
-        """Write ``fields`` and the state tag in one request, then MLflow's status (see the module doc)."""
+        """Write ``fields`` and the state tag in one request, and MLflow's status when it changes:
+        after the tag when the status becomes ``READY``, before it otherwise (see the module doc)."""
         tags = {PREFIX + k: encode(v) for k, v in fields.items()}
+        status = status_of(state) if state is not None and status_of(state) != status_of(record.state) else None
+        if status is not None and status != "READY":  # MLflow stops offering it before the tag says so
+            self._status(record.id, status)
         if state is not None:
             tags[PREFIX + "state"] = encode(state.value)
         if tags:
             what = f"moving model {record.id} to {state.value}" if state is not None else f"updating model {record.id}"
             self._call(self._client.set_logged_model_tags, what, record.id, tags, record_id=record.id)
-        if state is not None:
-            if status_of(state) != status_of(record.state):
-                self._call(self._client.finalize_logged_model, f"setting the status of model {record.id}",
-                           record.id, status_of(state), record_id=record.id)  # fmt: skip
+        if status == "READY":
+            self._status(record.id, status)
+
+    def _status(self, record_id: str, status: str) -> None:
+        self._call(self._client.finalize_logged_model, f"setting the status of model {record_id} to {status}",
+                   record_id, status, record_id=record_id)  # fmt: skip
 
     def make_live(
         self, record_id: str, *, sha256: str, size: int, metadata: dict[str, MetaValue] | None = None
@@ -256,7 +271,10 @@ class MLflowRegistry(MLflowClaims, Registry):
         experiments = self._experiments(query.project)
         # Pushed down: the stream-level fields, so every stream found is whole (``best``/``latest``).
         filters = {k: getattr(query, k) for k in ("project", "run", "stream", "output_uri")}
-        records = self._search(experiments, {k: v for k, v in filters.items() if v is not None})
+        # The states too, with every loadable one: ``best``/``latest`` (and user aliases) name those.
+        states = (*LOADABLE_OR_PINNED, *(s for s in query.states or () if s not in LOADABLE_OR_PINNED))
+        pushed = states if query.states is not None or query.alias is not None else ()
+        records = self._search(experiments, {k: v for k, v in filters.items() if v is not None}, pushed)
         derived = derived_aliases((r.id, r.stream_id, r.created_at, r.score) for r in records if r.state in LOADABLE)
         user: dict[str, list[str]] = {}
         for exp in experiments:

@@ -85,8 +85,13 @@ def status_of(state: RecordState) -> str:
 
 
 def state_filter(states: tuple[RecordState, ...]) -> str:
-    """A ``search_logged_models`` filter for records in ``states``."""
-    return " OR ".join(f"tags.`{PREFIX}state` = '{_json(s.value)}'" for s in states)
+    """A ``search_logged_models`` filter for records in ``states`` (MLflow's filters have no ``OR``).
+
+    Examples:
+        >>> print(state_filter((RecordState.LIVE, RecordState.PINNED)))
+        tags.`tracker_saver.state` IN ('"live"', '"pinned"')
+    """
+    return f"tags.`{PREFIX}state` IN ({', '.join(repr(_json(s.value)) for s in states)})"
 
 
 def read_record(model: Any) -> Record | None:
