@@ -67,6 +67,18 @@ def test_a_later_process_without_the_active_run_saves_into_the_same_run(
     assert len(models) == 4 and {m.source_run_id for m in models} == {run.info.run_id}
 
 
+def test_async_saves_under_an_active_run_keep_n_saved_and_every_record(
+    mlflow_uri: str, experiment: str, tmp_path: Path
+) -> None:
+    with mlflow.start_run(run_name="r1"):
+        _train(TrackerSaver(tmp_path / "out", registry="mlflow", async_upload=True), epochs=5)
+    records = find_models(project=experiment, run="r1", order_by="created_at", registry="mlflow")
+    assert sorted(r.score for r in records if r.state.loadable) == sorted(SCORES[:5])[-2:]
+    assert {r.state.value for r in records} == {"live", "evicted"}, records  # nothing left pending
+    assert len(list((tmp_path / "out").rglob("*.pt"))) == 2
+    assert all(r.metadata["save_background"] is True for r in records if r.state.loadable)
+
+
 def test_no_active_run_and_no_project_is_a_config_error_before_anything_is_written(
     mlflow_uri: str, tmp_path: Path
 ) -> None:
@@ -97,3 +109,19 @@ def test_the_cli_lists_and_gets_the_records_of_an_mlflow_run(mlflow_uri: str, ex
     wrong = cli("models", "list", "--project", experiment, uri="127.0.0.1:5000")
     assert wrong.returncode == 2 and "Traceback" not in wrong.stderr, wrong.stderr
     assert "MLFLOW_TRACKING_URI=http://HOST:PORT" in wrong.stderr and len(wrong.stderr.splitlines()) == 1
+
+
+def test_the_ui_lists_and_shows_the_records_of_an_mlflow_run(mlflow_uri: str, experiment: str, tmp_path: Path) -> None:
+    from fastapi.testclient import TestClient
+
+    from tracker_saver.ui.app import create_app
+
+    with mlflow.start_run(run_name="r1"):
+        _train(TrackerSaver(tmp_path / "out", registry="mlflow"), epochs=3)
+    client = TestClient(create_app(f"mlflow:{mlflow_uri}"), raise_server_exceptions=False)
+    body = client.get("/api/models", params={"project": experiment, "state": "live", "order_by": "-score"}).json()
+    expected = find_models(project=experiment, live=True, order_by="-score", registry="mlflow")
+    assert [i["name"] for i in body["items"]] == [r.name for r in expected] and body["total"] == 2
+    detail = client.get(f"/api/models/{body['items'][0]['id']}")
+    assert detail.status_code == 200, detail.text
+    assert detail.json()["record"]["score"] == expected[0].score

@@ -66,6 +66,13 @@ def test_the_soak_on_the_clearml_standin_finds_no_violation(tmp_path: Path) -> N
     _assert_clean(stats, lines, "clearml")
 
 
+@pytest.mark.mlflow
+def test_the_soak_on_a_real_mlflow_server_finds_no_violation(tmp_path: Path) -> None:
+    pytest.importorskip("mlflow", reason="MLflow tests need mlflow: pip install -e '.[mlflow]' -c constraints.txt")
+    stats, lines = _soak("mlflow", tmp_path)
+    _assert_clean(stats, lines, "mlflow")
+
+
 @pytest.mark.parametrize("mutant", sorted(MUTANTS))
 def test_the_soak_catches_a_saver_with_a_deliberate_bug(mutant: str, tmp_path: Path) -> None:
     """The harness can fail: each deliberate bug of ``MUTANTS`` shows up as violations.

@@ -1,14 +1,17 @@
-"""The soak's back ends, read directly: local folder + SQLite, Ceph RGW + SQLite, the ClearML stand-in.
+"""The soak's back ends, read directly: local folder + SQLite, Ceph RGW + SQLite, the ClearML stand-in,
+a real MLflow tracking server.
 
 Nothing here goes through ``tracker_saver``: storage is read with ``os.walk`` or boto3
 (``list_objects_v2``, ``list_multipart_uploads``, ``get_object``), the SQLite registry with
 ``sqlite3`` on the schema of ``tracker_saver/registry/migrations.py``, and the ClearML registry
-from the stand-in's own store (the models the SDK created, their metadata items decoded here).
+from the stand-in's own store (the models the SDK created, their metadata items decoded here),
+and the MLflow registry with MLflow's own client (the LoggedModels, their tags decoded here).
 """
 
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import signal
 import sqlite3
@@ -77,7 +80,7 @@ class Backend:
     """Where a soak run writes, how its training process is configured, and how to read it back.
 
     Attributes:
-        name: ``local``, ``s3`` or ``clearml``.
+        name: ``local``, ``s3``, ``clearml`` or ``mlflow``.
         output_uri: the saver's output_uri (a folder or ``s3://bucket/prefix``).
         registry: the training process's registry spec (a SQLite path or ``clearml:<root>``).
         env: environment for the training process (on top of this process's, less what it drops).
@@ -104,6 +107,7 @@ class Backend:
     prefix: str = ""
     standin: KillingStandIn | None = None
     gateway: Gateway | None = None
+    mlflow: Any = None  # (the mlflow server process, its URI)
 
     # -- storage ------------------------------------------------------------------------------
     def listing(self) -> tuple[list[Obj], list[str]]:
@@ -155,7 +159,10 @@ class Backend:
     # -- registry -----------------------------------------------------------------------------
     def rows(self) -> list[Row]:
         """Every record of the run at this output_uri, oldest first."""
-        rows = self._clearml_rows() if self.standin is not None else self._sqlite_rows()
+        if self.mlflow is not None:
+            rows = self._mlflow_rows()
+        else:
+            rows = self._clearml_rows() if self.standin is not None else self._sqlite_rows()
         return sorted(rows, key=lambda r: (r.created, r.id.zfill(20)))
 
     def _sqlite_rows(self) -> list[Row]:
@@ -196,6 +203,32 @@ class Backend:
             float(meta.get("created_at") or 0.0), _float(meta.get("priority")), shown,
         )  # fmt: skip
 
+    def _mlflow_rows(self) -> list[Row]:
+        from mlflow import MlflowClient
+
+        client = MlflowClient(self.mlflow[1])
+        exp = client.get_experiment_by_name(self.project)
+        if exp is None:
+            return []
+        rows, token = [], None
+        while True:
+            page = client.search_logged_models([exp.experiment_id], max_results=1000, page_token=token,
+                                               filter_string=f"tags.`tracker_saver.run` = '\"{self.run}\"'")  # fmt: skip
+            for model in page:
+                meta = {k.removeprefix("tracker_saver."): json.loads(v) for k, v in (model.tags or {}).items()
+                        if k.startswith("tracker_saver.")}  # fmt: skip
+                if "state" not in meta or meta.get("output_uri") != self.storage_uri:
+                    continue
+                rows.append(Row(
+                    str(model.model_id), str(meta["stream"]), str(meta["filename"]), str(meta["state"]),
+                    _int(meta.get("slot")), _str(meta.get("key")), _str(meta.get("sha256")), _int(meta.get("size")),
+                    float(meta.get("created_at") or 0.0), _float((meta.get("metadata") or {}).get("priority")),
+                    str(getattr(model.status, "name", model.status)) == "READY",
+                ))  # fmt: skip
+            token = page.token
+            if not token:
+                return rows
+
     # -- the process and the end ------------------------------------------------------------------
     def process_env(self, crash: str) -> dict[str, str]:
         """The training process's environment, with ``TRACKER_SAVER_SOAK_CRASH`` set to ``crash``."""
@@ -210,6 +243,10 @@ class Backend:
         """Stop the stand-in, remove the S3 bucket (the local files stay under ``workdir``)."""
         if self.standin is not None:
             self.standin.stop()
+        if self.mlflow is not None:
+            from tests.conftest_mlflow import stop_server
+
+            stop_server(self.mlflow[0])
         if self.s3 is not None:
             empty_and_remove(self.s3, self.bucket)
 
@@ -369,8 +406,15 @@ def open_backend(name: str, *, ceph: Any = None, workdir: str | None = None) -> 
             )  # fmt: skip
         elif name == "clearml":
             backend = _clearml_backend(root, base)
+        elif name == "mlflow":
+            from tests.conftest_mlflow import start_mlflow_server
+
+            server = start_mlflow_server(root / "mlflow")
+            env = {**base, "MLFLOW_TRACKING_URI": server[1]}
+            backend = Backend(name, str(root / "output"), f"mlflow:{server[1]}", root, env=env, max_delay=3.0,
+                              mlflow=server)  # fmt: skip
         else:
-            raise ValueError(f"backend {name!r} is not one of local, s3, clearml")
+            raise ValueError(f"backend {name!r} is not one of local, s3, clearml, mlflow")
         stack.callback(backend.close)
         yield backend
 

@@ -89,7 +89,9 @@ def _truth(backend: Backend, snap: Snapshot) -> list[str]:
     problems = []
     for row in snap.rows:
         if row.shown and row.state not in LOADABLE:
-            problems.append(f"lie: ClearML shows model {row.id} ({row.filename!r}) as loadable, but it is {row.state}")
+            problems.append(
+                f"lie: the tracker shows model {row.id} ({row.filename!r}) as loadable, but it is {row.state}"
+            )
         if row.state not in LOADABLE:
             continue
         what = f"truth: {row.state} record {row.id} ({row.filename!r}, {row.key})"

@@ -59,7 +59,7 @@ class Stats:
     in_between: collections.Counter[str] = field(default_factory=collections.Counter)
     restores: collections.Counter[str] = field(default_factory=collections.Counter)
     saves: int = 0
-    hidden: set[str] = field(default_factory=set)  # ClearML: loadable records ClearML shows as not
+    hidden: set[str] = field(default_factory=set)  # ClearML, MLflow: loadable records the tracker shows as not
     seconds: float = 0.0
 
     def summary(self) -> str:
@@ -122,6 +122,8 @@ class Zygote:
             preload += ["boto3", "tracker_saver.storage.s3"]
         if backend.standin is not None:
             preload += ["clearml", "tracker_saver.registry.clearml"]
+        if backend.mlflow is not None:
+            preload += ["mlflow", "tracker_saver.registry.mlflow"]
         self._err = tempfile.TemporaryFile(mode="w+")
         self.popen = subprocess.Popen(
             [sys.executable, "-m", "tests.soak.trainer", "--zygote", path, *preload], cwd=ROOT,

@@ -27,7 +27,7 @@ __all__ = [
     "targeted_points",
 ]
 
-BACKENDS = ("local", "s3", "clearml")
+BACKENDS = ("local", "s3", "clearml", "mlflow")
 
 #: The two streams of the soak's training and their ``n_saved``.
 N_SAVED = {"best_checkpoint": 2, "checkpoint": 1}

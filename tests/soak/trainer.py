@@ -3,7 +3,7 @@
 Usage: ``python -m tests.soak.trainer CONFIG_JSON`` with ``TRACKER_SAVER_SOAK_CRASH=<point>:<n>``
 (see ``tests.soak.plan``), or forked by ``python -m tests.soak.trainer --zygote SOCKET [MODULE…]``
 (see :func:`zygote`), which is how the driver starts them. CONFIG has ``output_uri``,
-``registry`` (a SQLite path or ``clearml:<project root>``), ``storage_options``, ``project``,
+``registry`` (a SQLite path, ``clearml:<project root>`` or ``mlflow:<tracking URI>``), ``storage_options``, ``project``,
 ``run``, ``restore``, ``seed``, ``pad_bytes`` (the size of the last stream's checkpoints),
 ``step_s`` (compute per iteration) and ``mutant`` (a deliberate bug, see ``MUTANTS``).
 
@@ -269,6 +269,10 @@ def _open_registry(spec: str, crash: Crash, mutant: str) -> Registry:
 
         cls = soak_registry(ClearMLRegistry, crash, mutant)
         return cls(project_root=spec.partition(":")[2])  # type: ignore[call-arg]
+    if spec.startswith("mlflow:"):
+        from tracker_saver.registry.mlflow import MLflowRegistry
+
+        return soak_registry(MLflowRegistry, crash, mutant)(spec.partition(":")[2])  # type: ignore[call-arg]
     from tracker_saver.registry.sqlite import SQLiteRegistry
 
     return soak_registry(SQLiteRegistry, crash, mutant)(spec)  # type: ignore[call-arg]
