@@ -32,7 +32,7 @@ from tracker_saver.errors import ConfigError, IntegrityError, StorageError
 from tracker_saver.naming import key_ext, run_prefix, safe_filename
 from tracker_saver.records import Record
 from tracker_saver.storage.base import Storage, sha256_of
-from tracker_saver.storage.local import LocalStorage, file_mode
+from tracker_saver.storage.local import file_mode
 from tracker_saver.wording import plural
 
 __all__ = ["LocalView", "copy_verified", "default_dirname"]
@@ -121,6 +121,7 @@ class LocalView:
 
     Examples:
         >>> import tempfile
+        >>> from tracker_saver.storage.local import LocalStorage
         >>> root = tempfile.mkdtemp()
         >>> view = LocalView(Path(root) / "named", LocalStorage(root + "/ckpt"), copies=False)
         >>> view.places  # a local storage's files are hard links: placed at each save
@@ -132,9 +133,9 @@ class LocalView:
         self.storage = storage
         self.copies = copies
         #: whether each save places its file here (a hard link or a copy)
-        self.places = copies or isinstance(storage, LocalStorage)
-        root = getattr(storage, "root", None)
-        if root is not None and folder.resolve().is_relative_to(Path(root).resolve()):
+        self.places = copies or storage.local_root is not None
+        root = storage.local_root
+        if root is not None and folder.resolve().is_relative_to(root.resolve()):
             raise ConfigError(
                 f"dirname {str(folder)!r} is inside output_uri {str(root)!r}, which holds slot objects only: "
                 "pass a dirname outside it"
@@ -209,7 +210,8 @@ class LocalView:
                 path,
             )
         path.parent.mkdir(parents=True, exist_ok=True)
-        if not isinstance(self.storage, LocalStorage):
+        root = self.storage.local_root
+        if root is None:
             if copy:
                 copy_verified(self.storage, record, path)
             return
@@ -217,7 +219,7 @@ class LocalView:
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
         try:
-            os.link(self.storage.root / record.key, tmp)
+            os.link(root / record.key, tmp)
         except OSError:  # another file system, or links refused: a verified copy, if asked for
             if copy:
                 copy_verified(self.storage, record, path)

@@ -95,7 +95,7 @@ def open_targets(
 
 def check_registry_outside(storage: Storage, path: str | None) -> None:
     """Raise ``ConfigError`` if the SQLite file ``path`` lies inside a local ``storage``'s folder."""
-    root = getattr(storage, "root", None)  # seam for the lead: a Storage.local_root hook (storage/base.py)
+    root = storage.local_root
     if path is None or root is None or path == ":memory:":
         return
     if Path(path).resolve().is_relative_to(Path(root).resolve()):

@@ -35,6 +35,14 @@ class StorageContract:
             assert hashlib.sha256(f.read()).hexdigest() == hashlib.sha256(data).hexdigest()
         assert storage.stat("p/r/s.slot1.pt").size == len(data)
 
+    def test_local_root_holds_the_objects_as_files_or_is_none(self, storage: Storage) -> None:
+        with storage.writer("p/r/s.slot0.pt") as f:
+            f.write(b"on disk?")
+        root = storage.local_root
+        local = storage.uri.startswith("file://")
+        assert (root is not None) == local
+        assert root is None or (root / "p/r/s.slot0.pt").read_bytes() == b"on disk?"
+
     def test_writer_commits_on_clean_exit(self, storage: Storage) -> None:
         with storage.writer("p/r/s.slot0.pt") as f:
             f.write(b"abc")

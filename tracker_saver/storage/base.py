@@ -9,6 +9,7 @@ import tempfile
 from abc import ABC, abstractmethod
 from collections.abc import Callable, Container, Iterator
 from dataclasses import dataclass
+from pathlib import Path
 from typing import BinaryIO
 
 from tracker_saver.naming import check_key
@@ -174,6 +175,11 @@ class Storage(ABC):
     def url(self, key: str) -> str:
         """The full URI of ``key``."""
         return f"{self.uri}/{check_key(key)}"
+
+    @property
+    def local_root(self) -> Path | None:
+        """The local folder that holds the objects, or ``None`` when they are not on this machine."""
+        return None
 
     def check(self) -> None:  # noqa: B027 (an optional hook: nothing to check by default)
         """Raise a clear error now if the root cannot be written (default: nothing to check)."""

@@ -149,6 +149,11 @@ class LocalStorage(Storage):
         self.root = Path(root).expanduser().resolve()
         self.uri = self.root.as_uri()
 
+    @property
+    def local_root(self) -> Path:
+        """``root``: the objects are files under it."""
+        return self.root
+
     def check(self) -> None:
         try:
             self.root.mkdir(parents=True, exist_ok=True)
