@@ -103,7 +103,9 @@ def live_server_configured(environ: Mapping[str, str]) -> bool:
 @pytest.fixture(scope="session")
 def clearml_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[ClearMLServer]:
     """The ClearML API the SDK talks to in this test session (see the module docstring)."""
-    pytest.importorskip("clearml", reason="ClearML tests need clearml: pip install 'clearml>=1.16' (the clearml extra)")
+    pytest.importorskip(
+        "clearml", reason="ClearML tests need clearml: pip install 'clearml>=1.16,<3' (the clearml extra)"
+    )
     root = tmp_path_factory.mktemp("clearml")
     home, cache = root / "home", root / "cache"
     home.mkdir()

@@ -43,7 +43,9 @@ def _found(summary: str, stderr: str) -> str:
 
 @pytest.mark.clearml
 def test_bench_outages_clearml_kinds_neither_hang_nor_lie_nor_leave_objects(tmp_path: Path) -> None:
-    pytest.importorskip("clearml", reason="ClearML tests need clearml: pip install 'clearml>=1.16' (the clearml extra)")
+    pytest.importorskip(
+        "clearml", reason="ClearML tests need clearml: pip install 'clearml>=1.16,<3' (the clearml extra)"
+    )
     env = {k: v for k, v in os.environ.items() if k != "AWS_ENDPOINT_URL"}
     cmd = [sys.executable, str(ROOT / "benchmarks" / "bench_outages.py"), "--outages", "4"]
     cmd += ["--kinds", CLEARML_OUTAGES, "--workdir", str(tmp_path)]

@@ -17,7 +17,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("clearml", reason="ClearML tests need clearml: pip install 'clearml>=1.16' (the clearml extra)")
+pytest.importorskip("clearml", reason="ClearML tests need clearml: pip install 'clearml>=1.16,<3' (the clearml extra)")
 
 from tests.conftest_clearml import ClearMLServer, init_task, live_server_configured  # noqa: E402
 from tests.contracts.claims import StreamClaimsContract  # noqa: E402

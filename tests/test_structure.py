@@ -113,7 +113,26 @@ def test_generic_code_never_imports_a_tracker_integration(name: str) -> None:
         if isinstance(node, ast.Import)
         for alias in node.names
     }
-    assert not {m for m in imported if "clearml" in m}, f"{name} imports ClearML glue"
+    glue = {m for m in imported if "clearml" in m or "mlflow" in m}
+    assert not glue, f"{name} imports a tracker's glue: {sorted(glue)}"
+
+
+#: The most lines one module may have (issue 27: past it, a module has grown into several jobs).
+MAX_LINES = 450
+
+
+def _too_long(texts: dict[str, str]) -> dict[str, int]:
+    """The modules of ``texts`` (name → source) over :data:`MAX_LINES`, with their line counts."""
+    return {name: n for name, text in texts.items() if (n := len(text.splitlines())) > MAX_LINES}
+
+
+def test_no_module_is_over_450_lines() -> None:
+    texts = {name: path.read_text() for name, path in _modules().items()}
+    assert _too_long(texts) == {}, "split these modules by job"
+
+
+def test_the_length_check_finds_a_long_module() -> None:
+    assert _too_long({"ok": "x = 1\n" * MAX_LINES, "long": "x = 1\n" * (MAX_LINES + 1)}) == {"long": MAX_LINES + 1}
 
 
 def _defined(tree: ast.Module) -> set[str]:

@@ -35,13 +35,13 @@ from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from tracker_saver.background import Background
 from tracker_saver.errors import ClosedError, ConfigError, RegistryError, StorageError
+from tracker_saver.ignite_engine import handler_count, run_last_added_before_save_handlers
 from tracker_saver.logs_files import DEFAULT_FILES, Sent, check_every, check_patterns, sha256_file, snapshot_file
 from tracker_saver.logs_read import LogObject, download_logs, list_logs
 from tracker_saver.masking import strip_userinfo
 from tracker_saver.naming import check_name, log_key, logs_prefix
 from tracker_saver.outage import DEFAULT_TIMEOUT_S
 from tracker_saver.storage import Storage, is_remote, open_storage
-from tracker_saver.storage.local import LocalStorage
 
 if TYPE_CHECKING:
     from ignite.engine import Engine
@@ -180,7 +180,7 @@ class LogUploader:
             self.save_on_rank = save_on_rank
         logs_prefix(self.project, self.run)  # the run's names must make keys: fail now, not at the first upload
         # A local output_uri under root must never be matched by the globs: it would upload its own uploads.
-        self._skip = self.storage.root if isinstance(self.storage, LocalStorage) else None
+        self._skip = self.storage.local_root
         self._background = Background(max_pending=1, name="tracker-saver-logs")
         self._sent: dict[Path, Sent] = {}  # touched by the worker only
         self._attached: set[str] = set()  # keys attached to ``task``; worker only
@@ -200,16 +200,11 @@ class LogUploader:
         raises it again only when it is the event's one handler, as Ignite would without any.
         """
         from ignite.engine import Events
-        from ignite.handlers.checkpoint import BaseSaveHandler
 
         engine.add_event_handler(Events.ITERATION_COMPLETED, self._on_iteration)
         engine.add_event_handler(Events.COMPLETED, self._on_completed)
         engine.add_event_handler(Events.EXCEPTION_RAISED, self._on_exception)
-        # Engine has no public way to order handlers: move ours before the first save handler's.
-        handlers = engine._event_handlers[Events.EXCEPTION_RAISED]
-        savers = [i for i, h in enumerate(handlers) if isinstance(getattr(h[0], "__self__", None), BaseSaveHandler)]
-        if savers:
-            handlers.insert(savers[0], handlers.pop())
+        run_last_added_before_save_handlers(engine, Events.EXCEPTION_RAISED)
 
     def _is_uploading_rank(self) -> bool:
         import ignite.distributed as idist
@@ -231,7 +226,7 @@ class LogUploader:
     def _on_exception(self, engine: Engine, error: BaseException) -> None:
         from ignite.engine import Events
 
-        alone = len(engine._event_handlers[Events.EXCEPTION_RAISED]) == 1
+        alone = handler_count(engine, Events.EXCEPTION_RAISED) == 1
         seen, self._crash = self._crash is error, error
         try:
             # Ignite fires the event a second time for the same error, at the end of run(),

@@ -90,7 +90,7 @@ def open_registry(
             from tracker_saver.registry.clearml_journal import offline_journal
         except ModuleNotFoundError as exc:
             raise ModuleNotFoundError(
-                "registry='clearml' needs clearml: pip install 'clearml>=1.16' (the clearml extra)"
+                "registry='clearml' needs clearml: pip install 'clearml>=1.16,<3' (the clearml extra)"
             ) from exc
         if (journal := offline_journal()) is not None:  # ClearML offline mode: a local journal
             return journal

@@ -23,7 +23,7 @@ from tracker_saver.registry.clearml_session import open_session, send
 
 __all__ = ["MODEL_FIELDS", "ClearMLTransport"]
 
-_INSTALL_HINT = "registry='clearml' needs clearml: pip install 'clearml>=1.16' (the clearml extra)"
+_INSTALL_HINT = "registry='clearml' needs clearml: pip install 'clearml>=1.16,<3' (the clearml extra)"
 _PAGE = 500  # clearml-server's largest page
 MODEL_FIELDS = ["id", "name", "project", "task", "uri", "tags", "system_tags", "metadata", "created"]
 _NOT_FOUND = (400, 201)  # bad_request / invalid_model_id
