@@ -52,6 +52,7 @@ def test_under_an_active_run_every_checkpoint_is_a_model_of_that_run(
     live = find_models(project=experiment, run="r1", live=True, order_by="-score", registry=f"mlflow:{mlflow_uri}")
     assert [r.score for r in live] == sorted(SCORES[:4], reverse=True)[:2]
     assert len(list((tmp_path / "out").rglob("*.pt"))) == 2
+    assert {r.metadata["mlflow_run_id"] for r in live} == {run.info.run_id}  # lineage, on every record
 
 
 def test_a_later_process_without_the_active_run_saves_into_the_same_run(
@@ -70,13 +71,14 @@ def test_a_later_process_without_the_active_run_saves_into_the_same_run(
 def test_async_saves_under_an_active_run_keep_n_saved_and_every_record(
     mlflow_uri: str, experiment: str, tmp_path: Path
 ) -> None:
-    with mlflow.start_run(run_name="r1"):
+    with mlflow.start_run(run_name="r1") as run:
         _train(TrackerSaver(tmp_path / "out", registry="mlflow", async_upload=True), epochs=5)
     records = find_models(project=experiment, run="r1", order_by="created_at", registry="mlflow")
     assert sorted(r.score for r in records if r.state.loadable) == sorted(SCORES[:5])[-2:]
     assert {r.state.value for r in records} == {"live", "evicted"}, records  # nothing left pending
     assert len(list((tmp_path / "out").rglob("*.pt"))) == 2
     assert all(r.metadata["save_background"] is True for r in records if r.state.loadable)
+    assert {r.metadata["mlflow_run_id"] for r in records} == {run.info.run_id}  # lineage
 
 
 def test_no_active_run_and_no_project_is_a_config_error_before_anything_is_written(

@@ -9,6 +9,7 @@ must never reach it.
 
 from __future__ import annotations
 
+import logging
 import os
 import platform
 import re
@@ -25,10 +26,13 @@ import torch
 from tracker_saver.masking import strip_userinfo
 from tracker_saver.records import MetaValue
 
+_log = logging.getLogger(__name__)
+
 __all__ = ["GIT_TIMEOUT_S", "LINEAGE_KEYS", "MASK", "git_state", "lineage", "mask_command"]
 
-#: The metadata keys :func:`lineage` may set (git and ClearML keys only when they apply).
-LINEAGE_KEYS = ("git_commit", "git_dirty", "host", "command", "python", "torch", "ignite", "clearml_task_id")
+#: The metadata keys :func:`lineage` may set (git, ClearML and MLflow keys only when they apply).
+LINEAGE_KEYS = ("git_commit", "git_dirty", "host", "command", "python", "torch", "ignite", "clearml_task_id",
+                "mlflow_run_id")  # fmt: skip
 
 #: The longest, in seconds, one ``git`` call may take (a huge or network-mounted repository).
 GIT_TIMEOUT_S = 3.0
@@ -130,9 +134,17 @@ def _clearml_task_id() -> str | None:
         return None
     try:
         task = clearml.Task.current_task()
-    except Exception:  # a broken or half-configured clearml must not stop a checkpoint
+    except Exception as exc:  # a broken or half-configured clearml must not stop a checkpoint
+        _log.debug("no ClearML task id for the lineage: %s", exc)
         return None
     return str(task.id) if task is not None else None
+
+
+def _mlflow_run_id() -> str | None:
+    # As for ClearML: only a process that imported mlflow can have an active run.
+    mlflow = sys.modules.get("mlflow")
+    active = mlflow.active_run() if mlflow is not None and hasattr(mlflow, "active_run") else None
+    return str(active.info.run_id) if active is not None else None
 
 
 def lineage(argv: Sequence[str] | None = None) -> dict[str, MetaValue]:
@@ -141,7 +153,8 @@ def lineage(argv: Sequence[str] | None = None) -> dict[str, MetaValue]:
     Keys: ``git_commit`` and ``git_dirty`` (when the script's folder, or else the working
     folder, is in a git repository), ``host``, ``command`` (``argv`` masked by
     :func:`mask_command`), ``python``, ``torch``, ``ignite`` (versions) and
-    ``clearml_task_id`` (when a ClearML task is current).
+    ``clearml_task_id`` (when a ClearML task is current), ``mlflow_run_id`` (when an MLflow run is
+    active).
 
     Args:
         argv: the command line; ``sys.argv`` by default.
@@ -160,7 +173,7 @@ def lineage(argv: Sequence[str] | None = None) -> dict[str, MetaValue]:
         torch=str(torch.__version__),
         ignite=str(ignite.__version__),
     )
-    task_id = _clearml_task_id()
-    if task_id is not None:
-        facts["clearml_task_id"] = task_id
+    for key, found in (("clearml_task_id", _clearml_task_id()), ("mlflow_run_id", _mlflow_run_id())):
+        if found is not None:
+            facts[key] = found
     return facts
