@@ -169,8 +169,8 @@ def test_a_peer_error_keeps_the_saving_rank_error_class_where_it_can() -> None:
 
 
 # -- a restart resumes on both ranks ---------------------------------------------------------
-def _train_or_resume(local_rank: int, root: str, max_epochs: int) -> None:
-    saver = TrackerSaver(f"{root}/output", project="p", run="resume", registry=f"{root}/registry.db")
+def _train_or_resume(local_rank: int, root: str, max_epochs: int, registry: str = "", project: str = "p") -> None:
+    saver = TrackerSaver(f"{root}/output", project=project, run="resume", registry=registry or f"{root}/registry.db")
     torch.manual_seed(0)
     net = torch.nn.Linear(2, 1)
     trainer = _trainer(net)
@@ -202,6 +202,19 @@ def test_a_restart_resumes_on_both_ranks(tmp_path: Path) -> None:
     live = [r.name for r in records if r.state is RecordState.LIVE]
     assert live == ["checkpoint_6.pt", "checkpoint_8.pt"]
     assert len(list((tmp_path / "output" / "p" / "resume").iterdir())) == 2  # footprint across the restart
+
+
+@pytest.mark.mlflow
+def test_a_restart_resumes_on_both_ranks_with_the_records_in_mlflow(mlflow_uri: str, tmp_path: Path) -> None:
+    registry, project = f"mlflow:{mlflow_uri}", f"ddp-{tmp_path.name[-12:]}"
+    _parallel(_train_or_resume, str(tmp_path), 2, registry, project)
+    _parallel(_train_or_resume, str(tmp_path), 4, registry, project)
+    rank0, rank1 = _reports(tmp_path)
+    assert rank0["loaded"] == rank1["loaded"] == "checkpoint_4.pt"
+    assert rank0["weights"] == rank1["weights"]
+    records = find_models(project=project, run="resume", live=True, registry=registry)
+    assert sorted(r.name for r in records) == ["checkpoint_6.pt", "checkpoint_8.pt"]
+    assert len(list((tmp_path / "output" / project / "resume").iterdir())) == 2
 
 
 def test_a_rank_that_does_not_save_never_creates_a_registry(tmp_path: Path) -> None:
