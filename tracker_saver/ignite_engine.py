@@ -18,6 +18,8 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from tracker_saver.errors import ConfigError
+
 if TYPE_CHECKING:
     from ignite.engine import Engine
 
@@ -27,7 +29,7 @@ __all__ = ["handler_count", "run_last_added_before_save_handlers"]
 def _handlers(engine: Engine, event: Any) -> list[tuple[Any, ...]]:
     table = getattr(engine, "_event_handlers", None)
     if not isinstance(table, dict):
-        raise RuntimeError(
+        raise ConfigError(
             "this pytorch-ignite's Engine keeps no _event_handlers dict: tracker_saver/ignite_engine.py needs "
             "updating for it (pip install 'pytorch-ignite>=0.5,<0.6' meanwhile)"
         )
