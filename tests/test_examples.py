@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import subprocess
 import sys
 import uuid
@@ -75,16 +76,23 @@ def _listed() -> list[object]:
     return params
 
 
+#: Seconds an example may run before the test says where it hangs and fails.
+TIMEOUT_S = 180
+
+
 def _run(name: str, args: tuple[str, ...], cwd: Path, env: dict[str, str]) -> str:
-    proc = subprocess.run(
-        [sys.executable, str(FOLDER / name), *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-    output = proc.stdout + proc.stderr
+    """Run ``examples/name``; one that hangs gets SIGABRT, so faulthandler prints every thread's stack."""
+    proc = subprocess.Popen(
+        [sys.executable, str(FOLDER / name), *args], cwd=cwd, env={**env, "PYTHONFAULTHANDLER": "1"},
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        out, err = proc.communicate(timeout=TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        proc.send_signal(signal.SIGABRT)
+        out, err = proc.communicate(timeout=30)
+        pytest.fail(f"python examples/{name} hung for {TIMEOUT_S} s; its stacks:\n{(out + err)[-6000:]}")
+    output = out + err
     assert proc.returncode == 0, f"python examples/{name} {' '.join(args)} exited {proc.returncode}:\n{output[-4000:]}"
     return output
 
