@@ -109,6 +109,7 @@ class _GatewayUse:
     def __init__(self) -> None:
         self._use = os.open(f"{_state_dir()}.use.lock", os.O_RDWR | os.O_CREAT, 0o600)
         self._gate = os.open(f"{_state_dir()}.gate.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        self.held = False  # whether this process holds the use lock (shared or exclusive)
 
     def shared(self) -> None:
         """Use the gateway (waiting while another process has it stopped); ends an exclusive hold."""
@@ -116,9 +117,28 @@ class _GatewayUse:
         fcntl.flock(self._gate, fcntl.LOCK_SH)
         fcntl.flock(self._use, fcntl.LOCK_SH)
         fcntl.flock(self._gate, fcntl.LOCK_UN)
+        self.held = True
 
     def release(self) -> None:
         fcntl.flock(self._use, fcntl.LOCK_UN)
+        self.held = False
+
+    @contextlib.contextmanager
+    def using(self) -> Iterator[None]:
+        """Use the gateway inside the block, unless this process already does.
+
+        For gateway work outside a Ceph test's own hold: a module's bucket is removed in the
+        teardown of the module's last test on this worker, which may be a test without the mark.
+        Unheld, it once restarted radosgw in the middle of another worker's outage test (ci27).
+        """
+        if self.held:
+            yield
+            return
+        self.shared()
+        try:
+            yield
+        finally:
+            self.release()
 
     def exclusive(self, timeout: float) -> bool:
         """Hold the gateway alone within ``timeout`` seconds; on failure, use it shared again."""
@@ -134,6 +154,7 @@ class _GatewayUse:
                         self.shared()
                         return False
                     time.sleep(0.1)
+        self.held = True
         return True
 
 
@@ -278,9 +299,13 @@ class CephS3:
             raise RuntimeError(f"ceph-s3.sh start-rgw failed:\n{result.stderr}")
 
     def ensure_up(self) -> None:
-        """Restart the gateway if a test left it stopped, so later tests have one."""
-        if not _answers(self.endpoint_url) and self.can_restart:
-            self.start_rgw()
+        """Restart the gateway if a test left it stopped, so later tests have one.
+
+        Never while another process has it stopped on purpose: it waits for that test to end.
+        """
+        with self.lock.using() if self.lock is not None else contextlib.nullcontext():
+            if not _answers(self.endpoint_url) and self.can_restart:
+                self.start_rgw()
 
     @contextlib.contextmanager
     def gateway_stopped(self) -> Iterator[None]:
@@ -487,13 +512,15 @@ def empty_and_remove(client: Any, bucket: str) -> None:
 @pytest.fixture(scope="module")
 def s3_bucket(ceph_s3: CephS3) -> Iterator[str]:
     """A fresh, empty bucket on the gateway for this test module; removed afterwards."""
-    ceph_s3.ensure_up()
     client = ceph_s3.client()
     bucket = f"ts-test-{uuid.uuid4().hex[:12]}"
-    client.create_bucket(Bucket=bucket)
+    with gateway_use().using():
+        ceph_s3.ensure_up()
+        client.create_bucket(Bucket=bucket)
     yield bucket
-    ceph_s3.ensure_up()
-    empty_and_remove(client, bucket)
+    with gateway_use().using():  # maybe in the teardown of a test without the ceph mark
+        ceph_s3.ensure_up()
+        empty_and_remove(client, bucket)
 
 
 @pytest.fixture
