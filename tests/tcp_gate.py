@@ -43,6 +43,10 @@ class Gate:
                 _reset(client)
                 continue
             upstream.settimeout(None)
+            # Forwarded as it comes: with Nagle's algorithm on, a request written in two pieces
+            # waited for the peer's delayed ACK (40 ms) at each hop: 60 ms per MLflow call, 8x slower.
+            for conn in (client, upstream):
+                conn.setsockopt(socket.IPPROTO_TCP, socket.TCP_NODELAY, 1)
             with self._lock:
                 self._conns += [client, upstream]
             threading.Thread(target=_pump, args=(client, upstream), daemon=True).start()
