@@ -23,7 +23,6 @@ from __future__ import annotations
 
 import argparse
 from collections.abc import Iterator
-from typing import Any
 
 from tracker_saver.errors import ConfigError
 
@@ -39,36 +38,39 @@ INTERNALS = (
 )
 
 
-def _read(owner: object, name: str, where: str) -> Any:
-    try:
-        return getattr(owner, name)
-    except AttributeError:
-        raise ConfigError(
-            f"this Python's argparse has no {where}.{name}: tracker_saver/argparse_walk.py needs updating for it"
-        ) from None
+def _changed(name: str) -> ConfigError:
+    return ConfigError(f"this Python's argparse has no {name}: tracker_saver/argparse_walk.py needs updating for it")
 
 
 def actions(parser: argparse.ArgumentParser) -> list[argparse.Action]:
     """Every argument of ``parser`` in the order it was added, ``-h`` and subcommands included."""
-    return list(_read(parser, "_actions", "ArgumentParser"))
+    try:
+        return list(parser._actions)
+    except AttributeError:
+        raise _changed("ArgumentParser._actions") from None
 
 
-def _is(action: argparse.Action, name: str) -> bool:
-    return isinstance(action, _read(argparse, name, "argparse"))
+def _kinds() -> tuple[type[argparse._HelpAction], type[argparse._SubParsersAction[argparse.ArgumentParser]]]:
+    try:
+        return argparse._HelpAction, argparse._SubParsersAction
+    except AttributeError as exc:
+        raise _changed(f"argparse.{exc.name}") from None
 
 
 def options(parser: argparse.ArgumentParser) -> list[argparse.Action]:
     """The arguments of ``parser`` a user types: every action but ``-h`` and the subcommands."""
-    return [a for a in actions(parser) if not (_is(a, "_HelpAction") or _is(a, "_SubParsersAction"))]
+    return [a for a in actions(parser) if not isinstance(a, _kinds())]
 
 
 def subcommands(parser: argparse.ArgumentParser) -> Iterator[tuple[str, str, argparse.ArgumentParser]]:
     """The subcommands of ``parser`` in the order they were added: ``(name, its help, its parser)``."""
     for action in actions(parser):
-        if _is(action, "_SubParsersAction"):
-            helps = {a.dest: a.help or "" for a in _read(action, "_choices_actions", "_SubParsersAction")}
-            choices: dict[str, argparse.ArgumentParser] = action.choices  # type: ignore[assignment]
-            for name, sub in choices.items():
+        if isinstance(action, _kinds()[1]):
+            try:
+                helps = {a.dest: a.help or "" for a in action._choices_actions}
+            except AttributeError:
+                raise _changed("_SubParsersAction._choices_actions") from None
+            for name, sub in action.choices.items():
                 yield name, helps.get(name, ""), sub
 
 
@@ -80,6 +82,9 @@ def usage(parser: argparse.ArgumentParser, prog: str, width: int) -> str:
         'demo [-h]'
     """
     formatter = argparse.HelpFormatter(prog=prog, width=width)
-    groups = _read(parser, "_mutually_exclusive_groups", "ArgumentParser")
+    try:
+        groups = parser._mutually_exclusive_groups
+    except AttributeError:
+        raise _changed("ArgumentParser._mutually_exclusive_groups") from None
     formatter.add_usage(None, actions(parser), groups, prefix="")
     return formatter.format_help().strip()
