@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
 
 import pytest
@@ -255,7 +256,8 @@ def test_no_private_attribute_of_a_third_party_object_is_read_outside_its_shim()
 
 def test_every_shim_that_exists_reads_what_it_is_there_for() -> None:
     # A shim left with nothing private to read leaves the list, so the list stays the truth.
-    found, trees = _foreign_privates(_trees()), _trees()
+    trees = _trees()
+    found = {**_foreign_privates(trees), **_overridden_privates(trees)}
     assert [shim for shim in SHIMS if shim in trees and shim not in found] == []
 
 
@@ -275,4 +277,74 @@ def test_the_private_attribute_check_finds_a_third_party_internal() -> None:
             "4: p._actions",
             "5: getattr(p, '_mutually_exclusive_groups')",
         ]
+    }
+
+
+def _base_classes(tree: ast.Module, node: ast.ClassDef) -> list[type]:
+    """The third-party classes ``node`` derives from, imported as its module imports them."""
+    imported = {
+        alias.asname or alias.name: (item.module, alias.name)
+        for item in ast.walk(tree)
+        if isinstance(item, ast.ImportFrom) and item.level == 0 and item.module
+        if not item.module.startswith("tracker_saver")
+        for alias in item.names
+    }
+    modules = {
+        alias.asname or alias.name: alias.name
+        for item in ast.walk(tree)
+        if isinstance(item, ast.Import)
+        for alias in item.names
+        if not alias.name.startswith("tracker_saver")
+    }
+    found = []
+    for base in node.bases:
+        if isinstance(base, ast.Name) and base.id in imported:
+            module, name = imported[base.id]
+        elif isinstance(base, ast.Attribute) and isinstance(base.value, ast.Name) and base.value.id in modules:
+            module, name = modules[base.value.id], base.attr
+        else:
+            continue  # one of ours (or a generic alias): its privates are ours
+        cls = getattr(importlib.import_module(module), name)
+        if isinstance(cls, type):
+            found.append(cls)
+    return found
+
+
+def _overridden_privates(trees: dict[str, ast.Module]) -> dict[str, list[str]]:
+    """Per module, each private name a class body defines that a third-party base class already
+    has: an override of that library's internals (``class _Bounded(Session): def _load_vaults``)."""
+    found: dict[str, list[str]] = {}
+    for path, tree in trees.items():
+        hits = []
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            theirs = {name for cls in _base_classes(tree, node) for klass in cls.__mro__ for name in vars(klass)}
+            mine = {
+                n.id if isinstance(n, ast.Name) else n.name
+                for statement in node.body
+                for n in (
+                    [statement] if not isinstance(statement, (ast.Assign, ast.AnnAssign)) else ast.walk(statement)
+                )
+                if isinstance(n, (ast.Name, ast.FunctionDef, ast.AsyncFunctionDef))
+            }
+            hits += [f"{node.lineno}: {node.name}.{name}" for name in sorted(mine & theirs) if _private(name)]
+        if hits:
+            found[path] = hits
+    return found
+
+
+def test_no_private_method_of_a_third_party_class_is_overridden_outside_its_shim() -> None:
+    outside = {path: hits for path, hits in _overridden_privates(_trees()).items() if path not in SHIMS}
+    assert outside == {}, "these override a library's private attributes: move each into that library's shim"
+
+
+def test_the_override_check_finds_an_overridden_internal() -> None:
+    source = (
+        "import argparse\nfrom ignite.handlers import DiskSaver\n"
+        "class Mine(DiskSaver):\n    def _check_and_setup(self): ...\n    def _own_helper(self): ...\n"
+        "class Formatter(argparse.HelpFormatter):\n    def _fill_text(self, text, width, indent): ...\n"
+    )
+    assert _overridden_privates({"bad.py": ast.parse(source)}) == {
+        "bad.py": ["3: Mine._check_and_setup", "6: Formatter._fill_text"]
     }
