@@ -16,6 +16,7 @@ import pytest
 
 import tracker_saver
 from tests.helpers import ROOT, SCORES, attach, model, trainer_engine
+from tracker_saver.argparse_walk import actions
 from tracker_saver.cli import build_parser, main
 from tracker_saver.cli_reference import reference_markdown, walk_commands
 from tracker_saver.console import LINEAGE_KEYS, TIME_FORMAT
@@ -66,7 +67,7 @@ def test_every_command_and_option_has_help(capsys) -> None:
         assert expected in paths
     for path, text, sub in commands:
         assert text, f"tracker-saver {' '.join(path)} has no help"
-        assert all(action.help for action in sub._actions), f"an option of {path} has no help"
+        assert all(action.help for action in actions(sub)), f"an option of {path} has no help"
         with pytest.raises(SystemExit) as done:
             main([*path, "--help"])
         assert done.value.code == 0

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import importlib
 from pathlib import Path
 
 import pytest
@@ -163,3 +164,187 @@ def test_no_submodule_shadows_a_name_its_package_defines() -> None:
 
 def test_the_shadowing_check_finds_a_clash() -> None:
     assert _defined(ast.parse("def sqlite_path(): ...\nX: int = 1\nclass C: ...")) == {"sqlite_path", "X", "C"}
+
+
+#: The shims: the only modules that may read a third-party object's private attributes, one per
+#: library, each with a test that fails when an upgrade changes what it reads. A path that does
+#: not exist is skipped, so the list holds for the ClearML glue before and after its move.
+SHIMS = (
+    "ignite_engine.py",  # Engine._event_handlers (tests/test_ignite_engine.py)
+    "argparse_walk.py",  # ArgumentParser._actions, … (tests/test_argparse_walk.py)
+    "integrations/clearml/internals.py",  # ClearML's Session, ConfigWrapper, a request's _action
+    # Until the ClearML glue's internals move into integrations/clearml/internals.py, where they
+    # are today (before the move) and right after it; the test below drops whichever is left clean:
+    "registry/clearml_session.py",  # Session._session_initial_timeout, _load_vaults, ConfigWrapper._init, …
+    "integrations/clearml/session.py",
+)
+
+#: Underscored names that are a documented public API: namedtuple's methods and fields.
+DOCUMENTED = frozenset({"_asdict", "_fields", "_field_defaults", "_make", "_replace"})
+
+
+def _own_names(trees: dict[str, ast.Module]) -> set[str]:
+    """Every name our package defines: functions, classes, module and class globals, ``self.x = …``."""
+    names: set[str] = set()
+    for tree in trees.values():
+        for node in ast.walk(tree):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
+                names.add(node.name)
+            if isinstance(node, (ast.Module, ast.ClassDef)):
+                for statement in node.body:
+                    if isinstance(statement, (ast.Assign, ast.AnnAssign)):
+                        targets = statement.targets if isinstance(statement, ast.Assign) else [statement.target]
+                        names.update(n.id for t in targets for n in ast.walk(t) if isinstance(n, ast.Name))
+            if (
+                isinstance(node, ast.Attribute)
+                and isinstance(node.ctx, ast.Store)
+                and isinstance(node.value, ast.Name)
+                and node.value.id in ("self", "cls")
+            ):
+                names.add(node.attr)
+    return names
+
+
+def _private(name: str) -> bool:
+    return name.startswith("_") and not name.startswith("__") and name not in DOCUMENTED
+
+
+def _foreign_privates(trees: dict[str, ast.Module]) -> dict[str, list[str]]:
+    """Per module, each private attribute of an object not ours: ``x._name`` (``x`` not ``self`` or
+    ``cls``, ``_name`` defined nowhere in ``trees``), ``getattr(x, "_name")`` and its kin, and
+    ``from lib import _name``: ``{"mod.py": ["12: engine._event_handlers"]}``."""
+    own = _own_names(trees)
+    found: dict[str, list[str]] = {}
+    for path, tree in trees.items():
+        hits: list[str] = []
+        for node in ast.walk(tree):
+            name = None
+            if isinstance(node, ast.Attribute):
+                mine = isinstance(node.value, ast.Name) and node.value.id in ("self", "cls")
+                name = None if mine else node.attr
+            elif (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in ("getattr", "hasattr", "setattr", "delattr")
+                and len(node.args) >= 2
+                and isinstance(node.args[1], ast.Constant)
+                and isinstance(node.args[1].value, str)
+                and not (isinstance(node.args[0], ast.Name) and node.args[0].id in ("self", "cls"))
+            ):
+                name = node.args[1].value
+            elif isinstance(node, ast.ImportFrom) and node.level == 0 and node.module:
+                if not node.module.startswith("tracker_saver") and any(_private(a.name) for a in node.names):
+                    hits.append(f"{node.lineno}: {ast.unparse(node)}")
+            if name is not None and _private(name) and name not in own:
+                hits.append(f"{node.lineno}: {ast.unparse(node)}")
+        if hits:
+            found[path] = sorted(hits, key=lambda hit: int(hit.partition(":")[0]))
+    return found
+
+
+def _trees() -> dict[str, ast.Module]:
+    return {path.relative_to(PACKAGE).as_posix(): ast.parse(path.read_text()) for path in _modules().values()}
+
+
+def test_no_private_attribute_of_a_third_party_object_is_read_outside_its_shim() -> None:
+    outside = {path: hits for path, hits in _foreign_privates(_trees()).items() if path not in SHIMS}
+    assert outside == {}, (
+        "these read a library's private attributes: route each through that library's shim "
+        f"({', '.join(SHIMS[:3])}) or add one, with a test against the installed library"
+    )
+
+
+def test_every_shim_that_exists_reads_what_it_is_there_for() -> None:
+    # A shim left with nothing private to read leaves the list, so the list stays the truth.
+    trees = _trees()
+    found = {**_foreign_privates(trees), **_overridden_privates(trees)}
+    assert [shim for shim in SHIMS if shim in trees and shim not in found] == []
+
+
+def test_the_private_attribute_check_finds_a_third_party_internal() -> None:
+    trees = {
+        "ours.py": ast.parse("class Pool:\n    def __init__(self):\n        self._closed = False\n"),
+        "bad.py": ast.parse(
+            "import argparse\nfrom clearml.task import _helper\n"
+            "def f(p, pool, row):\n"
+            "    a = p._actions\n    b = getattr(p, '_mutually_exclusive_groups')\n"
+            "    return pool._closed, self._mine, row._asdict(), type(p).__name__, argparse.Namespace\n"
+        ),
+    }
+    assert _foreign_privates(trees) == {
+        "bad.py": [
+            "2: from clearml.task import _helper",
+            "4: p._actions",
+            "5: getattr(p, '_mutually_exclusive_groups')",
+        ]
+    }
+
+
+def _base_classes(tree: ast.Module, node: ast.ClassDef) -> list[type]:
+    """The third-party classes ``node`` derives from, imported as its module imports them."""
+    imported = {
+        alias.asname or alias.name: (item.module, alias.name)
+        for item in ast.walk(tree)
+        if isinstance(item, ast.ImportFrom) and item.level == 0 and item.module
+        if not item.module.startswith("tracker_saver")
+        for alias in item.names
+    }
+    modules = {
+        alias.asname or alias.name: alias.name
+        for item in ast.walk(tree)
+        if isinstance(item, ast.Import)
+        for alias in item.names
+        if not alias.name.startswith("tracker_saver")
+    }
+    found = []
+    for base in node.bases:
+        if isinstance(base, ast.Name) and base.id in imported:
+            module, name = imported[base.id]
+        elif isinstance(base, ast.Attribute) and isinstance(base.value, ast.Name) and base.value.id in modules:
+            module, name = modules[base.value.id], base.attr
+        else:
+            continue  # one of ours (or a generic alias): its privates are ours
+        cls = getattr(importlib.import_module(module), name)
+        if isinstance(cls, type):
+            found.append(cls)
+    return found
+
+
+def _overridden_privates(trees: dict[str, ast.Module]) -> dict[str, list[str]]:
+    """Per module, each private name a class body defines that a third-party base class already
+    has: an override of that library's internals (``class _Bounded(Session): def _load_vaults``)."""
+    found: dict[str, list[str]] = {}
+    for path, tree in trees.items():
+        hits = []
+        for node in ast.walk(tree):
+            if not isinstance(node, ast.ClassDef):
+                continue
+            theirs = {name for cls in _base_classes(tree, node) for klass in cls.__mro__ for name in vars(klass)}
+            mine = {
+                n.id if isinstance(n, ast.Name) else n.name
+                for statement in node.body
+                for n in (
+                    [statement] if not isinstance(statement, (ast.Assign, ast.AnnAssign)) else ast.walk(statement)
+                )
+                if isinstance(n, (ast.Name, ast.FunctionDef, ast.AsyncFunctionDef))
+            }
+            hits += [f"{node.lineno}: {node.name}.{name}" for name in sorted(mine & theirs) if _private(name)]
+        if hits:
+            found[path] = hits
+    return found
+
+
+def test_no_private_method_of_a_third_party_class_is_overridden_outside_its_shim() -> None:
+    outside = {path: hits for path, hits in _overridden_privates(_trees()).items() if path not in SHIMS}
+    assert outside == {}, "these override a library's private attributes: move each into that library's shim"
+
+
+def test_the_override_check_finds_an_overridden_internal() -> None:
+    source = (
+        "import argparse\nfrom ignite.handlers import DiskSaver\n"
+        "class Mine(DiskSaver):\n    def _check_and_setup(self): ...\n    def _own_helper(self): ...\n"
+        "class Formatter(argparse.HelpFormatter):\n    def _fill_text(self, text, width, indent): ...\n"
+    )
+    assert _overridden_privates({"bad.py": ast.parse(source)}) == {
+        "bad.py": ["3: Mine._check_and_setup", "6: Formatter._fill_text"]
+    }

@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 from collections.abc import Iterator
 
+from tracker_saver.argparse_walk import options, subcommands, usage
 from tracker_saver.cli import PROG, build_parser
 
 __all__ = ["reference_markdown", "walk_commands"]
@@ -17,20 +18,15 @@ def walk_commands(parser: argparse.ArgumentParser) -> Iterator[tuple[list[str], 
         >>> [" ".join(path) for path, _, _ in walk_commands(build_parser())][:2]
         ['models', 'models list']
     """
-    for action in parser._actions:
-        if isinstance(action, argparse._SubParsersAction):
-            helps = {a.dest: a.help or "" for a in action._choices_actions}
-            for name, sub in action.choices.items():
-                yield [name], helps.get(name, ""), sub
-                for path, text, leaf in walk_commands(sub):
-                    yield [name, *path], text, leaf
+    for name, text, sub in subcommands(parser):
+        yield [name], text, sub
+        for path, deeper, leaf in walk_commands(sub):
+            yield [name, *path], deeper, leaf
 
 
 def _option_rows(parser: argparse.ArgumentParser) -> list[tuple[str, str]]:
     rows = []
-    for action in parser._actions:
-        if isinstance(action, (argparse._HelpAction, argparse._SubParsersAction)):
-            continue
+    for action in options(parser):
         if action.option_strings:
             name = ", ".join(action.option_strings)
             if action.nargs != 0:
@@ -66,10 +62,8 @@ def reference_markdown() -> str:
     ]
     lines += [f"| `{name}` | {text} |" for name, text in _option_rows(parser)]
     for path, text, sub in walk_commands(parser):
-        formatter = argparse.HelpFormatter(prog=f"{PROG} {' '.join(path)}", width=100)
-        formatter.add_usage(None, sub._actions, sub._mutually_exclusive_groups, prefix="")
         lines += ["", f"## `{PROG} {' '.join(path)}`", "", f"{text[:1].upper()}{text[1:]}.", ""]
-        lines += ["```text", formatter.format_help().strip(), "```"]
+        lines += ["```text", usage(sub, f"{PROG} {' '.join(path)}", 100), "```"]
         rows = [(n, t) for n, t in _option_rows(sub) if n not in ("--registry REGISTRY", "--json")]
         if rows:
             lines += ["", "| argument | meaning |", "| --- | --- |"]
