@@ -47,8 +47,10 @@ test_() {
     fi
     local status=0
     # Tests wait on servers and subprocesses much of the time: WORKERS pytest-xdist processes keep
-    # both cores busy (-n 0 runs them in this process, as plain pytest does).
-    "$VENV/bin/python" -m pytest -n "${WORKERS:-3}" --durations=25 "$@" || status=$?
+    # both cores busy (-n 0 runs them in this process, as plain pytest does). worksteal: a worker
+    # that runs out takes tests queued behind a long one (the default hands each worker a quarter
+    # of the suite up front, and the tests queued behind a 100 s soak waited for it).
+    "$VENV/bin/python" -m pytest -n "${WORKERS:-3}" --dist worksteal --durations=25 "$@" || status=$?
     [ "$ceph" = 1 ] && { bash scripts/ceph-s3.sh stop; trap - EXIT; }
     return "$status"
 }
