@@ -1,4 +1,4 @@
-"""Read a run's uploaded log files back: list them, download them (``tracker-saver runs logs``).
+"""Read a run's uploaded log files back: list them, download them (``tracker-saver runs logs PROJECT/RUN``).
 
 Log objects live under the run's own ``logs/`` folder at its output_uri
 (:func:`tracker_saver.naming.logs_prefix`); :class:`tracker_saver.logs.LogUploader` puts them there.
