@@ -22,7 +22,7 @@ from tracker_saver.outage import DEFAULT_TIMEOUT_S
 from tracker_saver.records import LOADABLE, LOADABLE_OR_PINNED, MetaValue, Record, RecordState, UploadInfo, check_alias
 from tracker_saver.registry.base import Query, Registry, derived_aliases, select, with_aliases
 from tracker_saver.registry.mlflow_claims import MLflowClaims
-from tracker_saver.registry.mlflow_codec import PREFIX, encode, model_name, record_tags, status_of
+from tracker_saver.registry.mlflow_codec import PREFIX, encode, model_name, read_record, record_tags, status_of
 
 __all__ = ["MLflowRegistry", "tracking_uri"]
 
@@ -108,7 +108,9 @@ class MLflowRegistry(MLflowClaims, Registry):
         self._link(str(model.model_id), run_id, info.metadata.get("global_step"))
         if state is not RecordState.PENDING:
             self._call(self._client.finalize_logged_model, "finalizing a model", model.model_id, status_of(state))
-        return self.get(str(model.model_id))
+            return self.get(str(model.model_id))
+        created = read_record(model)  # as just written: a pending record has no alias, so no read-back
+        return created if created is not None else self.get(str(model.model_id))
 
     def _metrics(self, model_id: str, run_id: str, metadata: Mapping[str, MetaValue]) -> None:
         from mlflow.entities import Metric
