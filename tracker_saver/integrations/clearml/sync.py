@@ -53,6 +53,7 @@ from tracker_saver.integrations.clearml.codec import (
     mirror,
     with_metadata,
 )
+from tracker_saver.integrations.clearml.internals import OFFLINE_TASK_FILE
 from tracker_saver.integrations.clearml.journal import JOURNAL
 from tracker_saver.integrations.clearml.registry import ClearMLRegistry
 from tracker_saver.outage import DEFAULT_TIMEOUT_S
@@ -64,7 +65,7 @@ __all__ = ["SESSION_TAG", "SyncReport", "import_offline_session", "push_record"]
 
 #: System-tag prefix of an imported task (``<prefix><offline id>``) and of each model it pushed.
 SESSION_TAG = "tracker_saver-offline:"
-_TASK_FILE = "task.json"  # clearml's Task._offline_filename
+_TASK_FILE = OFFLINE_TASK_FILE  # clearml's Task._offline_filename
 
 
 @dataclass(frozen=True)
