@@ -1559,7 +1559,7 @@ def test_clearml_wrong_credentials(
     "before a byte is written)",
 )  # fmt: skip
 def test_clearml_read_only_project(row: Row, world: World, clearml_standin: Any) -> None:
-    from tracker_saver.registry.clearml import ClearMLRegistry
+    from tracker_saver.integrations.clearml.registry import ClearMLRegistry
 
     root = f"tracker_saver-tests/{uuid.uuid4().hex[:12]}"
     clearml_standin.read_only(f"{root}/shared")

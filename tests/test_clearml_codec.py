@@ -12,10 +12,7 @@ import pytest
 
 from tracker_saver.claims import Holder
 from tracker_saver.errors import ConfigError, RecordNotFoundError
-from tracker_saver.query import parse_where
-from tracker_saver.records import RecordState, StreamId, UploadInfo
-from tracker_saver.registry.base import Query
-from tracker_saver.registry.clearml_codec import (
+from tracker_saver.integrations.clearml.codec import (
     STATE_TAGS,
     check_id,
     check_metadata,
@@ -34,6 +31,9 @@ from tracker_saver.registry.clearml_codec import (
     task_run,
     with_metadata,
 )
+from tracker_saver.query import parse_where
+from tracker_saver.records import RecordState, StreamId, UploadInfo
+from tracker_saver.registry.base import Query
 
 INFO = UploadInfo("mnist", "resnet.4f1c", "best_model", "best_model_3_val_acc=0.9000.pt",
                   metadata={"global_step": 3, "score": 0.9, "note": None}, tags=["mine"], slot=1,

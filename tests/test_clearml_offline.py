@@ -28,10 +28,10 @@ from tests.helpers import process_env
 from tracker_saver import ConfigError, RecordState, TrackerSaver, load_checkpoint
 from tracker_saver.clearml import ClearMLSaver, import_offline_session
 from tracker_saver.cli import main
+from tracker_saver.integrations.clearml.journal import JOURNAL, ClearMLJournal
+from tracker_saver.integrations.clearml.registry import ClearMLRegistry
+from tracker_saver.integrations.clearml.sync import SESSION_TAG
 from tracker_saver.registry import Query
-from tracker_saver.registry.clearml import ClearMLRegistry
-from tracker_saver.registry.clearml_journal import JOURNAL, ClearMLJournal
-from tracker_saver.registry.clearml_sync import SESSION_TAG
 from tracker_saver.registry.sqlite import SQLiteRegistry
 
 pytestmark = pytest.mark.clearml

@@ -45,10 +45,10 @@ from tests.clearml_standin import ACCESS_KEY, SECRET_KEY, ClearMLStandIn
 from tests.conftest_clearml import ClearMLServer
 from tests.helpers import ROOT, process_env
 from tracker_saver import RecordState, RegistryError, TrackerSaver, fsck
+from tracker_saver.integrations.clearml.registry import ClearMLRegistry
 from tracker_saver.models import open_verified
 from tracker_saver.records import LOADABLE, Record, UploadInfo
 from tracker_saver.registry import Query
-from tracker_saver.registry.clearml import ClearMLRegistry
 from tracker_saver.storage import open_storage
 
 pytestmark = pytest.mark.clearml

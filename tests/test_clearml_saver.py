@@ -165,7 +165,7 @@ def test_savers_under_a_task_install_the_binding_guard(
     drop-in install the guard. Another registry under a task: ``guard_torch_save_binding()`` (docs/clearml.md)."""
     from clearml.binding.frameworks import WeightsFileHandler
 
-    import tracker_saver.integrations.clearml_binding as binding
+    import tracker_saver.integrations.clearml.binding as binding
     from tracker_saver.clearml import ClearMLSaver
     from tracker_saver.pipeline import is_writing
 

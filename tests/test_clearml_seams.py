@@ -9,22 +9,17 @@ from __future__ import annotations
 import ast
 from pathlib import Path
 
+from tracker_saver.integrations.clearml.registry import ClearMLRegistry
 from tracker_saver.registry import Registry
-from tracker_saver.registry.clearml import ClearMLRegistry
 from tracker_saver.registry.sqlite import SQLiteRegistry
 from tracker_saver.saver import RunContext
 
 PACKAGE = Path(__file__).resolve().parents[1] / "tracker_saver"
 
-#: The ClearML integration, top to leaves: the drop-in, the registry and its codec, the leaf glue.
-CLEARML = ("tracker_saver.clearml", "tracker_saver.registry.clearml", "tracker_saver.registry.clearml_transport",
-           "tracker_saver.registry.clearml_tasks", "tracker_saver.registry.clearml_states",
-           "tracker_saver.registry.clearml_claims", "tracker_saver.registry.clearml_labels",
-           "tracker_saver.registry.clearml_codec", "tracker_saver.registry.clearml_session",
-           "tracker_saver.registry.clearml_journal", "tracker_saver.registry.clearml_sync",
-           "tracker_saver.integrations")  # fmt: skip
+#: The ClearML integration: its public face and its one package (tracker_saver.integrations.clearml).
+CLEARML = ("tracker_saver.clearml", "tracker_saver.integrations")
 #: Leaves: they import nothing of tracker_saver, so nothing can cycle through them.
-LEAVES = ("tracker_saver.integrations.clearml_binding", "tracker_saver.integrations.clearml_conf")
+LEAVES = ("tracker_saver.integrations.clearml.binding", "tracker_saver.integrations.clearml.conf")
 
 
 def _is_clearml(module: str) -> bool:
@@ -72,8 +67,10 @@ def test_generic_code_never_imports_the_clearml_integration() -> None:
     # The exceptions, each imported lazily: open_registry("clearml") picks the backend by name (fsspec's
     # way), or the offline journal under ClearML's offline mode; `tracker-saver sync` runs the offline sync.
     assert leaks == {
-        ("tracker_saver.registry", "tracker_saver.registry.clearml"),
-        ("tracker_saver.registry", "tracker_saver.registry.clearml_journal"),
+        ("tracker_saver.registry", "tracker_saver.integrations"),  # the packages on the way
+        ("tracker_saver.registry", "tracker_saver.integrations.clearml"),
+        ("tracker_saver.registry", "tracker_saver.integrations.clearml.registry"),
+        ("tracker_saver.registry", "tracker_saver.integrations.clearml.journal"),
         ("tracker_saver.cli_sync", "tracker_saver.clearml"),
     }
 

@@ -16,7 +16,7 @@ tomllib = pytest.importorskip("tomllib")  # Python 3.11+
 EXTRAS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["optional-dependencies"]
 HINTS = {
     "s3": ["tracker_saver/storage/__init__.py"],
-    "clearml": ["tracker_saver/registry/__init__.py", "tracker_saver/registry/clearml_transport.py"],
+    "clearml": ["tracker_saver/registry/__init__.py", "tracker_saver/integrations/clearml/transport.py"],
     "ui": ["tracker_saver/cli.py", "tracker_saver/ui/__init__.py"],
 }
 

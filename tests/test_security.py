@@ -647,7 +647,7 @@ def test_a_clearml_secret_never_shows_in_an_in_process_traceback(clearml_standin
     env["CLEARML_API_HOST"] = _with_userinfo(env["CLEARML_API_HOST"])
     script = (
         "import traceback\n"
-        "from tracker_saver.registry.clearml import ClearMLRegistry\n"
+        "from tracker_saver.integrations.clearml.registry import ClearMLRegistry\n"
         "try:\n    ClearMLRegistry()\n"
         "except Exception as exc:\n    print(''.join(traceback.format_exception(exc)))\n"
     )

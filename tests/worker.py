@@ -194,7 +194,7 @@ def main(config: dict[str, Any]) -> None:
     if str(registry).startswith("mlflow:"):
         registry = _mlflow(config)
     elif str(registry).startswith("clearml"):
-        from tracker_saver.registry.clearml import ClearMLRegistry
+        from tracker_saver.integrations.clearml.registry import ClearMLRegistry
 
         registry = _killing(ClearMLRegistry)(project_root=str(registry).partition(":")[2] or None)
     elif registry:

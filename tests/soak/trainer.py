@@ -265,7 +265,7 @@ class Pad:
 
 def _open_registry(spec: str, crash: Crash, mutant: str) -> Registry:
     if spec.startswith("clearml:"):
-        from tracker_saver.registry.clearml import ClearMLRegistry
+        from tracker_saver.integrations.clearml.registry import ClearMLRegistry
 
         cls = soak_registry(ClearMLRegistry, crash, mutant)
         return cls(project_root=spec.partition(":")[2])  # type: ignore[call-arg]

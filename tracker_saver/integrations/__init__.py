@@ -1,9 +1,7 @@
-"""One experiment tracker's leaf glue per module; generic tracker_saver code never imports these.
+"""One package per experiment tracker's glue; generic tracker_saver code never imports these.
 
-``clearml_binding``: make ClearML's ``torch.save`` binding skip our writes.
-``clearml_conf``: S3 credentials from clearml.conf. Both import nothing of tracker_saver; the
-ClearML registry (``tracker_saver.registry.clearml``) and the drop-in saver
-(``tracker_saver.clearml``) build on them.
+``clearml``: the whole ClearML integration (:mod:`tracker_saver.integrations.clearml`): the
+drop-in saver, the registry and its parts, the binding guard, clearml.conf credentials.
 """
 
 from __future__ import annotations

@@ -63,7 +63,7 @@ def open_registry(
         registry: ``None`` (``$TRACKER_SAVER_REGISTRY`` or ``~/.tracker_saver/registry.db``),
             ``"sqlite"`` (the default file), a file path or ``sqlite:///path``, ``":memory:"``,
             ``"clearml"`` (the current ClearML task's server; in ClearML's offline mode, the
-            task's local journal, :mod:`tracker_saver.registry.clearml_journal`), ``"clearml:ROOT"``
+            task's local journal, :mod:`tracker_saver.integrations.clearml.journal`), ``"clearml:ROOT"``
             (records' projects under the ClearML project ``ROOT``), ``"mlflow"`` (the tracking
             server of ``$MLFLOW_TRACKING_URI``), ``"mlflow:http://HOST:PORT"``, or a ``Registry`` instance.
         timeout: for a ClearML or MLflow registry, the seconds one call may wait on a server that
@@ -86,8 +86,8 @@ def open_registry(
         return _open_mlflow(spec.partition(":")[2] or None, timeout=timeout)
     if path is None:
         try:
-            from tracker_saver.registry.clearml import ClearMLRegistry
-            from tracker_saver.registry.clearml_journal import offline_journal
+            from tracker_saver.integrations.clearml.journal import offline_journal
+            from tracker_saver.integrations.clearml.registry import ClearMLRegistry
         except ModuleNotFoundError as exc:
             raise ModuleNotFoundError(
                 "registry='clearml' needs clearml: pip install 'clearml>=1.16,<3' (the clearml extra)"

@@ -363,7 +363,7 @@ class RunContext(Protocol):
 
     ``TrackerSaver`` asks it for what it was not given, so tracker policy stays out of the
     ``Registry`` seam and generic code never imports a tracker's modules.
-    ``tracker_saver.registry.clearml.ClearMLRegistry`` is one.
+    ``tracker_saver.integrations.clearml.registry.ClearMLRegistry`` is one.
     """
 
     def run_defaults(self) -> Mapping[str, str]:

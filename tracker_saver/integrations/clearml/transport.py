@@ -2,7 +2,7 @@
 
 Every ClearML, ``requests`` or urllib3 error is mapped to ``RegistryError`` in
 :meth:`ClearMLTransport._send`, the one boundary, with the cause chained. The registry
-(:class:`tracker_saver.registry.clearml.ClearMLRegistry`) is built on this class.
+(:class:`tracker_saver.integrations.clearml.registry.ClearMLRegistry`) is built on this class.
 """
 
 from __future__ import annotations
@@ -14,12 +14,12 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from tracker_saver.errors import ConfigError, RecordNotFoundError, RegistryError
+from tracker_saver.integrations.clearml.codec import MIN_NAME, check_id, encode_value, is_record_model, model_record
+from tracker_saver.integrations.clearml.session import open_session, send
 from tracker_saver.masking import raise_masked, strip_userinfo
 from tracker_saver.outage import DEFAULT_TIMEOUT_S, Outage, OutageError, check_timeout
 from tracker_saver.records import MetaValue, Record
 from tracker_saver.registry.base import Registry
-from tracker_saver.registry.clearml_codec import MIN_NAME, check_id, encode_value, is_record_model, model_record
-from tracker_saver.registry.clearml_session import open_session, send
 
 __all__ = ["MODEL_FIELDS", "ClearMLTransport"]
 
@@ -49,7 +49,7 @@ def _import_clearml() -> Any:
 class ClearMLTransport(Registry):
     """A ClearML registry's connection: the session it logs in with, ``_send``, its projects and models.
 
-    The arguments are :class:`~tracker_saver.registry.clearml.ClearMLRegistry`'s.
+    The arguments are :class:`~tracker_saver.integrations.clearml.registry.ClearMLRegistry`'s.
     """
 
     def __init__(

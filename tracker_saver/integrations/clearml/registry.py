@@ -1,13 +1,13 @@
 """The ClearML registry: records as ClearML models, read and written over the API through one ``_send``.
 
 How records map to models (and claims to hidden models) is
-:mod:`tracker_saver.registry.clearml_codec`. :class:`ClearMLRegistry` is built from one class
+:mod:`tracker_saver.integrations.clearml.codec`. :class:`ClearMLRegistry` is built from one class
 per job, each in its own module: the transport, the one place ClearML errors become
-``RegistryError`` (:mod:`~tracker_saver.registry.clearml_transport`); the record's model on its
-task and its state mirror (:mod:`~tracker_saver.registry.clearml_tasks`); state changes
-(:mod:`~tracker_saver.registry.clearml_states`); stream claims
-(:mod:`~tracker_saver.registry.clearml_claims`); names, tags, aliases and pinned records
-(:mod:`~tracker_saver.registry.clearml_labels`). This module adds queries, derived aliases
+``RegistryError`` (:mod:`~tracker_saver.integrations.clearml.transport`); the record's model on its
+task and its state mirror (:mod:`~tracker_saver.integrations.clearml.tasks`); state changes
+(:mod:`~tracker_saver.integrations.clearml.states`); stream claims
+(:mod:`~tracker_saver.integrations.clearml.claims`); names, tags, aliases and pinned records
+(:mod:`~tracker_saver.integrations.clearml.labels`). This module adds queries, derived aliases
 and what a ``TrackerSaver`` asks of a registry that knows its run (``RunContext``).
 
 Queries push down what ``models.get_all`` (the call behind ``Model.query_models``) can
@@ -45,12 +45,9 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
-from tracker_saver.integrations.clearml_binding import skip_saves_while
-from tracker_saver.integrations.clearml_conf import with_clearml_credentials
-from tracker_saver.records import DERIVED_ALIASES, LOADABLE, Record, StreamId
-from tracker_saver.registry.base import Candidate, Query, derived_aliases, select, with_aliases
-from tracker_saver.registry.clearml_claims import ClearMLClaims
-from tracker_saver.registry.clearml_codec import (
+from tracker_saver.integrations.clearml.binding import skip_saves_while
+from tracker_saver.integrations.clearml.claims import ClearMLClaims
+from tracker_saver.integrations.clearml.codec import (
     ALIAS_TAG_PREFIX,
     CLAIM_TAG_PREFIX,
     STATE_TAGS,
@@ -59,10 +56,13 @@ from tracker_saver.registry.clearml_codec import (
     metadata_filters,
     task_run,
 )
-from tracker_saver.registry.clearml_codec import decode_value as decode_item
-from tracker_saver.registry.clearml_labels import ClearMLLabels
-from tracker_saver.registry.clearml_states import ClearMLStates
-from tracker_saver.registry.clearml_transport import MODEL_FIELDS
+from tracker_saver.integrations.clearml.codec import decode_value as decode_item
+from tracker_saver.integrations.clearml.conf import with_clearml_credentials
+from tracker_saver.integrations.clearml.labels import ClearMLLabels
+from tracker_saver.integrations.clearml.states import ClearMLStates
+from tracker_saver.integrations.clearml.transport import MODEL_FIELDS
+from tracker_saver.records import DERIVED_ALIASES, LOADABLE, Record, StreamId
+from tracker_saver.registry.base import Candidate, Query, derived_aliases, select, with_aliases
 
 __all__ = ["CLAIM_TAG_PREFIX", "ClearMLRegistry", "STATE_TAGS", "STREAM_TAG_PREFIX", "task_run"]
 
@@ -80,7 +80,7 @@ class ClearMLRegistry(ClearMLStates, ClearMLLabels, ClearMLClaims):
         timeout: seconds one call may wait on a ClearML server that stopped answering (refused,
             hanging, or answering 5xx) before it raises ``RegistryError``; default 60. The
             registry logs in with a session of its own, so this never changes the SDK's
-            settings (:mod:`tracker_saver.registry.clearml_session`, docs/outages.md).
+            settings (:mod:`tracker_saver.integrations.clearml.session`, docs/outages.md).
 
     Note:
         Safe to call from the upload worker thread: the session is thread-safe and the

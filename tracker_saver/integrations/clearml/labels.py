@@ -11,14 +11,14 @@ from collections.abc import Iterable
 from typing import Any
 
 from tracker_saver.errors import ConfigError, RecordNotFoundError, RegistryError
-from tracker_saver.records import MetaValue, Record, RecordState, UploadInfo, check_alias, check_display_name
-from tracker_saver.registry.clearml_codec import (
+from tracker_saver.integrations.clearml.codec import (
     ALIAS_TAG_PREFIX,
     MIN_NAME,
     check_metadata,
     check_tags,
 )
-from tracker_saver.registry.clearml_tasks import ClearMLTasks
+from tracker_saver.integrations.clearml.tasks import ClearMLTasks
+from tracker_saver.records import MetaValue, Record, RecordState, UploadInfo, check_alias, check_display_name
 
 __all__ = ["ClearMLLabels"]
 

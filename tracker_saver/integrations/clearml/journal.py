@@ -7,7 +7,7 @@ every checkpoint in a SQLite registry inside the task's offline session folder
 ClearML zips with the session when the task closes. Every invariant holds exactly as online:
 it is the SQLite registry. :func:`tracker_saver.clearml.import_offline_session` (or
 ``tracker-saver sync``) later imports the session and pushes each record as the ClearML model
-an online save would have made (:mod:`tracker_saver.registry.clearml_sync`).
+an online save would have made (:mod:`tracker_saver.integrations.clearml.sync`).
 
 The run is ``<task name>.<offline task id>`` and the project the task's, as online.
 
@@ -27,9 +27,9 @@ from pathlib import Path
 from typing import Any
 
 from tracker_saver.errors import ConfigError
-from tracker_saver.integrations.clearml_binding import skip_saves_while
-from tracker_saver.integrations.clearml_conf import with_clearml_credentials
-from tracker_saver.registry.clearml_codec import task_run
+from tracker_saver.integrations.clearml.binding import skip_saves_while
+from tracker_saver.integrations.clearml.codec import task_run
+from tracker_saver.integrations.clearml.conf import with_clearml_credentials
 from tracker_saver.registry.sqlite import SQLiteRegistry
 
 __all__ = ["JOURNAL", "ClearMLJournal", "offline_journal"]

@@ -14,10 +14,10 @@ import time
 
 from tracker_saver.claims import Holder, is_alive
 from tracker_saver.errors import RecordNotFoundError
+from tracker_saver.integrations.clearml.codec import ARCHIVED_TAG, claim_comment, claim_tag, read_claim
+from tracker_saver.integrations.clearml.transport import ClearMLTransport
 from tracker_saver.records import StreamId
 from tracker_saver.registry.base import busy
-from tracker_saver.registry.clearml_codec import ARCHIVED_TAG, claim_comment, claim_tag, read_claim
-from tracker_saver.registry.clearml_transport import ClearMLTransport
 
 __all__ = ["ClearMLClaims"]
 

@@ -1,7 +1,7 @@
 """Import an offline ClearML session and push its journal's records as ClearML models, once.
 
 A saver under ClearML's offline mode records checkpoints in a local journal
-(:mod:`tracker_saver.registry.clearml_journal`) inside the session folder. :func:`import_offline_session`
+(:mod:`tracker_saver.integrations.clearml.journal`) inside the session folder. :func:`import_offline_session`
 (``tracker-saver sync SESSION``) then:
 
 1. copies the session (a zip or a folder) to a temporary folder and marks its ``task.json``
@@ -44,11 +44,7 @@ from pathlib import Path
 from typing import Any
 
 from tracker_saver.errors import ConfigError
-from tracker_saver.outage import DEFAULT_TIMEOUT_S
-from tracker_saver.records import DERIVED_ALIASES, MetaValue, Record, RecordState
-from tracker_saver.registry.base import Query
-from tracker_saver.registry.clearml import ClearMLRegistry
-from tracker_saver.registry.clearml_codec import (
+from tracker_saver.integrations.clearml.codec import (
     ALIAS_TAG_PREFIX,
     ARCHIVED_TAG,
     STATE_TAGS,
@@ -57,14 +53,19 @@ from tracker_saver.registry.clearml_codec import (
     mirror,
     with_metadata,
 )
-from tracker_saver.registry.clearml_journal import JOURNAL
+from tracker_saver.integrations.clearml.internals import OFFLINE_TASK_FILE
+from tracker_saver.integrations.clearml.journal import JOURNAL
+from tracker_saver.integrations.clearml.registry import ClearMLRegistry
+from tracker_saver.outage import DEFAULT_TIMEOUT_S
+from tracker_saver.records import DERIVED_ALIASES, MetaValue, Record, RecordState
+from tracker_saver.registry.base import Query
 from tracker_saver.registry.sqlite import SQLiteRegistry
 
 __all__ = ["SESSION_TAG", "SyncReport", "import_offline_session", "push_record"]
 
 #: System-tag prefix of an imported task (``<prefix><offline id>``) and of each model it pushed.
 SESSION_TAG = "tracker_saver-offline:"
-_TASK_FILE = "task.json"  # clearml's Task._offline_filename
+_TASK_FILE = OFFLINE_TASK_FILE  # clearml's Task._offline_filename
 
 
 @dataclass(frozen=True)

@@ -2,8 +2,8 @@
 
 A live record's model is one of its task's output models (entry name: Ignite's filename);
 its state is mirrored where ClearML's UI, ``Model.query_models`` and ``InputModel`` look
-(archive, tags, uri: :func:`tracker_saver.registry.clearml_codec.mirror`). The truth is the
-model's metadata ``state`` (:mod:`tracker_saver.registry.clearml_states`).
+(archive, tags, uri: :func:`tracker_saver.integrations.clearml.codec.mirror`). The truth is the
+model's metadata ``state`` (:mod:`tracker_saver.integrations.clearml.states`).
 """
 
 from __future__ import annotations
@@ -12,9 +12,9 @@ import time
 from typing import Any
 
 from tracker_saver.errors import RegistryError
+from tracker_saver.integrations.clearml.codec import mirror, pending_fields, pending_model, task_run, with_metadata
+from tracker_saver.integrations.clearml.transport import ClearMLTransport
 from tracker_saver.records import MetaValue, RecordState, UploadInfo
-from tracker_saver.registry.clearml_codec import mirror, pending_fields, pending_model, task_run, with_metadata
-from tracker_saver.registry.clearml_transport import ClearMLTransport
 
 __all__ = ["ClearMLTasks"]
 

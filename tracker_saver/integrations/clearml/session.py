@@ -18,6 +18,7 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from tracker_saver.integrations.clearml.internals import bounded_session_class, request_action, sdk_config
 from tracker_saver.outage import Outage, OutageError, request_timeouts
 
 __all__ = ["open_session", "send"]
@@ -60,22 +61,10 @@ def open_session(host: str | None, timeout: float) -> Any:
             session = open_session(None, 60.0)
             send(session, services.models.GetAllRequest(name="x"), Outage(60.0))
     """
-    from clearml.backend_api import Session
-    from clearml.config import ConfigWrapper
-
     connect, read = request_timeouts(timeout)
-
-    class _Bounded(Session):
-        _session_initial_timeout = _session_timeout = _write_session_timeout = (connect, read)
-
-        def _load_vaults(self) -> None:
-            return None  # they would replace the SDK's global configuration with this one's
-
-        def _get_retry_codes(self) -> list[int]:
-            return []  # so a 502/503 comes back as an answer, for send() to retry (or not)
-
-    config: Any = _Config(ConfigWrapper._init())
-    return _Bounded(host=host, config=config, http_retries_config={"total": 0})
+    bounded = bounded_session_class(connect, read)
+    config: Any = _Config(sdk_config())
+    return bounded(host=host, config=config, http_retries_config={"total": 0})
 
 
 def send(session: Any, request: Any, outage: Outage) -> Any:
@@ -90,7 +79,7 @@ def send(session: Any, request: Any, outage: Outage) -> Any:
         OutageError: the server has not answered for half the timeout (chained to the last error).
         Exception: the SDK's or ``requests``' own error, when a retry would not be harmless.
     """
-    retry_unclear = getattr(request, "_action", "") not in _NOT_IDEMPOTENT
+    retry_unclear = request_action(request) not in _NOT_IDEMPOTENT
     tries = 0
     error: BaseException | None = None
     while True:

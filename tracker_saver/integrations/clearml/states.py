@@ -16,14 +16,14 @@ from collections.abc import Sequence
 from typing import Any
 
 from tracker_saver.errors import ConfigError, RegistryError
-from tracker_saver.records import LOADABLE, MetaValue, Record, RecordState, UploadInfo
-from tracker_saver.registry.clearml_codec import (
+from tracker_saver.integrations.clearml.codec import (
     MIN_NAME,
     check_metadata,
     check_tags,
     with_metadata,
 )
-from tracker_saver.registry.clearml_tasks import ClearMLTasks
+from tracker_saver.integrations.clearml.tasks import ClearMLTasks
+from tracker_saver.records import LOADABLE, MetaValue, Record, RecordState, UploadInfo
 
 __all__ = ["ClearMLStates"]
 

@@ -1,0 +1,138 @@
+"""ClearML's internals that the registry relies on still exist in the installed clearml, in the shape used.
+
+Every private ClearML attribute tracker_saver touches goes through
+``tracker_saver.integrations.clearml.internals``. Each test here names the attribute and
+pyproject's bound, so an upgrade that breaks the shim fails here, not mid-training. No server
+is needed: the classes are inspected, never connected.
+"""
+
+from __future__ import annotations
+
+import ast
+import inspect
+import re
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("clearml", reason="ClearML tests need clearml: pip install 'clearml>=1.16,<3' (the clearml extra)")
+
+import clearml  # noqa: E402
+from clearml import Task  # noqa: E402
+from clearml.backend_api import Session, services  # noqa: E402
+from clearml.config import ConfigWrapper  # noqa: E402
+
+from tracker_saver.integrations.clearml import internals  # noqa: E402
+
+pytestmark = pytest.mark.clearml
+
+ROOT = Path(__file__).resolve().parents[1]
+PACKAGE = ROOT / "tracker_saver" / "integrations" / "clearml"
+BOUND = re.search(r'"(clearml[^"]*)"', (ROOT / "pyproject.toml").read_text()).group(1)  # type: ignore[union-attr]
+
+
+def _broken(what: str) -> str:
+    return (
+        f"clearml {clearml.__version__}: {what}; tracker_saver.integrations.clearml.internals relies on it "
+        f"(checked on clearml {internals.CHECKED_ON}): adapt the shim, or bound pyproject's {BOUND!r} below this version"
+    )
+
+
+@pytest.mark.parametrize("name", internals.SESSION_TIMEOUTS)
+def test_session_timeouts_are_connect_read_pairs(name: str) -> None:
+    value = getattr(Session, name, None)
+    assert isinstance(value, tuple) and len(value) == 2, _broken(
+        f"Session.{name} is {value!r}, not a (connect, read) pair"
+    )
+    assert all(isinstance(v, (int, float)) for v in value), _broken(f"Session.{name} is {value!r}")
+
+
+@pytest.mark.parametrize("name", internals.SESSION_HOOKS)
+def test_session_hooks_are_methods_of_self_alone(name: str) -> None:
+    hook = getattr(Session, name, None)
+    assert callable(hook), _broken(f"Session.{name} is gone")
+    assert list(inspect.signature(hook).parameters) == ["self"], _broken(f"Session.{name} takes other arguments")
+
+
+def test_the_bounded_session_overrides_each_name_it_sets() -> None:
+    bounded = internals.bounded_session_class(1.0, 2.0)
+    assert issubclass(bounded, Session)
+    for name in (*internals.SESSION_TIMEOUTS, *internals.SESSION_HOOKS):
+        assert name in vars(bounded), name
+    assert bounded._session_timeout == (1.0, 2.0)
+
+
+def test_session_takes_host_config_and_http_retries_config() -> None:
+    params = inspect.signature(Session.__init__).parameters
+    for name in ("host", "config", "http_retries_config"):
+        assert name in params, _broken(f"Session() takes no {name}=")
+
+
+def test_config_wrapper_init_returns_the_sdk_configuration() -> None:
+    assert callable(getattr(ConfigWrapper, "_init", None)), _broken("ConfigWrapper._init is gone")
+    assert not inspect.signature(ConfigWrapper._init).parameters, _broken("ConfigWrapper._init() takes arguments")
+    config = internals.sdk_config()
+    assert callable(getattr(config, "get", None)), _broken(f"ConfigWrapper._init() returned {config!r}, without get()")
+    assert config.get("api.http.no_such_key_here", "fallback") == "fallback"
+
+
+@pytest.mark.parametrize(
+    ("request_class", "action"),
+    [
+        (services.models.GetAllRequest, "get_all"),
+        (services.models.CreateRequest, "create"),  # never retried after an unclear failure
+        (services.models.DeleteRequest, "delete"),
+        (services.projects.CreateRequest, "create"),
+    ],
+    ids=["models.get_all", "models.create", "models.delete", "projects.create"],
+)
+def test_a_request_names_its_action(request_class: type, action: str) -> None:
+    assert internals.request_action(request_class) == action, _broken(
+        f"{request_class.__name__}._action is not {action!r}"
+    )
+    if request_class is services.models.GetAllRequest:  # and an instance, as send() sees it
+        assert internals.request_action(request_class(name="x")) == action
+
+
+def test_the_offline_task_file_is_clearmls() -> None:
+    found = getattr(Task, "_offline_filename", None)
+    assert found == internals.OFFLINE_TASK_FILE, _broken(f"Task._offline_filename is {found!r}")
+
+
+def test_the_installed_clearml_is_within_the_pyproject_bound() -> None:
+    major = int(clearml.__version__.split(".")[0])
+    assert 1 <= major < 3, _broken(f"the installed clearml is outside {BOUND!r}")
+
+
+#: The private names only the shim may use (attributes, or strings given to getattr).
+PRIVATE = {*internals.SESSION_TIMEOUTS, *internals.SESSION_HOOKS, "_init", "_action", "_offline_filename"}
+
+
+def _private_uses(source: str) -> set[str]:
+    """The names of :data:`PRIVATE` that ``source`` uses as an attribute, a getattr string or a method it defines."""
+    found: set[str] = set()
+    for node in ast.walk(ast.parse(source)):
+        if isinstance(node, ast.Attribute) and node.attr in PRIVATE:
+            found.add(node.attr)
+        elif isinstance(node, ast.Constant) and node.value in PRIVATE:
+            found.add(str(node.value))
+        elif (
+            isinstance(node, (ast.FunctionDef, ast.Name)) and getattr(node, "name", getattr(node, "id", "")) in PRIVATE
+        ):
+            found.add(getattr(node, "name", getattr(node, "id", "")))
+    return found
+
+
+def test_only_the_shim_touches_clearmls_internals() -> None:
+    uses = {
+        path.name: found
+        for path in sorted(PACKAGE.glob("*.py"))
+        if path.name != "internals.py" and (found := _private_uses(path.read_text()))
+    }
+    assert uses == {}, "go through tracker_saver.integrations.clearml.internals"
+
+
+def test_the_private_use_finder_finds_each_kind() -> None:
+    source = "ConfigWrapper._init()\ngetattr(r, '_action')\nclass S:\n    def _load_vaults(self): ...\n"
+    assert _private_uses(source) == {"_init", "_action", "_load_vaults"}
+    assert _private_uses((PACKAGE / "internals.py").read_text()) >= PRIVATE - {"_offline_filename"}

@@ -1,0 +1,90 @@
+"""The one place that touches ClearML's private attributes; checked on clearml 2.1.12.
+
+ClearML offers no public way to bound its API session or to read a request's action, so the
+registry leans on a few of its internals. Every such access goes through this module, and
+``tests/test_clearml_internals.py`` checks each name below against the installed clearml (and
+that no other module of the package names them): an upgrade that renames or reshapes one fails
+there, naming the attribute and pyproject's bound (``clearml>=1.16,<3``), not mid-training.
+
+What is relied on (clearml 2.1.12):
+
+* ``Session._session_initial_timeout``, ``_session_timeout``, ``_write_session_timeout``: class
+  attributes, ``(connect, read)`` tuples the session passes to ``requests``; a subclass sets ours.
+* ``Session._load_vaults(self)``: overridden to do nothing (the vaults would replace the SDK's
+  global configuration with this session's).
+* ``Session._get_retry_codes(self) -> list[int]``: overridden to ``[]``, so a 502/503 comes back
+  as an answer for our retry loop.
+* ``ConfigWrapper._init() -> Config``: the SDK's configuration (clearml.conf, ``CLEARML_*``).
+* ``Request._action``: a request's action name (``"get_all"``, ``"create"``...).
+* ``Task._offline_filename``: the task file in an offline session (``"task.json"``).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+__all__ = [
+    "CHECKED_ON",
+    "OFFLINE_TASK_FILE",
+    "SESSION_HOOKS",
+    "SESSION_TIMEOUTS",
+    "bounded_session_class",
+    "request_action",
+    "sdk_config",
+]
+
+#: The clearml version these internals were checked on.
+CHECKED_ON = "2.1.12"
+#: ``Session`` class attributes holding ``(connect, read)`` timeouts.
+SESSION_TIMEOUTS = ("_session_initial_timeout", "_session_timeout", "_write_session_timeout")
+#: ``Session`` methods the bounded session overrides.
+SESSION_HOOKS = ("_load_vaults", "_get_retry_codes")
+#: The task file of an offline session folder (clearml's ``Task._offline_filename``).
+OFFLINE_TASK_FILE = "task.json"
+
+
+def bounded_session_class(connect: float, read: float) -> type[Any]:
+    """A ``clearml.backend_api.Session`` subclass with our timeouts, no vaults and no retry codes.
+
+    Examples:
+        >>> cls = bounded_session_class(10.0, 20.0)
+        >>> cls._session_timeout, cls._get_retry_codes(None)
+        ((10.0, 20.0), [])
+    """
+    from clearml.backend_api import Session
+
+    timeouts = (connect, read)
+
+    class _Bounded(Session):
+        _session_initial_timeout = _session_timeout = _write_session_timeout = timeouts
+
+        def _load_vaults(self) -> None:
+            return None  # they would replace the SDK's global configuration with this one's
+
+        def _get_retry_codes(self) -> list[int]:
+            return []  # so a 502/503 comes back as an answer, for send() to retry (or not)
+
+    return _Bounded
+
+
+def sdk_config() -> Any:
+    """The SDK's configuration (clearml.conf and ``CLEARML_*``), as ``ConfigWrapper`` holds it.
+
+    Examples:
+        >>> callable(sdk_config().get)
+        True
+    """
+    from clearml.config import ConfigWrapper
+
+    return ConfigWrapper._init()
+
+
+def request_action(request: Any) -> str:
+    """The action of a ClearML API request (``"get_all"``, ``"create"``...); ``""`` if it has none.
+
+    Examples:
+        >>> from clearml.backend_api import services
+        >>> request_action(services.models.GetAllRequest(name="x")), request_action(object())
+        ('get_all', '')
+    """
+    return str(getattr(request, "_action", "") or "")
