@@ -1,4 +1,4 @@
-"""The CLI's models commands (``tracker-saver models list`` and its siblings): list, show, get, edit, pin, history.
+"""The CLI's models commands (``tracker-saver models list`` and the rest): show, get, edit, pin, history.
 
 Standard library only at module level, as :mod:`tracker_saver.cli`: each command imports the
 API it calls when it runs.
