@@ -32,6 +32,7 @@ from tracker_saver.integrations.clearml.journal import JOURNAL, ClearMLJournal
 from tracker_saver.integrations.clearml.registry import ClearMLRegistry
 from tracker_saver.integrations.clearml.sync import SESSION_TAG
 from tracker_saver.registry import Query
+from tracker_saver.registry.base import RunContext
 from tracker_saver.registry.sqlite import SQLiteRegistry
 
 pytestmark = pytest.mark.clearml
@@ -131,6 +132,8 @@ def test_registry_clearml_is_the_tasks_journal_under_offline_mode(clearml_server
         task = init_task(clearml_project, "run")
         saver = TrackerSaver(tmp_path / "out", registry="clearml")  # raised ConfigError before
         assert isinstance(saver.registry, ClearMLJournal)
+        # A RunContext, so the saver asks it for the task's project (5917bfc's artifact_task lost that).
+        assert isinstance(saver.registry, RunContext) and saver.registry.artifact_task() is None
         assert Path(saver.registry.path) == Path(task.get_offline_mode_folder()) / JOURNAL
         assert (saver.project, saver.run) == (clearml_project, f"run.{task.id}")
         _train(saver, epochs=3, n_saved=1)

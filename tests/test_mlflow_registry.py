@@ -126,6 +126,13 @@ def test_an_unreachable_server_is_a_registry_error_within_the_timeout() -> None:
     assert time.monotonic() - started < 10
 
 
+def test_the_mlflow_registry_is_a_run_context_that_offers_no_artifact_task(mlflow_uri: str) -> None:
+    from tracker_saver.registry.base import RunContext
+
+    reg = MLflowRegistry(mlflow_uri)
+    assert isinstance(reg, RunContext) and reg.artifact_task() is None
+
+
 def test_open_registry_names_the_mlflow_registry(mlflow_uri: str) -> None:
     assert open_registry(f"mlflow:{mlflow_uri}").uri == f"mlflow:{mlflow_uri}"
     assert open_registry("mlflow").uri == f"mlflow:{mlflow_uri}"

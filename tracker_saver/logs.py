@@ -41,6 +41,7 @@ from tracker_saver.logs_read import LogObject, download_logs, list_logs
 from tracker_saver.masking import strip_userinfo
 from tracker_saver.naming import check_name, log_key, logs_prefix
 from tracker_saver.outage import DEFAULT_TIMEOUT_S
+from tracker_saver.registry.base import RunContext
 from tracker_saver.storage import Storage, is_remote, open_storage
 
 if TYPE_CHECKING:
@@ -165,8 +166,8 @@ class LogUploader:
             self.save_on_rank = saver.save_on_rank
             if task is None and self._is_uploading_rank():
                 # A registry that belongs to a tracker task (ClearML) offers it: the logs show there too.
-                task = getattr(saver.registry, "artifact_task", lambda: None)()
-                self.task = task
+                if isinstance(saver.registry, RunContext):
+                    self.task = task = saver.registry.artifact_task()
         else:
             if output_uri is None or not os.fspath(output_uri):
                 raise ConfigError("LogUploader needs an output_uri (a folder or s3://BUCKET/PREFIX) or a saver=")

@@ -381,3 +381,7 @@ class RunContext(Protocol):
     def guard_writes(self, is_writing: Callable[[], bool]) -> None:
         """Make the tracker's framework hooks ignore what ``torch.save`` writes while ``is_writing()``."""
         ...
+
+    def artifact_task(self) -> Any:
+        """The tracker's task that ``LogUploader(saver=...)`` also attaches a run's logs to; ``None``: none."""
+        ...

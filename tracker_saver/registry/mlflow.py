@@ -79,6 +79,10 @@ class MLflowRegistry(MLflowClaims, Registry):
         """``options`` unchanged: MLflow holds no storage credentials for tracker_saver."""
         return dict(options)
 
+    def artifact_task(self) -> None:
+        """``None``: a run's logs go to its output_uri only, never into MLflow's artifact store."""
+        return None
+
     def guard_writes(self, is_writing: Callable[[], bool]) -> None:
         """Nothing to guard: MLflow does not hook ``torch.save``."""
 

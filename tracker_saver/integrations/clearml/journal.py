@@ -79,6 +79,10 @@ class ClearMLJournal(SQLiteRegistry):
         """Make ClearML's ``torch.save`` binding skip what is saved while ``is_writing()``."""
         skip_saves_while(is_writing)
 
+    def artifact_task(self) -> None:
+        """``None``: offline there is no server to show them, so a run's logs go to its output_uri only."""
+        return None
+
 
 def offline_journal(task: Any = None) -> ClearMLJournal | None:
     """The journal of ``task`` (default: the current task) when ClearML is in offline mode, else ``None``.
