@@ -46,11 +46,11 @@ test_() {
         log "not root: Ceph RGW cannot be started; run with -m 'not ceph' (CI runs as root)"
     fi
     local status=0
-    # Tests wait on servers and subprocesses much of the time: WORKERS pytest-xdist processes keep
-    # both cores busy (-n 0 runs them in this process, as plain pytest does). worksteal: a worker
+    # Tests wait on servers, subprocesses and the Ceph gateway's lock much of the time: 4 pytest-xdist
+    # processes on 2 cores (3 left a quarter of the CPU idle; -n 0 runs them in this process). worksteal: a worker
     # that runs out takes tests queued behind a long one (the default hands each worker a quarter
     # of the suite up front, and the tests queued behind a 100 s soak waited for it).
-    "$VENV/bin/python" -m pytest -n "${WORKERS:-3}" --dist worksteal --durations=25 "$@" || status=$?
+    "$VENV/bin/python" -m pytest -n "${WORKERS:-4}" --dist worksteal --durations=25 "$@" || status=$?
     [ "$ceph" = 1 ] && { bash scripts/ceph-s3.sh stop; trap - EXIT; }
     return "$status"
 }
