@@ -8,7 +8,7 @@ from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
 from tracker_saver.claims import Holder
-from tracker_saver.errors import ConfigError, StreamBusyError
+from tracker_saver.errors import ConfigError, RegistryError, StreamBusyError
 from tracker_saver.query import RECORD_FIELDS, Condition, Order, is_number, matches, sort_key
 from tracker_saver.records import DERIVED_ALIASES, MetaValue, Record, RecordState, StreamId, UploadInfo, check_alias
 
@@ -22,6 +22,7 @@ __all__ = [
     "Registry",
     "StreamClaims",
     "busy",
+    "check_transition",
     "derived_aliases",
     "record_field",
     "select",
@@ -74,6 +75,27 @@ def record_field(record: Record, key: str) -> MetaValue:
             return int(value)
         return value.value if isinstance(value, RecordState) else value
     return record.metadata.get(key)
+
+
+def check_transition(record: Record, state: RecordState, expected: Sequence[RecordState]) -> None:
+    """Raise ``RegistryError`` unless ``record`` is in one of the ``expected`` states, so it may become ``state``.
+
+    For a backend without transactions that reads a record before it changes its state.
+
+    Examples:
+        >>> from tracker_saver.records import Record
+        >>> r = Record("7", "p", "r", "s", "s_1.pt", "s_1.pt", RecordState.LIVE, slot=0, key=None, uri=None)
+        >>> check_transition(r, RecordState.EVICTED, [RecordState.LIVE])  # allowed: nothing happens
+        >>> check_transition(r, RecordState.LIVE, [RecordState.PENDING])
+        Traceback (most recent call last):
+        tracker_saver.errors.RegistryError: record 7 is live: it can become live only from pending
+    """
+    if record.state not in expected:
+        raise RegistryError(
+            f"record {record.id} is {record.state.value}: it can become {state.value} only from "
+            f"{', '.join(RecordState(s).value for s in expected)}",
+            record_id=record.id,
+        )
 
 
 def derived_aliases(candidates: Iterable[Candidate]) -> dict[str, tuple[str, ...]]:

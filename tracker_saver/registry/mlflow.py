@@ -20,7 +20,7 @@ from typing import Any
 from tracker_saver.errors import ConfigError, RecordNotFoundError, RegistryError
 from tracker_saver.outage import DEFAULT_TIMEOUT_S
 from tracker_saver.records import LOADABLE, LOADABLE_OR_PINNED, MetaValue, Record, RecordState, UploadInfo, check_alias
-from tracker_saver.registry.base import Query, Registry, derived_aliases, select, with_aliases
+from tracker_saver.registry.base import Query, Registry, check_transition, derived_aliases, select, with_aliases
 from tracker_saver.registry.mlflow_claims import MLflowClaims
 from tracker_saver.registry.mlflow_codec import PREFIX, encode, model_name, read_record, record_tags, status_of
 
@@ -174,21 +174,12 @@ class MLflowRegistry(MLflowClaims, Registry):
         self._metrics(record_id, str(model.source_run_id), changed)  # the rest were logged at creation
         return self.get(record_id)
 
-    @staticmethod
-    def _expect(record: Record, state: RecordState, expected: Sequence[RecordState]) -> None:
-        if record.state not in expected:
-            raise RegistryError(
-                f"record {record.id} is {record.state.value}: it can become {state.value} only from "
-                f"{', '.join(RecordState(s).value for s in expected)}",
-                record_id=record.id,
-            )
-
     def set_state(
         self, record_id: str, state: RecordState, *, expected: Sequence[RecordState], error: str | None = None
     ) -> Record:
         state = RecordState(state)
         _, record = self._read(record_id)
-        self._expect(record, state, expected)
+        check_transition(record, state, expected)
         self._write(record, {"error": error} if error is not None else {}, state)
         return self.get(record_id)
 

@@ -24,6 +24,7 @@ from tracker_saver.integrations.clearml.codec import (
 )
 from tracker_saver.integrations.clearml.tasks import ClearMLTasks
 from tracker_saver.records import LOADABLE, MetaValue, Record, RecordState, UploadInfo
+from tracker_saver.registry.base import check_transition
 
 __all__ = ["ClearMLStates"]
 
@@ -82,22 +83,13 @@ class ClearMLStates(ClearMLTasks):
             model = with_metadata(model, items)
         return self._record(model)
 
-    @staticmethod
-    def _expect(record: Record, state: RecordState, expected: Sequence[RecordState]) -> None:
-        if record.state not in expected:
-            raise RegistryError(
-                f"record {record.id} is {record.state.value}: it can become {state.value} only from "
-                f"{', '.join(RecordState(s).value for s in expected)}",
-                record_id=record.id,
-            )
-
     def set_state(
         self, record_id: str, state: RecordState, *, expected: Sequence[RecordState], error: str | None = None
     ) -> Record:
         state = RecordState(state)
         model = self._fetch(record_id)
         record = self._record(model)
-        self._expect(record, state, expected)
+        check_transition(record, state, expected)
         return self._move(model, record, state, error)
 
     def supersede(self, record_id: str, *, sha256: str, size: int, replaces: str | None) -> None:
