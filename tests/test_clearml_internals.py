@@ -12,6 +12,7 @@ import ast
 import inspect
 import re
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -19,12 +20,20 @@ pytest.importorskip("clearml", reason="ClearML tests need clearml: pip install '
 
 import clearml  # noqa: E402
 from clearml import Task  # noqa: E402
-from clearml.backend_api import Session, services  # noqa: E402
+from clearml.backend_api import Session  # noqa: E402
 from clearml.config import ConfigWrapper  # noqa: E402
 
 from tracker_saver.integrations.clearml import internals  # noqa: E402
 
 pytestmark = pytest.mark.clearml
+
+
+@pytest.fixture(autouse=True)
+def _sdk_configured(clearml_server: Any) -> None:
+    """Each test under the session's ClearML configuration: the first use of ClearML's API classes
+    fixes the SDK's configuration for the process, and the later ClearML tests of this worker need
+    theirs (with the SDK's defaults, 240 retries, each of them waited 300 s in ci33)."""
+
 
 ROOT = Path(__file__).resolve().parents[1]
 PACKAGE = ROOT / "tracker_saver" / "integrations" / "clearml"
@@ -79,19 +88,23 @@ def test_config_wrapper_init_returns_the_sdk_configuration() -> None:
 @pytest.mark.parametrize(
     ("request_class", "action"),
     [
-        (services.models.GetAllRequest, "get_all"),
-        (services.models.CreateRequest, "create"),  # never retried after an unclear failure
-        (services.models.DeleteRequest, "delete"),
-        (services.projects.CreateRequest, "create"),
+        ("models.GetAllRequest", "get_all"),
+        ("models.CreateRequest", "create"),  # never retried after an unclear failure
+        ("models.DeleteRequest", "delete"),
+        ("projects.CreateRequest", "create"),
     ],
     ids=["models.get_all", "models.create", "models.delete", "projects.create"],
 )
-def test_a_request_names_its_action(request_class: type, action: str) -> None:
-    assert internals.request_action(request_class) == action, _broken(
-        f"{request_class.__name__}._action is not {action!r}"
-    )
-    if request_class is services.models.GetAllRequest:  # and an instance, as send() sees it
-        assert internals.request_action(request_class(name="x")) == action
+def test_a_request_names_its_action(request_class: str, action: str) -> None:
+    # Looked up here, not at collection: touching ``services`` reads the SDK's configuration, once
+    # for the process, before the fixture has pointed CLEARML_CONFIG_FILE at the session's.
+    from clearml.backend_api import services
+
+    service, name = request_class.split(".")
+    cls = getattr(getattr(services, service), name)
+    assert internals.request_action(cls) == action, _broken(f"{request_class}._action is not {action!r}")
+    if cls is services.models.GetAllRequest:  # and an instance, as send() sees it
+        assert internals.request_action(cls(name="x")) == action
 
 
 def test_the_offline_task_file_is_clearmls() -> None:

@@ -47,9 +47,9 @@ def bounded_session_class(connect: float, read: float) -> type[Any]:
     """A ``clearml.backend_api.Session`` subclass with our timeouts, no vaults and no retry codes.
 
     Examples:
-        >>> cls = bounded_session_class(10.0, 20.0)
-        >>> cls._session_timeout, cls._get_retry_codes(None)
-        ((10.0, 20.0), [])
+        As :func:`tracker_saver.integrations.clearml.session.open_session` does::
+
+            session = bounded_session_class(10.0, 20.0)(host=None, config=config, http_retries_config={"total": 0})
     """
     from clearml.backend_api import Session
 
@@ -70,9 +70,15 @@ def bounded_session_class(connect: float, read: float) -> type[Any]:
 def sdk_config() -> Any:
     """The SDK's configuration (clearml.conf and ``CLEARML_*``), as ``ConfigWrapper`` holds it.
 
+    The first use of ClearML's API classes makes the SDK read its configuration once for the
+    process: use them only where that configuration is meant (doctests that built a request and
+    a session before the tests pointed ``CLEARML_CONFIG_FILE`` at theirs made every later ClearML
+    test in that process wait out the SDK's 240 retries).
+
     Examples:
-        >>> callable(sdk_config().get)
-        True
+        Where the registry opens its session::
+
+            retries = sdk_config().get("api.http.retries.total", None)
     """
     from clearml.config import ConfigWrapper
 
@@ -83,8 +89,7 @@ def request_action(request: Any) -> str:
     """The action of a ClearML API request (``"get_all"``, ``"create"``...); ``""`` if it has none.
 
     Examples:
-        >>> from clearml.backend_api import services
-        >>> request_action(services.models.GetAllRequest(name="x")), request_action(object())
-        ('get_all', '')
+        >>> request_action(object())  # a ClearML request, e.g. models.GetAllRequest, gives 'get_all'
+        ''
     """
     return str(getattr(request, "_action", "") or "")
