@@ -94,15 +94,63 @@ def test_bench_outages_rgw_kinds_neither_hang_nor_lie_nor_leave_objects(ceph_s3,
 
 def test_bench_drag_measures_every_saver_side_by_side(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "AWS_ENDPOINT_URL"}
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "bench_drag.py"), "--sizes", "4", "--rounds", "1"]
-    cmd += ["--before", "0.2", "--tmpdir", str(tmp_path)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=False)
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    lines = proc.stdout.strip().splitlines()
-    assert "loadavg" in lines[0], lines[0]
-    report = json.loads(lines[-1])
+    report = _drag(tmp_path, env)
     rows = report["results"]["4"]
     assert list(rows) == ["torch.save+fsync", "thread", "fork", "ours"]
     assert rows["torch.save+fsync"]["lost_x"] == pytest.approx(1.0, abs=0.05)
     for variant, row in rows.items():
         assert row["blocked_s"] > 0 and row["lost_s"] >= row["blocked_s"], (variant, row)
+
+
+@pytest.mark.ceph
+def test_bench_drag_puts_ours_s3_beside_a_plain_upload_thread_with_the_gateways_cpu(
+    s3_env: dict[str, str], tmp_path: Path
+) -> None:
+    report = _drag(tmp_path, {**os.environ, **s3_env}, "--server-nice", "0")  # 0: as the gateway runs already
+    rows = report["results"]["4"]
+    assert list(rows) == ["torch.save+fsync", "thread", "fork", "ours", "thread-s3", "ours-s3"]
+    for variant in ("thread-s3", "ours-s3"):  # 4 MiB went through the gateway, which used CPU for it
+        assert rows[variant]["server_cpu_s"] > 0 and rows[variant]["lost_s"] >= rows[variant]["blocked_s"], rows
+    assert report["server_nice"] == 0
+
+
+def _drag(tmp_path: Path, env: dict[str, str], *extra: str) -> dict:
+    """bench_drag at 4 MiB, one round; its JSON line."""
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "bench_drag.py"), "--sizes", "4", "--rounds", "1"]
+    cmd += ["--before", "0.2", "--tmpdir", str(tmp_path), *extra]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    lines = proc.stdout.strip().splitlines()
+    assert "loadavg" in lines[0], lines[0]
+    return json.loads(lines[-1])
+
+
+def _bench_drag():
+    spec = importlib.util.spec_from_file_location("bench_drag", ROOT / "benchmarks" / "bench_drag.py")
+    assert spec is not None and spec.loader is not None
+    bench = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = bench  # its dataclasses look their module up there
+    sys.path.insert(0, str(ROOT / "benchmarks"))  # it imports bench_save, as when run as a script
+    try:
+        spec.loader.exec_module(bench)
+    finally:
+        sys.path.remove(str(ROOT / "benchmarks"))
+    return bench
+
+
+def test_bench_drag_goals_compare_ours_with_its_own_plain_thread_and_the_load() -> None:
+    """Quiet: lost <= 0.25x; busy: lost <= the plain thread's; always blocked <= 0.05x, drag <= the thread's."""
+    misses = _bench_drag().misses
+
+    def row(lost_s: float, lost_x: float, blocked_x: float, drag: float) -> dict[str, float]:
+        return {"lost_s": lost_s, "lost_x": lost_x, "blocked_x": blocked_x, "drag_pct": drag}
+
+    rows = {
+        "thread": row(0.5, 0.6, 0.2, 30.0),
+        "ours": row(0.4, 0.3, 0.04, 10.0),
+        "thread-s3": row(0.5, 0.6, 0.2, 40.0),
+        "ours-s3": row(0.6, 0.7, 0.06, 45.0),
+    }
+    assert misses("ours", rows, busy=False) == ["lost>0.25x"]
+    assert misses("ours", rows, busy=True) == []
+    assert misses("ours-s3", rows, busy=True) == ["lost>thread", "blocked>0.05x", "drag>thread"]
