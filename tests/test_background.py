@@ -154,3 +154,25 @@ def test_worker_thread_runs_at_lower_priority_than_training() -> None:
     finally:
         bg.close()
     assert os.getpriority(os.PRIO_PROCESS, threading.get_native_id()) == own  # training keeps its priority
+
+
+@pytest.mark.skipif(
+    not hasattr(os, "sched_setaffinity") or len(os.sched_getaffinity(0)) < 2, reason="needs 2 CPUs (CI has 2)"
+)
+def test_a_save_runs_off_the_cpu_the_training_thread_queued_it_from_and_training_keeps_its_own() -> None:
+    everywhere = os.sched_getaffinity(0)
+    bg = Background()  # its thread starts with every CPU, as the training thread had
+    seen: list[set[int]] = []
+    try:
+        for cpu in sorted(everywhere)[:2]:
+            os.sched_setaffinity(0, {cpu})  # this (training) thread now runs on `cpu` only
+            with bg.reserve() as enqueue:
+                enqueue(lambda: seen.append(os.sched_getaffinity(0)), what=f"save from CPU {cpu}")
+            bg.submit(lambda: seen.append(os.sched_getaffinity(0)), what="a remove keeps the save's set")
+            bg.flush()
+            assert os.sched_getaffinity(0) == {cpu}  # the training thread's own set is untouched
+    finally:
+        os.sched_setaffinity(0, everywhere)
+        bg.close()
+    first, second = sorted(everywhere)[:2]
+    assert seen == [everywhere - {first}] * 2 + [everywhere - {second}] * 2

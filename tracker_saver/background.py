@@ -6,13 +6,15 @@ snapshot) are queued or running, then lets the caller take its snapshot and queu
 operation's error is kept and raised in the caller's thread by the next ``submit`` or by
 ``flush``, so nothing fails silently (DESIGN invariant 5). The thread is a daemon, and an
 ``atexit`` hook flushes with a time limit, so interpreter shutdown never hangs forever. On Linux the
-thread runs at a lower CPU priority (``WORKER_NICENESS``), so it takes the CPU training leaves.
+thread runs at a lower CPU priority (``WORKER_NICENESS``), so it takes the CPU training leaves, and
+each heavy operation runs off the CPU the training thread was on when it queued it (``keep_off``).
 """
 
 from __future__ import annotations
 
 import atexit
 import contextlib
+import ctypes
 import logging
 import os
 import queue
@@ -44,6 +46,7 @@ class _Op:
     what: str
     heavy: bool
     done: Callable[[], None] | None
+    cpu: int | None = None  # the CPU the queuing thread was on (heavy operations)
 
 
 class Background:
@@ -74,6 +77,8 @@ class Background:
         self._errors: list[BaseException] = []
         self._idle = threading.Condition()
         self._closed = False
+        # The creating (training) thread's CPUs, which a save may use but for the one it queued from.
+        self.cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
         self._thread = threading.Thread(target=self._work, name=name, daemon=True)
         self._thread.start()
         self._atexit = _flush_at_exit(self)
@@ -110,7 +115,7 @@ class Background:
 
         def enqueue(run: Callable[[], object], *, what: str, done: Callable[[], None] | None = None) -> None:
             nonlocal queued
-            self._enqueue(_Op(run, what, True, done))
+            self._enqueue(_Op(run, what, True, done, current_cpu()))
             queued = True
 
         try:
@@ -185,6 +190,8 @@ class Background:
         _lower_priority()
         while (op := self._queue.get()) is not None:
             try:
+                if op.heavy:
+                    keep_off(op.cpu, self.cpus)
                 op.run()
             except BaseException as exc:  # kept for the training thread: never only logged
                 log.debug("background %s failed", op.what, exc_info=True)
@@ -209,6 +216,49 @@ def _lower_priority() -> None:
         os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WORKER_NICENESS)
     except OSError as exc:  # a sandbox may forbid it: the save still runs, only at normal priority
         log.debug("background thread keeps its priority: %s", exc)
+
+
+def _sched_getcpu() -> Callable[[], int] | None:
+    try:
+        return ctypes.CDLL(None, use_errno=True).sched_getcpu
+    except (OSError, AttributeError):  # no such libc function (macOS, Windows)
+        return None
+
+
+_getcpu = _sched_getcpu() if sys.platform == "linux" else None
+
+
+def current_cpu() -> int | None:
+    """The CPU the calling thread runs on now, or ``None`` where the OS does not say.
+
+    Examples:
+        >>> cpu = current_cpu()
+        >>> cpu is None or cpu in os.sched_getaffinity(0)
+        True
+    """
+    cpu = _getcpu() if _getcpu is not None else -1
+    return cpu if cpu >= 0 else None
+
+
+def keep_off(cpu: int | None, cpus: set[int]) -> None:
+    """Let the calling thread run on every CPU of ``cpus`` but ``cpu`` (all of them if that leaves none).
+
+    ``cpu`` is where the training thread ran when it queued a save. A background save's thread is
+    woken by the training thread (a GIL hand-over wakes the waiting thread on the waker's CPU), so
+    left alone it keeps landing on training's CPU and takes its time from training even when
+    another CPU runs something less urgent (benchmarks/bench_drag.py ``--busy``). Threads this
+    thread starts (S3 part uploads) inherit the set.
+
+    Examples:
+        >>> keep_off(None, {0, 1})  # nothing known: nothing changes
+    """
+    others = cpus - {cpu}
+    if cpu is None or not others or not hasattr(os, "sched_setaffinity"):
+        return
+    try:
+        os.sched_setaffinity(0, others)
+    except OSError as exc:  # a sandbox may forbid it: the save still runs, anywhere
+        log.debug("background thread keeps its CPUs: %s", exc)
 
 
 def _flush_at_exit(background: Background) -> Callable[[], None]:
