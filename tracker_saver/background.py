@@ -77,7 +77,7 @@ class Background:
         self._errors: list[BaseException] = []
         self._idle = threading.Condition()
         self._closed = False
-        # The creating (training) thread's CPUs, which a save may use but for the one it queued from.
+        #: The creating (training) thread's CPUs: a save may use them all but the one it was queued from.
         self.cpus = os.sched_getaffinity(0) if hasattr(os, "sched_getaffinity") else set()
         self._thread = threading.Thread(target=self._work, name=name, daemon=True)
         self._thread.start()
@@ -243,11 +243,11 @@ def current_cpu() -> int | None:
 def keep_off(cpu: int | None, cpus: set[int]) -> None:
     """Let the calling thread run on every CPU of ``cpus`` but ``cpu`` (all of them if that leaves none).
 
-    ``cpu`` is where the training thread ran when it queued a save. A background save's thread is
-    woken by the training thread (a GIL hand-over wakes the waiting thread on the waker's CPU), so
-    left alone it keeps landing on training's CPU and takes its time from training even when
-    another CPU runs something less urgent (benchmarks/bench_drag.py ``--busy``). Threads this
-    thread starts (S3 part uploads) inherit the set.
+    ``cpu`` is where the training thread ran when it queued a save. Left alone, the worker is
+    often woken on training's CPU (a GIL hand-over wakes the waiting thread near the waker), where
+    at nice 10 it gets little time while training runs. Kept off it, saves were durable 2-3x sooner
+    with the second core busy, at about the same cost to training (benchmarks/bench_drag.py
+    ``--busy --keep-off-ab``). Threads this thread starts (S3 part uploads) inherit the set.
 
     Examples:
         >>> keep_off(None, {0, 1})  # nothing known: nothing changes
