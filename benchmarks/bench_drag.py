@@ -74,7 +74,6 @@ from ignite.handlers import Checkpoint
 from tracker_saver import TrackerSaver, background, pipeline
 
 REFERENCE = "torch.save+fsync"
-VARIANTS = [REFERENCE, "thread", "fork", "ours"]
 #: How the ``--prototypes`` hash: see :func:`saver_thread_sha`.
 PROTOTYPES = ("fused", "chunked", "2 threads")
 #: The issue's goals: lost <= 0.25x the reference, blocked <= 0.05x, drag <= the plain thread's.
