@@ -20,7 +20,10 @@ pytestmark = pytest.mark.mlflow
 
 
 def _registry(uri: str) -> MLflowRegistry:
-    return MLflowRegistry(uri, experiment_prefix=f"i{uuid.uuid4().hex[:10]}-", timeout=4)
+    # Not shorter: timeout=4 meant a 1 s read timeout, and on a loaded 2-core CI machine a request
+    # took longer (a save failed with MLflow's "Failed to get logged model"). The registry fault's
+    # own timeout is the worker's (tests/worker.py), so the faults do not wait longer for this.
+    return MLflowRegistry(uri, experiment_prefix=f"i{uuid.uuid4().hex[:10]}-", timeout=20)
 
 
 class TestMLflowLocalInvariants(InvariantContract):

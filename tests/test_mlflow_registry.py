@@ -126,6 +126,33 @@ def test_an_unreachable_server_is_a_registry_error_within_the_timeout() -> None:
     assert time.monotonic() - started < 10
 
 
+def test_a_tag_write_whose_pre_read_meets_an_outage_is_retried_not_a_parameter_error(mlflow_server: str) -> None:
+    """MlflowClient.set_logged_model_tags reads the model first and turns a failed read into
+    INVALID_PARAMETER_VALUE (CI: "Failed to get logged model" in the middle of a save). The server
+    is cut off for a second by a real TCP gate; the write must wait it out like any outage."""
+    import threading
+
+    from tests.tcp_gate import Gate
+
+    host, port = mlflow_server.removeprefix("http://").split(":")
+    gate = Gate(host, int(port))
+    reg = _registry(gate.uri)
+    record = live(reg, "a_1.pt")
+    gate.close()
+    threading.Timer(1.0, gate.open).start()
+    reg._call(reg._client.set_logged_model_tags, "tagging", record.id, {"t": "1"}, record_id=record.id)
+    assert _model(reg, record.id).tags["t"] == "1"
+
+
+def test_a_tag_write_on_a_deleted_model_is_record_not_found(reg: MLflowRegistry) -> None:
+    from mlflow import MlflowClient
+
+    record = live(reg, "a_1.pt")
+    MlflowClient(reg.tracking_uri).delete_logged_model(record.id)
+    with pytest.raises(RecordNotFoundError, match=record.id):
+        reg._call(reg._client.set_logged_model_tags, "tagging", record.id, {"t": "1"}, record_id=record.id)
+
+
 def test_the_mlflow_registry_is_a_run_context_that_offers_no_artifact_task(mlflow_uri: str) -> None:
     from tracker_saver.registry.base import RunContext
 

@@ -81,24 +81,30 @@ class MLflowTransport:
                 with _bounded_env(read_s):
                     result = fn(*args, **kw)
             except MlflowException as exc:
-                code = str(getattr(exc, "error_code", ""))
-                if code == "RESOURCE_DOES_NOT_EXIST" and record_id is not None:
+                # MlflowClient's tag and param writes first read the model and turn *any* failure of
+                # that read (a reset connection, a 5xx, a deleted model) into INVALID_PARAMETER_VALUE
+                # "Failed to get logged model", the real failure chained: judge by the whole chain.
+                causes = _chain(exc)
+                codes = [str(getattr(c, "error_code", "")) for c in causes]
+                if "RESOURCE_DOES_NOT_EXIST" in codes and record_id is not None:
                     self._outage.succeeded()
                     raise RecordNotFoundError(
                         f"record {record_id} does not exist in {self.uri} (no such MLflow logged model; "
                         "deleted in the UI?): see `tracker-saver models list` for ids",
                         record_id=record_id,
                     ) from None
-                if _unreachable(exc):
+                if any(_unreachable(c) for c in causes):
                     self._outage.failed(started, type(exc).__name__)
                     if self._outage.exhausted():
                         raise self._down(what, self._outage.describe(), record_id) from None
                     time.sleep(min(1.0, self._outage.timeout / 10))
                     continue
                 self._outage.succeeded()
+                root = causes[-1]  # the failure itself, not the client's wrapper around it
+                code = next((c for c in reversed(codes) if c), type(root).__name__)
                 raise RegistryError(
-                    f"MLflow registry {self.uri}: {what} failed ({code or type(exc).__name__}: "
-                    f"{safe_uri(str(exc.message))[:300]})",
+                    f"MLflow registry {self.uri}: {what} failed ({code}: "
+                    f"{safe_uri(str(getattr(root, 'message', root)))[:300]})",
                     record_id=record_id,
                 ) from None
             self._outage.succeeded()
@@ -113,7 +119,15 @@ class MLflowTransport:
         )
 
 
-def _unreachable(exc: Exception) -> bool:
+def _chain(exc: BaseException) -> list[BaseException]:
+    """``exc`` and the exceptions it was raised from, outermost first."""
+    chain = [exc]
+    while chain[-1].__cause__ is not None and len(chain) < 8:
+        chain.append(chain[-1].__cause__)
+    return chain
+
+
+def _unreachable(exc: BaseException) -> bool:
     """Whether MLflow gave up on a request that got no answer (connection refused, timeout, 5xx)."""
     text = str(exc)
     return any(s in text for s in ("Max retries exceeded", "Connection", "timed out", "Read timed out"))
