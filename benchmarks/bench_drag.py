@@ -22,7 +22,9 @@ With ``AWS_ENDPOINT_URL`` set, two more write to a fresh bucket (deleted afterwa
 the CPU seconds the local gateway's daemons (radosgw, ceph-osd, ceph-mon) used per save: on a
 2-core machine that runs the gateway too, that is CPU training would otherwise have.
 ``--server-nice N`` runs those daemons at nice ``N`` for the run (root), a little nearer to a
-remote server, whose CPU is not the training machine's.
+remote server, whose CPU is not the training machine's; ``--server-cpu N`` keeps them on CPU ``N``
+(root), so the training thread has the other core to itself as it would with a remote server
+(the background save shares CPU ``N`` with the gateway).
 
 Per save: ``blocked`` = wall time of the save call on the training thread; ``window`` = from
 its return until the save is durable; ``drag`` = 1 - (step rate inside the window) / (step rate
@@ -38,6 +40,7 @@ Run::
     python benchmarks/bench_drag.py --sizes 256 1024 --rounds 5
     python benchmarks/bench_drag.py --sizes 256 --rounds 5 --busy
     eval "$(bash scripts/ceph-s3.sh start)"; python benchmarks/bench_drag.py --server-nice 19
+    python benchmarks/bench_drag.py --server-cpu 1   # with the gateway running: training keeps CPU 0
     python benchmarks/bench_drag.py --sizes 4 --rounds 1 --before 0.2   # smoke
 
 Prints the table (stdout; progress to stderr), then one JSON line.
@@ -272,19 +275,26 @@ def server_cpu() -> float:
 
 
 @contextlib.contextmanager
-def server_niceness(value: int | None) -> Iterator[None]:
-    """Run the gateway's daemons at nice ``value`` (``None``: as they are), as they were afterwards."""
-    # On Linux setpriority sets one thread: every thread of every daemon.
+def server_placement(nice: int | None, cpu: int | None) -> Iterator[None]:
+    """Run the gateway's daemons at nice ``nice`` and on CPU ``cpu`` only (``None``: as they are);
+    as they were afterwards."""
+    # On Linux setpriority and sched_setaffinity set one thread: every thread of every daemon.
     threads = [int(task.name) for proc in server_processes() for task in (proc / "task").iterdir()]
-    before = {tid: os.getpriority(os.PRIO_PROCESS, tid) for tid in threads} if value is not None else {}
+    before = {}
+    if nice is not None or cpu is not None:
+        before = {tid: (os.getpriority(os.PRIO_PROCESS, tid), os.sched_getaffinity(tid)) for tid in threads}
     for tid in before:
-        os.setpriority(os.PRIO_PROCESS, tid, value)  # type: ignore[arg-type]
+        if nice is not None:
+            os.setpriority(os.PRIO_PROCESS, tid, nice)
+        if cpu is not None:
+            os.sched_setaffinity(tid, {cpu})
     try:
         yield
     finally:
-        for tid, nice in before.items():
+        for tid, (was_nice, was_cpus) in before.items():
             with contextlib.suppress(OSError):
-                os.setpriority(os.PRIO_PROCESS, tid, nice)
+                os.setpriority(os.PRIO_PROCESS, tid, was_nice)
+                os.sched_setaffinity(tid, was_cpus)
 
 
 class ForkLane:
@@ -452,9 +462,12 @@ def misses(name: str, rows: dict[str, dict[str, float]], busy: bool) -> list[str
     return found
 
 
-def table(results: dict[str, dict[str, dict[str, float]]], busy: bool, server_nice: int | None) -> str:
+def table(
+    results: dict[str, dict[str, dict[str, float]]], busy: bool, server_nice: int | None, server_cpu: int | None
+) -> str:
     load = " ".join(f"{x:.2f}" for x in os.getloadavg())
     server = "" if server_nice is None else f"; S3 gateway at nice {server_nice}"
+    server += "" if server_cpu is None else f"; S3 gateway on CPU {server_cpu} only"
     lines = [f"drag of one save (medians; loadavg {load}; other core {'busy' if busy else 'idle'}{server})", ""]
     lines.append(
         f"{'MiB':>5} {'variant':<20} {'blocked s':>9} {'window s':>8} {'drag %':>7} {'lost s':>7} {'lost x':>7} "
@@ -501,6 +514,13 @@ def main(argv: list[str] | None = None) -> int:
         help="run the local S3 gateway's daemons at this nice value (root), as a remote server's CPU would not be "
         "training's",
     )
+    parser.add_argument(
+        "--server-cpu",
+        type=int,
+        default=None,
+        help="run the local S3 gateway's daemons on this CPU only (root): training keeps the other, as with a "
+        "remote server",
+    )
     parser.add_argument("--tmpdir", type=Path, default=None)
     args = parser.parse_args(argv)
     torch.set_num_threads(1)
@@ -513,7 +533,7 @@ def main(argv: list[str] | None = None) -> int:
         with contextlib.ExitStack() as stack:
             root = Path(stack.enter_context(tempfile.TemporaryDirectory(dir=args.tmpdir)))
             bucket = stack.enter_context(s3_bucket()) if os.environ.get("AWS_ENDPOINT_URL") else None
-            stack.enter_context(server_niceness(args.server_nice))
+            stack.enter_context(server_placement(args.server_nice, args.server_cpu))
             results = {
                 str(size): run_size(size, args.rounds, args.before, root, bucket, args.prototypes, args.keep_off_ab)
                 for size in args.sizes
@@ -522,13 +542,14 @@ def main(argv: list[str] | None = None) -> int:
         if spinner is not None:
             spinner.kill()
             spinner.wait()
-    print(table(results, args.busy, args.server_nice))
+    print(table(results, args.busy, args.server_nice, args.server_cpu))
     print(
         json.dumps(
             {
                 "loadavg": os.getloadavg(),
                 "busy": args.busy,
                 "server_nice": args.server_nice,
+                "server_cpu": args.server_cpu,
                 "hash_thread": args.hash_thread,
                 "rounds": args.rounds,
                 "results": results,

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -106,12 +107,26 @@ def test_bench_drag_measures_every_saver_side_by_side(tmp_path: Path) -> None:
 def test_bench_drag_puts_ours_s3_beside_a_plain_upload_thread_with_the_gateways_cpu(
     s3_env: dict[str, str], tmp_path: Path
 ) -> None:
-    report = _drag(tmp_path, {**os.environ, **s3_env}, "--server-nice", "0")  # 0: as the gateway runs already
+    # nice 0: as the gateway runs already; CPU 0 for the run only (put back afterwards, checked below)
+    before = _gateway_affinities()
+    report = _drag(tmp_path, {**os.environ, **s3_env}, "--server-nice", "0", "--server-cpu", "0")
+    after = _gateway_affinities()
+    assert before and {t: after[t] for t in after.keys() & before} == {t: before[t] for t in after.keys() & before}
     rows = report["results"]["4"]
     assert list(rows) == ["torch.save+fsync", "thread", "fork", "ours", "thread-s3", "ours-s3"]
     for variant in ("thread-s3", "ours-s3"):  # 4 MiB went through the gateway, which used CPU for it
         assert rows[variant]["server_cpu_s"] > 0 and rows[variant]["lost_s"] >= rows[variant]["blocked_s"], rows
-    assert report["server_nice"] == 0
+    assert report["server_nice"] == 0 and report["server_cpu"] == 0
+
+
+def _gateway_affinities() -> dict[int, set[int]]:
+    """The CPUs each thread of the gateway's daemons may run on (a thread that ended meanwhile is left out)."""
+    found = {}
+    for proc in _bench_drag().server_processes():
+        for task in (proc / "task").iterdir():
+            with contextlib.suppress(OSError):
+                found[int(task.name)] = os.sched_getaffinity(int(task.name))
+    return found
 
 
 def _drag(tmp_path: Path, env: dict[str, str], *extra: str) -> dict:
