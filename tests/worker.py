@@ -183,9 +183,11 @@ def _mlflow(config: dict[str, Any]) -> Any:
 
     server = urlsplit(str(config["registry"]).partition(":")[2])
     _gate = Gate(server.hostname or "127.0.0.1", int(server.port or 80))
-    _gate_wait_s = float(config.get("timeout", 30))
+    # At least 6 s: a shorter one means a read timeout of 1 s and no retry for every request of the
+    # worker, and on a loaded 2-core machine an MLflow request took longer (CI, in-process tests).
+    _gate_wait_s = max(6.0, float(config.get("timeout", 30)))
     return _killing(MLflowRegistry)(
-        _gate.uri, experiment_prefix=config.get("experiment_prefix", ""), timeout=float(config.get("timeout", 30))
+        _gate.uri, experiment_prefix=config.get("experiment_prefix", ""), timeout=_gate_wait_s
     )
 
 
