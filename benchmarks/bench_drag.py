@@ -274,15 +274,22 @@ def server_cpu() -> float:
     return total / os.sysconf("SC_CLK_TCK")
 
 
+def server_threads() -> list[int]:
+    """The thread ids of the gateway's daemons (a thread's nice value and CPUs are its own on Linux)."""
+    found = []
+    for proc in server_processes():
+        with contextlib.suppress(OSError):  # one that ended meanwhile
+            found += [int(task.name) for task in (proc / "task").iterdir()]
+    return found
+
+
 @contextlib.contextmanager
 def server_placement(nice: int | None, cpu: int | None) -> Iterator[None]:
     """Run the gateway's daemons at nice ``nice`` and on CPU ``cpu`` only (``None``: as they are);
     as they were afterwards."""
-    # On Linux setpriority and sched_setaffinity set one thread: every thread of every daemon.
-    threads = [int(task.name) for proc in server_processes() for task in (proc / "task").iterdir()]
     before = {}
     if nice is not None or cpu is not None:
-        before = {tid: (os.getpriority(os.PRIO_PROCESS, tid), os.sched_getaffinity(tid)) for tid in threads}
+        before = {tid: (os.getpriority(os.PRIO_PROCESS, tid), os.sched_getaffinity(tid)) for tid in server_threads()}
     for tid in before:
         if nice is not None:
             os.setpriority(os.PRIO_PROCESS, tid, nice)
@@ -292,8 +299,9 @@ def server_placement(nice: int | None, cpu: int | None) -> Iterator[None]:
         yield
     finally:
         for tid, (was_nice, was_cpus) in before.items():
-            with contextlib.suppress(OSError):
+            with contextlib.suppress(OSError):  # a thread that ended meanwhile
                 os.setpriority(os.PRIO_PROCESS, tid, was_nice)
+            with contextlib.suppress(OSError):
                 os.sched_setaffinity(tid, was_cpus)
 
 

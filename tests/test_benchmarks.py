@@ -122,10 +122,9 @@ def test_bench_drag_puts_ours_s3_beside_a_plain_upload_thread_with_the_gateways_
 def _gateway_affinities() -> dict[int, set[int]]:
     """The CPUs each thread of the gateway's daemons may run on (a thread that ended meanwhile is left out)."""
     found = {}
-    for proc in _bench_drag().server_processes():
-        for task in (proc / "task").iterdir():
-            with contextlib.suppress(OSError):
-                found[int(task.name)] = os.sched_getaffinity(int(task.name))
+    for tid in _bench_drag().server_threads():
+        with contextlib.suppress(OSError):
+            found[tid] = os.sched_getaffinity(tid)
     return found
 
 
