@@ -129,7 +129,7 @@ def spec_registry(config: dict[str, Any]) -> Any:
     spec = config["registry"]
     if not str(spec).startswith("mlflow:"):
         return spec
-    from tracker_saver.registry.mlflow import MLflowRegistry
+    from tracker_saver.integrations.mlflow.registry import MLflowRegistry
 
     return MLflowRegistry(spec.partition(":")[2], experiment_prefix=config.get("experiment_prefix", ""),
                           timeout=float(config.get("timeout", 30)))  # fmt: skip

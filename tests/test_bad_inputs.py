@@ -41,7 +41,7 @@ import torch
 from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint
 
-import tracker_saver.errors
+import tracker_saver.core.errors
 from tests.helpers import model
 from tracker_saver import (
     RecordState,
@@ -50,7 +50,7 @@ from tracker_saver import (
     load_checkpoint,
     rename_model,
 )
-from tracker_saver.records import UploadInfo
+from tracker_saver.core.records import UploadInfo
 from tracker_saver.registry.sqlite import SQLiteRegistry
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,7 +105,7 @@ def row(request: pytest.FixtureRequest) -> Row:
 
 def error_type(name: str) -> type[BaseException]:
     """The class a row names: one of tracker_saver's errors, or a builtin (Ignite's own errors)."""
-    found = getattr(tracker_saver.errors, name, None) or getattr(builtins, name)
+    found = getattr(tracker_saver.core.errors, name, None) or getattr(builtins, name)
     assert isinstance(found, type) and issubclass(found, BaseException), name
     return found
 

@@ -12,7 +12,7 @@ from pathlib import Path
 from tracker_saver.integrations.clearml.registry import ClearMLRegistry
 from tracker_saver.registry import Registry
 from tracker_saver.registry.sqlite import SQLiteRegistry
-from tracker_saver.saver import RunContext
+from tracker_saver.save.saver import RunContext
 
 PACKAGE = Path(__file__).resolve().parents[1] / "tracker_saver"
 
@@ -71,7 +71,9 @@ def test_generic_code_never_imports_the_clearml_integration() -> None:
         ("tracker_saver.registry", "tracker_saver.integrations.clearml"),
         ("tracker_saver.registry", "tracker_saver.integrations.clearml.registry"),
         ("tracker_saver.registry", "tracker_saver.integrations.clearml.journal"),
-        ("tracker_saver.cli_sync", "tracker_saver.clearml"),
+        ("tracker_saver.registry", "tracker_saver.integrations.mlflow"),
+        ("tracker_saver.registry", "tracker_saver.integrations.mlflow.registry"),
+        ("tracker_saver.cli.sync", "tracker_saver.clearml"),
     }
 
 

@@ -17,7 +17,7 @@ EXTRAS = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["option
 HINTS = {
     "s3": ["tracker_saver/storage/__init__.py"],
     "clearml": ["tracker_saver/registry/__init__.py", "tracker_saver/integrations/clearml/transport.py"],
-    "ui": ["tracker_saver/cli.py", "tracker_saver/ui/__init__.py"],
+    "ui": ["tracker_saver/cli/main.py", "tracker_saver/ui/__init__.py"],
 }
 
 

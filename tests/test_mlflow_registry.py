@@ -12,10 +12,10 @@ pytest.importorskip("mlflow", reason="MLflow tests need mlflow: pip install -e '
 from tests.contracts.claims import StreamClaimsContract  # noqa: E402
 from tests.contracts.labels import LabelsContract  # noqa: E402
 from tests.contracts.records import SHA, RecordStoreContract, live, pending  # noqa: E402
-from tracker_saver.errors import ConfigError, RecordNotFoundError, RegistryError  # noqa: E402
-from tracker_saver.records import RecordState  # noqa: E402
+from tracker_saver.core.errors import ConfigError, RecordNotFoundError, RegistryError  # noqa: E402
+from tracker_saver.core.records import RecordState  # noqa: E402
+from tracker_saver.integrations.mlflow.registry import MLflowRegistry  # noqa: E402
 from tracker_saver.registry import open_registry  # noqa: E402
-from tracker_saver.registry.mlflow import MLflowRegistry  # noqa: E402
 
 pytestmark = pytest.mark.mlflow
 

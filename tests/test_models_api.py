@@ -27,7 +27,7 @@ from tracker_saver import (
     resolve_model,
     slot_history,
 )
-from tracker_saver.records import MAX_NAME_LENGTH
+from tracker_saver.core.records import MAX_NAME_LENGTH
 from tracker_saver.registry.shared import shared_registry
 from tracker_saver.registry.sqlite import SQLiteRegistry
 

@@ -29,11 +29,11 @@ from ignite.handlers import Checkpoint
 
 from tests.helpers import ROOT, process_env
 from tracker_saver import TrackerSaver, find_models
-from tracker_saver.cli import main as cli_main
-from tracker_saver.errors import CallbackError, ConfigError, StorageError, TrackerSaverError
-from tracker_saver.naming import check_key, slot_key
-from tracker_saver.query import is_number, matches, parse_where
-from tracker_saver.records import Record, UploadInfo
+from tracker_saver.cli.main import main as cli_main
+from tracker_saver.core.errors import CallbackError, ConfigError, StorageError, TrackerSaverError
+from tracker_saver.core.naming import check_key, slot_key
+from tracker_saver.core.query import is_number, matches, parse_where
+from tracker_saver.core.records import Record, UploadInfo
 from tracker_saver.registry import Query
 from tracker_saver.registry.sqlite import SQLiteRegistry
 from tracker_saver.storage import Storage, open_storage

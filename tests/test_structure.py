@@ -96,8 +96,8 @@ def test_every_module_says_its_one_job_in_one_line(name: str) -> None:
     assert first.endswith((".", ":")) and len(first) <= 110, f"{name}: {first!r}"
 
 
-GENERIC = ("tracker_saver.saver", "tracker_saver.pipeline", "tracker_saver.slots", "tracker_saver.records",
-           "tracker_saver.naming", "tracker_saver.recovery", "tracker_saver.registry.base",
+GENERIC = ("tracker_saver.save.saver", "tracker_saver.save.pipeline", "tracker_saver.save.slots", "tracker_saver.core.records",
+           "tracker_saver.core.naming", "tracker_saver.save.recovery", "tracker_saver.registry.base",
            "tracker_saver.storage.base", "tracker_saver.models", "tracker_saver.find", "tracker_saver.resume",
            "tracker_saver.registry.sqlite_query", "tracker_saver.registry.sqlite_connection",
            "tracker_saver.registry.sqlite_check")  # fmt: skip
@@ -169,8 +169,8 @@ def test_the_shadowing_check_finds_a_clash() -> None:
 #: The shims: the only modules that may read a third-party object's private attributes, one per
 #: library, each with a test that fails when an upgrade changes what it reads.
 SHIMS = (
-    "ignite_engine.py",  # Engine._event_handlers (tests/test_ignite_engine.py)
-    "argparse_walk.py",  # ArgumentParser._actions, … (tests/test_argparse_walk.py)
+    "save/ignite_engine.py",  # Engine._event_handlers (tests/test_ignite_engine.py)
+    "cli/argparse_walk.py",  # ArgumentParser._actions, … (tests/test_argparse_walk.py)
     "integrations/clearml/internals.py",  # ClearML's Session, ConfigWrapper, a request's _action
 )
 

@@ -9,7 +9,7 @@ that cannot be opened or read (an endpoint down, refused credentials) makes each
 streams an ``unreachable`` finding, and the check goes on with the other output_uris.
 
 ``repair`` fixes what it can without losing a valid checkpoint, through the start-up recovery
-code (:func:`tracker_saver.recovery.recover_slot`), holding each stream's claim. A stream
+code (:func:`tracker_saver.save.recovery.recover_slot`), holding each stream's claim. A stream
 that a live process writes is reported and left alone.
 
 Examples:
@@ -28,16 +28,16 @@ from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
-from tracker_saver.claims import new_holder, release_local
-from tracker_saver.errors import ConfigError, StorageError, StreamBusyError
-from tracker_saver.masking import strip_userinfo
-from tracker_saver.naming import run_prefix, slot_key
-from tracker_saver.records import LOADABLE, Record, RecordState, StreamId
-from tracker_saver.recovery import plan_slot, recover_slot
+from tracker_saver.core.claims import new_holder, release_local
+from tracker_saver.core.errors import ConfigError, StorageError, StreamBusyError
+from tracker_saver.core.masking import strip_userinfo
+from tracker_saver.core.naming import run_prefix, slot_key
+from tracker_saver.core.records import LOADABLE, Record, RecordState, StreamId
+from tracker_saver.core.wording import plural
 from tracker_saver.registry.base import Query, Registry, busy, stream_query
+from tracker_saver.save.recovery import plan_slot, recover_slot
 from tracker_saver.storage import Storage, open_storage
 from tracker_saver.storage.base import ObjectStat, Staged
-from tracker_saver.wording import plural
 
 __all__ = ["STALE_AFTER_S", "Finding", "Report", "check", "repair"]
 

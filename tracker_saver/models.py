@@ -14,11 +14,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from tracker_saver.errors import ConfigError, IntegrityError, RegistryError, SerializationError
-from tracker_saver.find import RegistryArg, count_models, find_models, get_model, resolve_model, run_stats
-from tracker_saver.local_view import copy_verified
-from tracker_saver.naming import key_ext, pinned_key, safe_filename
-from tracker_saver.records import (
+from tracker_saver.core.errors import ConfigError, IntegrityError, RegistryError, SerializationError
+from tracker_saver.core.naming import key_ext, pinned_key, safe_filename
+from tracker_saver.core.records import (
     LOADABLE,
     LOADABLE_OR_PINNED,
     MAX_NAME_LENGTH,
@@ -29,11 +27,13 @@ from tracker_saver.records import (
     UploadInfo,
     check_display_name,
 )
+from tracker_saver.core.wording import plural
+from tracker_saver.find import RegistryArg, count_models, find_models, get_model, resolve_model, run_stats
 from tracker_saver.registry import Query
 from tracker_saver.registry.shared import shared_registry
+from tracker_saver.save.local_view import copy_verified
 from tracker_saver.storage import Storage, open_storage
 from tracker_saver.storage.base import sha256_of
-from tracker_saver.wording import plural
 
 __all__ = [
     "MAX_NAME_LENGTH",
@@ -70,7 +70,7 @@ def rename_model(record_id: str | int, name: str, *, registry: RegistryArg = Non
     Examples:
         >>> rename_model(1, "the one we ship", registry=":memory:")  # doctest: +IGNORE_EXCEPTION_DETAIL
         Traceback (most recent call last):
-        tracker_saver.errors.RecordNotFoundError: record 1 does not exist
+        tracker_saver.core.errors.RecordNotFoundError: record 1 does not exist
     """
     check_display_name(str(record_id), name)
     return shared_registry(registry, create=False).rename(str(record_id), name)
@@ -82,7 +82,7 @@ def add_tags(record_id: str | int, tags: Sequence[str], *, registry: RegistryArg
     Examples:
         >>> add_tags(1, ["candidate"], registry=":memory:")  # doctest: +IGNORE_EXCEPTION_DETAIL
         Traceback (most recent call last):
-        tracker_saver.errors.RecordNotFoundError: record 1 does not exist
+        tracker_saver.core.errors.RecordNotFoundError: record 1 does not exist
     """
     return shared_registry(registry, create=False).add_tags(str(record_id), _tags(tags))
 
@@ -93,7 +93,7 @@ def remove_tags(record_id: str | int, tags: Sequence[str], *, registry: Registry
     Examples:
         >>> remove_tags(1, ["candidate"], registry=":memory:")  # doctest: +IGNORE_EXCEPTION_DETAIL
         Traceback (most recent call last):
-        tracker_saver.errors.RecordNotFoundError: record 1 does not exist
+        tracker_saver.core.errors.RecordNotFoundError: record 1 does not exist
     """
     return shared_registry(registry, create=False).remove_tags(str(record_id), _tags(tags))
 
@@ -121,7 +121,7 @@ def set_alias(record_id: str | int, alias: str, *, registry: RegistryArg = None)
     Examples:
         >>> set_alias(1, "production", registry=":memory:")  # doctest: +IGNORE_EXCEPTION_DETAIL
         Traceback (most recent call last):
-        tracker_saver.errors.RecordNotFoundError: record 1 does not exist
+        tracker_saver.core.errors.RecordNotFoundError: record 1 does not exist
     """
     return shared_registry(registry, create=False).set_alias(str(record_id), alias)
 
@@ -135,7 +135,7 @@ def remove_alias(project: str, alias: str, *, registry: RegistryArg = None) -> N
     Examples:
         >>> remove_alias("mnist", "production", registry=":memory:")  # doctest: +IGNORE_EXCEPTION_DETAIL
         Traceback (most recent call last):
-        tracker_saver.errors.RecordNotFoundError: project 'mnist' has no alias 'production'
+        tracker_saver.core.errors.RecordNotFoundError: project 'mnist' has no alias 'production'
     """
     shared_registry(registry, create=False).remove_alias(project, alias)
 
@@ -144,7 +144,7 @@ def slot_history(record: Record, *, registry: RegistryArg = None) -> list[Record
     """Every record that used ``record``'s slot of its stream, oldest first (a pinned one: itself).
 
     Examples:
-        >>> from tracker_saver.records import Record, RecordState
+        >>> from tracker_saver.core.records import Record, RecordState
         >>> pinned = Record("7", "p", "r", "s", "s_1.pt", "s_1.pt", RecordState.PINNED, None, "k", "u")
         >>> [r.id for r in slot_history(pinned, registry=":memory:")]
         ['7']
@@ -203,7 +203,7 @@ def download_model(
     Examples:
         >>> download_model("12", "/tmp", registry=":memory:")  # doctest: +IGNORE_EXCEPTION_DETAIL
         Traceback (most recent call last):
-        tracker_saver.errors.RecordNotFoundError: record 12 does not exist
+        tracker_saver.core.errors.RecordNotFoundError: record 12 does not exist
     """
     record = record_or_ref if isinstance(record_or_ref, Record) else resolve_model(record_or_ref, registry=registry)
     _check_loadable(record)
@@ -232,7 +232,7 @@ def pin_model(
     Examples:
         >>> pin_model(12, registry=":memory:")  # doctest: +IGNORE_EXCEPTION_DETAIL
         Traceback (most recent call last):
-        tracker_saver.errors.RecordNotFoundError: record 12 does not exist
+        tracker_saver.core.errors.RecordNotFoundError: record 12 does not exist
     """
     reg = shared_registry(registry, create=False)
     source = reg.get(str(record_id))
@@ -281,7 +281,7 @@ def unpin_model(
     Examples:
         >>> unpin_model(12, registry=":memory:")  # doctest: +IGNORE_EXCEPTION_DETAIL
         Traceback (most recent call last):
-        tracker_saver.errors.RecordNotFoundError: record 12 does not exist
+        tracker_saver.core.errors.RecordNotFoundError: record 12 does not exist
     """
     reg = shared_registry(registry, create=False)
     record = reg.get(str(record_id))
@@ -363,7 +363,7 @@ def load_checkpoint(
     Examples:
         >>> load_checkpoint("17", {"model": None}, registry=":memory:")  # doctest: +IGNORE_EXCEPTION_DETAIL
         Traceback (most recent call last):
-        tracker_saver.errors.RecordNotFoundError: record 17 does not exist
+        tracker_saver.core.errors.RecordNotFoundError: record 17 does not exist
     """
     import torch  # here, not at module level: finding and downloading records needs no torch
     from ignite.handlers import Checkpoint

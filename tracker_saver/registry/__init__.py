@@ -5,8 +5,8 @@ from __future__ import annotations
 import os
 from pathlib import Path
 
-from tracker_saver.errors import ConfigError, RegistryError
-from tracker_saver.outage import DEFAULT_TIMEOUT_S
+from tracker_saver.core.errors import ConfigError, RegistryError
+from tracker_saver.core.outage import DEFAULT_TIMEOUT_S
 from tracker_saver.registry.base import Labels, Query, RecordStore, Registry, StreamClaims
 
 __all__ = [
@@ -104,7 +104,7 @@ def open_registry(
 
 def _open_mlflow(uri: str | None, *, timeout: float) -> Registry:
     try:
-        from tracker_saver.registry.mlflow import MLflowRegistry
+        from tracker_saver.integrations.mlflow.registry import MLflowRegistry
     except ModuleNotFoundError as exc:
         raise ModuleNotFoundError(
             "registry='mlflow' needs mlflow: pip install 'mlflow>=3.4,<4' (the mlflow extra)"
@@ -119,7 +119,7 @@ def check_exists(path: str, *, create: bool) -> None:
         >>> check_exists("/nonexistent/registry.db", create=False)
         Traceback (most recent call last):
         ...
-        tracker_saver.errors.RegistryError: no registry at /nonexistent/registry.db: check the path, or pass --registry (or set TRACKER_SAVER_REGISTRY) to name the registry file the saver wrote
+        tracker_saver.core.errors.RegistryError: no registry at /nonexistent/registry.db: check the path, or pass --registry (or set TRACKER_SAVER_REGISTRY) to name the registry file the saver wrote
     """
     if not create and path != ":memory:" and not Path(path).is_file():
         raise RegistryError(

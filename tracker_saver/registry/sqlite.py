@@ -12,9 +12,9 @@ import sqlite3
 import time
 from collections.abc import Iterable, Sequence
 
-from tracker_saver.claims import Holder, is_alive
-from tracker_saver.errors import RecordNotFoundError, RegistryError
-from tracker_saver.records import (
+from tracker_saver.core.claims import Holder, is_alive
+from tracker_saver.core.errors import RecordNotFoundError, RegistryError
+from tracker_saver.core.records import (
     MetaValue,
     Record,
     RecordState,

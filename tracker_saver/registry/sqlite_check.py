@@ -7,7 +7,7 @@ import os
 import sqlite3
 from pathlib import Path
 
-from tracker_saver.errors import ConfigError
+from tracker_saver.core.errors import ConfigError
 from tracker_saver.registry.migrations import stored_version
 
 __all__ = ["check_registry_path"]
@@ -32,7 +32,7 @@ def check_registry_path(path: str | os.PathLike[str]) -> None:
         >>> check_registry_path("/dev/null/registry.db")
         Traceback (most recent call last):
         ...
-        tracker_saver.errors.ConfigError: registry folder '/dev/null' cannot be created ('/dev/null' is not a folder): pass a registry path in a writable folder
+        tracker_saver.core.errors.ConfigError: registry folder '/dev/null' cannot be created ('/dev/null' is not a folder): pass a registry path in a writable folder
     """
     text = os.fspath(path)
     if text == ":memory:":

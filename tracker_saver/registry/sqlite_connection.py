@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from tracker_saver.errors import ConfigError, RegistryError
+from tracker_saver.core.errors import ConfigError, RegistryError
 from tracker_saver.registry.migrations import migrate
 from tracker_saver.registry.sqlite_check import check_registry_path
 

@@ -7,7 +7,7 @@ from typing import Any
 from urllib.parse import urlsplit
 from urllib.request import url2pathname
 
-from tracker_saver.errors import ConfigError
+from tracker_saver.core.errors import ConfigError
 from tracker_saver.storage.base import ObjectStat, Storage
 
 __all__ = ["ObjectStat", "Storage", "canonical_uri", "is_remote", "open_storage"]

@@ -12,13 +12,13 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
-from tracker_saver.naming import check_key
+from tracker_saver.core.naming import check_key
 
 __all__ = ["ObjectStat", "SpooledWrite", "Stable", "Staged", "StagedWrite", "Storage", "sha256_of"]
 
 #: Memory the caller keeps unchanged until a write is committed or aborted: ``view in stable``
 #: says whether a written buffer may be sent later instead of copied (the pipeline passes a
-#: checkpoint's CPU tensor storages, :class:`tracker_saver.memory.StableMemory`).
+#: checkpoint's CPU tensor storages, :class:`tracker_saver.save.memory.StableMemory`).
 Stable = Container[memoryview]
 
 #: Checkpoints up to this size are buffered in memory before upload; larger ones spill to a

@@ -10,9 +10,9 @@ from glob import escape as glob_escape
 from pathlib import Path
 from typing import BinaryIO
 
-from tracker_saver.errors import ConfigError, StorageError
-from tracker_saver.naming import check_key
-from tracker_saver.pools import shared_pool
+from tracker_saver.core.errors import ConfigError, StorageError
+from tracker_saver.core.naming import check_key
+from tracker_saver.core.pools import shared_pool
 from tracker_saver.storage.base import ObjectStat, Stable, Staged, StagedWrite, Storage
 
 __all__ = ["LocalStorage", "LocalWrite", "file_mode"]

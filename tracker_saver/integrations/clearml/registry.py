@@ -45,6 +45,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from tracker_saver.core.records import DERIVED_ALIASES, LOADABLE, Record, StreamId
 from tracker_saver.integrations.clearml.binding import skip_saves_while
 from tracker_saver.integrations.clearml.claims import ClearMLClaims
 from tracker_saver.integrations.clearml.codec import (
@@ -61,7 +62,6 @@ from tracker_saver.integrations.clearml.conf import with_clearml_credentials
 from tracker_saver.integrations.clearml.labels import ClearMLLabels
 from tracker_saver.integrations.clearml.states import ClearMLStates
 from tracker_saver.integrations.clearml.transport import MODEL_FIELDS
-from tracker_saver.records import DERIVED_ALIASES, LOADABLE, Record, StreamId
 from tracker_saver.registry.base import Candidate, Query, derived_aliases, select, with_aliases
 
 __all__ = ["CLAIM_TAG_PREFIX", "ClearMLRegistry", "STATE_TAGS", "STREAM_TAG_PREFIX", "task_run"]
@@ -100,7 +100,7 @@ class ClearMLRegistry(ClearMLStates, ClearMLLabels, ClearMLClaims):
         """The ClearML task that runs now (``None`` if none): ``LogUploader(saver=...)`` attaches logs to it."""
         return self._current_task()
 
-    # -- what a TrackerSaver asks of a registry that knows its run (tracker_saver.saver.RunContext)
+    # -- what a TrackerSaver asks of a registry that knows its run (tracker_saver.save.saver.RunContext)
     def run_defaults(self) -> dict[str, str]:
         """The task's project, run (``<task name>.<task id>``) and output_uri, for a ``TrackerSaver`` given none."""
         found = self.task_project_run

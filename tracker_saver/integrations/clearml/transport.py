@@ -13,12 +13,12 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
-from tracker_saver.errors import ConfigError, RecordNotFoundError, RegistryError
+from tracker_saver.core.errors import ConfigError, RecordNotFoundError, RegistryError
+from tracker_saver.core.masking import raise_masked, strip_userinfo
+from tracker_saver.core.outage import DEFAULT_TIMEOUT_S, Outage, OutageError, check_timeout
+from tracker_saver.core.records import MetaValue, Record
 from tracker_saver.integrations.clearml.codec import MIN_NAME, check_id, encode_value, is_record_model, model_record
 from tracker_saver.integrations.clearml.session import open_session, send
-from tracker_saver.masking import raise_masked, strip_userinfo
-from tracker_saver.outage import DEFAULT_TIMEOUT_S, Outage, OutageError, check_timeout
-from tracker_saver.records import MetaValue, Record
 from tracker_saver.registry.base import Registry
 
 __all__ = ["MODEL_FIELDS", "ClearMLTransport"]
