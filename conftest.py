@@ -15,6 +15,9 @@ import pytest
 from hypothesis import settings
 from hypothesis.configuration import set_hypothesis_home_dir
 
+# Every test's CPU (tests/conftest_cpu.py) and CI's no-skip rule (tests/conftest_ci.py), doctests included.
+pytest_plugins = ["tests.conftest_cpu", "tests.conftest_ci"]
+
 _scratch: list[str] = []
 
 # CI draws the same examples every run and keeps no example database (no .hypothesis/ in the

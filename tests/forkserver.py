@@ -78,7 +78,10 @@ class Forked:
         line = _line(self._conn)
         self._conn.close()
         # No line: the server itself died; the child went with it (see _serve's parent check).
-        self.returncode = int(json.loads(line)["code"]) if line else -9
+        exit = json.loads(line) if line else {"code": -9}
+        self.returncode = int(exit["code"])
+        with _lock:
+            _forked_cpu[0] += float(exit.get("cpu", 0.0))
 
 
 class _Server:
@@ -105,6 +108,17 @@ class _Server:
 
 _server: list[_Server] = []
 _lock = threading.Lock()
+_forked_cpu = [0.0]  # CPU seconds of the forked processes this process has seen exit
+
+
+def forked_cpu() -> float:
+    """CPU seconds (user + system) of the forked processes that exited so far, children included.
+
+    The server reaps them, so neither ``RUSAGE_CHILDREN`` of this process nor its tests see it
+    until the server exits; ``tests/conftest_cpu.py`` adds this to each test's figure.
+    """
+    with _lock:
+        return _forked_cpu[0]
 
 
 def spawn(
@@ -191,19 +205,18 @@ def _serve(path: str) -> None:
     listener.listen(64)
     lock = threading.Lock()  # held while forking, so no child inherits it held by the reaper
     waiting: dict[int, socket.socket] = {}
+    forked = threading.Semaphore(0)  # one release per fork: the reaper waits for a child to exist
 
     def reap() -> None:
         while True:
-            try:
-                pid, status = os.waitpid(-1, 0)
-            except ChildProcessError:
-                threading.Event().wait(0.05)
-                continue
+            forked.acquire()
+            pid, status, usage = os.wait4(-1, 0)
             with lock:
                 conn = waiting.pop(pid, None)
             if conn is not None:
+                exit = {"code": os.waitstatus_to_exitcode(status), "cpu": usage.ru_utime + usage.ru_stime}
                 try:
-                    conn.sendall(json.dumps({"code": os.waitstatus_to_exitcode(status)}).encode() + b"\n")
+                    conn.sendall(json.dumps(exit).encode() + b"\n")
                 except OSError:
                     pass  # the caller went away
                 conn.close()
@@ -225,6 +238,7 @@ def _serve(path: str) -> None:
                 stop.close()
                 _become(request, fds)  # never returns
             waiting[pid] = conn
+        forked.release()
         for fd in fds:
             os.close(fd)
         conn.sendall(json.dumps({"pid": pid}).encode() + b"\n")
