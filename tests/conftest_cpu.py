@@ -119,10 +119,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
 
 def pytest_runtest_logreport(report: pytest.TestReport) -> None:
     """Every test's figure reaches the reporting process: its own, or a worker's report."""
-    if report.when != "teardown":
-        return
-    cpu = sum(float(value) for name, value in report.user_properties if name == _KEY)
-    wall = _ledger.tests.get(report.nodeid, (0.0, 0.0))[1]
+    cpu, wall = _ledger.tests.get(report.nodeid, (0.0, 0.0))
+    if report.when == "teardown":
+        cpu = sum(float(value) for name, value in report.user_properties if name == _KEY)
     _ledger.tests[report.nodeid] = (cpu, wall + report.duration)
 
 

@@ -1,12 +1,15 @@
-"""Pytest fixtures for MLflow: a real ``mlflow server`` on 127.0.0.1, one per test session.
+"""Pytest fixtures for MLflow: one real ``mlflow server`` on 127.0.0.1 for the whole test run.
 
 Load with ``pytest_plugins = ["tests.conftest_mlflow"]`` in ``tests/conftest.py``.
 
-* ``mlflow_server`` (session): starts ``mlflow server`` with a SQLite backend store and an
-  artifact root in pytest's session tmp dir, on a free port with one worker, waits on
-  ``GET /health`` and stops it at the end. Under pytest-xdist each worker starts its own
-  (a few seconds; no file lock to share). Skips when mlflow is not installed, except in CI
-  (``CI=true``), where a missing server fails.
+* ``mlflow_server`` (session): the URI of a ``mlflow server`` with a SQLite backend store and an
+  artifact root in a folder of this run, one worker, and no job runner (MLflow's job runner
+  and its 7 consumer processes serve features these tests never use; measured, they cost a
+  server about 15 s of CPU to start). Every process of the run shares it, as the Ceph gateway
+  is shared (:class:`SharedServer`): the first pytest-xdist worker that needs it starts it, the
+  last one out stops it. A test that stops, freezes or breaks a server starts its own with
+  :func:`start_mlflow_server` (tests/test_mlflow_postgres.py) or cuts it off behind a
+  ``tests.tcp_gate.Gate`` of its own. Skips when mlflow is not installed (CI fails instead).
 * ``mlflow_uri``: the server's URI, with ``MLFLOW_TRACKING_URI`` set to it for the test.
 
 Mark tests that need the server with ``@pytest.mark.mlflow``.
@@ -14,11 +17,17 @@ Mark tests that need the server with ``@pytest.mark.mlflow``.
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
+import json
 import os
+import select
 import shutil
+import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Iterator
@@ -26,7 +35,7 @@ from pathlib import Path
 
 import pytest
 
-__all__ = ["free_port", "start_mlflow_server", "stop_server"]
+__all__ = ["SharedServer", "free_port", "start_mlflow_server", "stop_server"]
 
 #: Seconds a fresh server may take to answer ``/health`` (a few on 2 cores; gunicorn imports mlflow).
 START_TIMEOUT_S = 90.0
@@ -63,7 +72,8 @@ def start_mlflow_server(root: Path, backend_store_uri: str | None = None) -> tup
     root.mkdir(parents=True, exist_ok=True)
     port = free_port()
     uri = f"http://127.0.0.1:{port}"
-    env = {**os.environ, "TMPDIR": str(root), "MLFLOW_TRACKING_URI": ""}
+    # No job runner: it starts 7 huey consumer processes for features no test uses.
+    env = {**os.environ, "TMPDIR": str(root), "MLFLOW_TRACKING_URI": "", "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
     log = (root / "server.log").open("wb")
     store = backend_store_uri or f"sqlite:///{root / 'mlflow.db'}"
     proc = subprocess.Popen(
@@ -93,20 +103,128 @@ def stop_server(proc: subprocess.Popen[bytes], sig: int = 15) -> None:
             proc.wait()
 
 
+def wait_gone(pid: int, timeout: float) -> bool:
+    """Wait until process ``pid`` (a child of this process or not) has exited; whether it did in time."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        return bool(select.select([fd], [], [], timeout)[0])  # a pidfd is readable once the process exited
+    finally:
+        os.close(fd)
+
+
+class SharedServer:
+    """One ``mlflow server`` for every process of a test run, in ``folder``: started by the first
+    process that asks for it, stopped by the last one that used it.
+
+    Each process that uses the server holds a shared flock on ``users.lock`` until its session
+    ends; ``turn.lock`` serialises starting and stopping. A process that leaves takes ``users.lock``
+    exclusively if it can: then no one else uses the server, and it stops it. ``server.json`` says
+    which server runs; the run's first process (xdist's controller, or the only one) stops a server
+    left behind by workers that died (:func:`pytest_unconfigure`).
+    """
+
+    def __init__(self, folder: Path) -> None:
+        self.folder = folder
+        self.state = folder / "server.json"
+        self._proc: subprocess.Popen[bytes] | None = None  # the server, when this process started it
+        self._turn = os.open(folder / "turn.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        self._users = os.open(folder / "users.lock", os.O_RDWR | os.O_CREAT, 0o600)
+
+    @contextlib.contextmanager
+    def _turn_held(self) -> Iterator[None]:
+        fcntl.flock(self._turn, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(self._turn, fcntl.LOCK_UN)
+
+    def acquire(self) -> str:
+        """The running server's URI (started now when none runs); this process uses it until :meth:`release`."""
+        with self._turn_held():
+            fcntl.flock(self._users, fcntl.LOCK_SH)
+            if self.state.exists():
+                uri = str(json.loads(self.state.read_text())["uri"])
+                if _healthy(uri):
+                    return uri
+                self._stop()  # it died: start another
+            root = Path(tempfile.mkdtemp(prefix="server-", dir=self.folder))
+            self._proc, uri = start_mlflow_server(root)
+            self.state.write_text(json.dumps({"pid": self._proc.pid, "uri": uri}))
+            return uri
+
+    def release(self) -> None:
+        """This process no longer uses the server; the last one out stops it."""
+        with self._turn_held():
+            fcntl.flock(self._users, fcntl.LOCK_UN)
+            try:
+                fcntl.flock(self._users, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return  # another process uses it
+            try:
+                self._stop()
+            finally:
+                fcntl.flock(self._users, fcntl.LOCK_UN)
+
+    def _stop(self) -> None:
+        if not self.state.exists():
+            return
+        pid = int(json.loads(self.state.read_text())["pid"])
+        if self._proc is not None and self._proc.pid == pid:
+            stop_server(self._proc)  # this process's child: reaped here
+        else:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(pid, signal.SIGTERM)
+                if not wait_gone(pid, 15):
+                    os.killpg(pid, signal.SIGKILL)
+        self.state.unlink()
+
+    def close(self) -> None:
+        """Stop a server still running (its users died), and close the lock files."""
+        with self._turn_held():
+            self._stop()
+        os.close(self._users)
+        os.close(self._turn)
+
+
+_FOLDER_ENV = "TRACKER_SAVER_TESTS_MLFLOW"
+_owned: list[Path] = []
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The run's first process makes the shared server's folder; its xdist workers inherit the name."""
+    if _FOLDER_ENV not in os.environ:
+        folder = Path(tempfile.mkdtemp(prefix="tracker-saver-mlflow-"))
+        os.environ[_FOLDER_ENV] = str(folder)
+        _owned.append(folder)
+
+
+@pytest.hookimpl(tryfirst=True)
+def pytest_unconfigure(config: pytest.Config) -> None:
+    for folder in _owned:
+        SharedServer(folder).close()
+        shutil.rmtree(folder, ignore_errors=True)
+        os.environ.pop(_FOLDER_ENV, None)
+    _owned.clear()
+
+
 @pytest.fixture(scope="session")
-def mlflow_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
-    """The URI of a real ``mlflow server`` for this session (this xdist worker)."""
+def mlflow_server() -> Iterator[str]:
+    """The URI of the run's real ``mlflow server`` (shared by every xdist worker, see :class:`SharedServer`)."""
     try:
         import mlflow  # noqa: F401
     except ModuleNotFoundError:
-        if os.environ.get("CI") == "true":
+        if os.environ.get("CI"):
             raise
         pytest.skip("MLflow tests need mlflow: pip install -e '.[mlflow]' -c constraints.txt")
-    proc, uri = start_mlflow_server(tmp_path_factory.mktemp("mlflow-server"))
+    shared = SharedServer(Path(os.environ[_FOLDER_ENV]))
+    uri = shared.acquire()
     try:
         yield uri
     finally:
-        stop_server(proc)
+        shared.release()
 
 
 @pytest.fixture

@@ -6,9 +6,11 @@ CONFIG has ``output_uri``, ``registry`` (a SQLite path), ``storage_options``, ``
 attach preemption: ``saver.attach(trainer, save_on_sigterm=checkpoint, sigterm_grace=grace)``;
 with ``"attach": false`` it attaches nothing and never closes the saver, so only the ``atexit``
 flush stands between its background saves and the end of the process. Each
-iteration sleeps 20 ms and prints ``{"iteration": n}``, so the test knows where training was.
-``hold`` (``{"iteration": 30, "until": PATH}``) stops training after that iteration until PATH
-exists: a test takes the gateway down there, so no save races its outage. ``debug_log`` (a
+iteration sleeps 20 ms (a training step's compute, without burning a CPU) and prints
+``{"iteration": n}``, so the test knows where training was. ``hold`` (``{"iteration": 30}``)
+stops training after that iteration: the saver is flushed (every save so far is durable), the
+process prints ``{"held": 30}`` and waits for a line on stdin; a test takes the gateway down
+there, so no save races its outage. ``debug_log`` (a
 path) gets faulthandler's tracebacks and a line once the at-exit flush returned, for a
 failure's message (stderr stays as a user sees it: no logging is configured).
 """
@@ -18,7 +20,6 @@ from __future__ import annotations
 import atexit
 import faulthandler
 import json
-import os
 import sys
 import threading
 import time
@@ -65,8 +66,9 @@ def main(config: dict[str, Any]) -> None:
         print(json.dumps({"iteration": engine.state.iteration}), flush=True)
         hold = config.get("hold")
         if hold and engine.state.iteration == hold["iteration"]:
-            while not os.path.exists(hold["until"]):
-                time.sleep(0.01)
+            saver.flush()
+            print(json.dumps({"held": engine.state.iteration}), flush=True)
+            sys.stdin.readline()
 
     trainer.run(range(config.get("iterations", 10_000)), max_epochs=1)
 

@@ -41,7 +41,6 @@ import signal
 import sqlite3
 import sys
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
@@ -50,6 +49,7 @@ from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint
 
 from tests.tcp_gate import Gate
+from tests.waiting import let_time_pass
 from tracker_saver import TrackerSaver, find_models, resume
 from tracker_saver.core.records import UploadInfo
 from tracker_saver.models import open_verified
@@ -59,7 +59,7 @@ STREAMS = ("best_checkpoint", "checkpoint")
 _fault: dict[str, Any] = {"stream": None, "kind": None}
 _locks: list[sqlite3.Connection] = []
 _gate: Gate | None = None
-_gate_wait_s = 0.0
+_gated: Any = None  # the registry behind the gate
 
 
 def _die() -> None:
@@ -147,8 +147,8 @@ def _unlock() -> None:
     if _gate is not None and not _gate.is_open:
         _gate.open()
         # The server answers again; the registry tries it once half its timeout has passed
-        # (tracker_saver.core.outage.Outage): wait that out, as a process that lives on would.
-        time.sleep(_gate_wait_s)
+        # (tracker_saver.core.outage.Outage): the next epoch comes later, as in a process that lives on.
+        let_time_pass(_gated._outage)
 
 
 def _killing(base: type) -> type:
@@ -176,7 +176,7 @@ def _post(info: UploadInfo) -> None:
 
 def _mlflow(config: dict[str, Any]) -> Any:
     """The MLflow registry of ``config``, reached through a gate the ``registry`` fault closes."""
-    global _gate, _gate_wait_s
+    global _gate, _gated
     from urllib.parse import urlsplit
 
     from tracker_saver.integrations.mlflow.registry import MLflowRegistry
@@ -185,10 +185,9 @@ def _mlflow(config: dict[str, Any]) -> Any:
     _gate = Gate(server.hostname or "127.0.0.1", int(server.port or 80))
     # At least 6 s: a shorter one means a read timeout of 1 s and no retry for every request of the
     # worker, and on a loaded 2-core machine an MLflow request took longer (CI, in-process tests).
-    _gate_wait_s = max(6.0, float(config.get("timeout", 30)))
-    return _killing(MLflowRegistry)(
-        _gate.uri, experiment_prefix=config.get("experiment_prefix", ""), timeout=_gate_wait_s
-    )
+    timeout = max(6.0, float(config.get("timeout", 30)))
+    _gated = _killing(MLflowRegistry)(_gate.uri, experiment_prefix=config.get("experiment_prefix", ""), timeout=timeout)
+    return _gated
 
 
 def main(config: dict[str, Any]) -> None:

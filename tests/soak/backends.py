@@ -107,7 +107,7 @@ class Backend:
     prefix: str = ""
     standin: KillingStandIn | None = None
     gateway: Gateway | None = None
-    mlflow: Any = None  # (the mlflow server process, its URI)
+    mlflow: Any = None  # (the mlflow server process, None for a server not its own; its URI)
 
     # -- storage ------------------------------------------------------------------------------
     def listing(self) -> tuple[list[Obj], list[str]]:
@@ -243,7 +243,7 @@ class Backend:
         """Stop the stand-in, remove the S3 bucket (the local files stay under ``workdir``)."""
         if self.standin is not None:
             self.standin.stop()
-        if self.mlflow is not None:
+        if self.mlflow is not None and self.mlflow[0] is not None:  # a server of its own
             from tests.conftest_mlflow import stop_server
 
             stop_server(self.mlflow[0])
@@ -380,8 +380,11 @@ _CLEARML_DROP = ("CLEARML_AUTH_TOKEN", "CLEARML_TASK_ID", "CLEARML_OFFLINE_MODE"
 
 
 @contextlib.contextmanager
-def open_backend(name: str, *, ceph: Any = None, workdir: str | None = None) -> Iterator[Backend]:
-    """A fresh, empty back end for one soak run; ``ceph`` is the gateway for ``s3`` (else the env's)."""
+def open_backend(
+    name: str, *, ceph: Any = None, workdir: str | None = None, mlflow_uri: str | None = None
+) -> Iterator[Backend]:
+    """A fresh, empty back end for one soak run; ``ceph`` is the gateway for ``s3`` (else the env's),
+    ``mlflow_uri`` a running server for ``mlflow`` (else one of its own, stopped at the end)."""
     with contextlib.ExitStack() as stack:
         root = Path(workdir) if workdir else Path(stack.enter_context(tempfile.TemporaryDirectory(prefix="soak-")))
         root.mkdir(parents=True, exist_ok=True)
@@ -409,7 +412,7 @@ def open_backend(name: str, *, ceph: Any = None, workdir: str | None = None) -> 
         elif name == "mlflow":
             from tests.conftest_mlflow import start_mlflow_server
 
-            server = start_mlflow_server(root / "mlflow")
+            server = (None, mlflow_uri) if mlflow_uri else start_mlflow_server(root / "mlflow")
             env = {**base, "MLFLOW_TRACKING_URI": server[1]}
             backend = Backend(name, str(root / "output"), f"mlflow:{server[1]}", root, env=env, max_delay=3.0,
                               mlflow=server)  # fmt: skip

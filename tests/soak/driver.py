@@ -317,9 +317,10 @@ class Soak:
         *,
         mutant: str = "",
         point_timeout: float = POINT_TIMEOUT,
+        until_violation: bool = False,
     ) -> None:
         self.backend, self.plan, self.seed, self.log, self.mutant = backend, plan, seed, log, mutant
-        self.point_timeout = point_timeout
+        self.point_timeout, self.until_violation = point_timeout, until_violation
         self.twin = Twin(seed)
         self.stats = Stats(backend.name, seed)
         self.rng = random.Random(seed + 1)
@@ -382,6 +383,9 @@ class Soak:
             if self.backend.standin is not None:
                 with self.backend.standin._lock:
                     self.backend.standin.calls.clear()  # it keeps every request: memory
+            if self.until_violation and self.stats.violations:
+                following.kill()
+                return
             proc, restore, previous = following, kill.restore, kill
 
     def _after_startup(
@@ -548,17 +552,24 @@ def run_soak(
     log: Callable[[str], None] | None = None,
     mutant: str = "",
     point_timeout: float = POINT_TIMEOUT,
+    random_every: int = 2,
+    mlflow_uri: str | None = None,
+    until_violation: bool = False,
 ) -> Stats:
     """Run the soak on a fresh back end; see ``python -m tests.soak --help``.
 
     ``mutant`` names a deliberate bug of ``tests.soak.trainer.MUTANTS`` to run instead of the
-    real saver's behaviour: the checks must catch it (the harness's own test).
+    real saver's behaviour: the checks must catch it (the harness's own test); ``until_violation``
+    ends the run after the first kill that found a violation. One kill in ``random_every`` is random
+    in time (:func:`tests.soak.plan.make_plan`). ``mlflow_uri``: the MLflow server to use (default: a
+    server of its own).
     """
     say = log or (lambda line: print(line, file=sys.stderr, flush=True))
-    with open_backend(backend, ceph=ceph, workdir=workdir) as where:
-        plan = make_plan(backend, kills, seed, max_delay=max_delay or where.max_delay)
+    with open_backend(backend, ceph=ceph, workdir=workdir, mlflow_uri=mlflow_uri) as where:
+        plan = make_plan(backend, kills, seed, max_delay=max_delay or where.max_delay, random_every=random_every)
         say(
             f"soak: {backend} kills={kills} seed={seed} output_uri={where.output_uri} registry={where.registry} "
             f"run={where.run} points={','.join(targeted_points(backend))}"
         )
-        return Soak(where, plan, seed, say, mutant=mutant, point_timeout=point_timeout).run()
+        soak = Soak(where, plan, seed, say, mutant=mutant, point_timeout=point_timeout, until_violation=until_violation)
+        return soak.run()

@@ -24,6 +24,7 @@ __all__ = [
     "make_plan",
     "parse_crash",
     "score_of",
+    "short_kills",
     "targeted_points",
 ]
 
@@ -141,18 +142,20 @@ class Kill:
         return ""
 
 
-def make_plan(backend: str, kills: int, seed: int, *, max_delay: float) -> list[Kill]:
-    """The kills of one run: half random in time, half targeted, round-robin over the points.
+def make_plan(backend: str, kills: int, seed: int, *, max_delay: float, random_every: int = 2) -> list[Kill]:
+    """The kills of one run: one in ``random_every`` random in time, the others targeted, round-robin over the points.
 
-    Kill ``i`` is random when ``(i + i // 4)`` is even, so random and targeted kills meet every
-    restore mode equally often. Each round of targeted kills visits every point once, in an
-    order shuffled by the seed. On ``s3`` every 10th kill is a gateway stop instead, alternately
-    a short one and an outage.
+    Kill ``i`` is random when ``(i + i // 4) % random_every == 0``, so random and targeted kills
+    meet every restore mode (``i % 4``) alike. Each round of targeted kills visits every point once,
+    in an order shuffled by the seed. On ``s3`` every 10th kill is a gateway stop instead,
+    alternately a short one and an outage.
 
     Examples:
         >>> plan = make_plan("local", 8, seed=1, max_delay=1.0)
         >>> [k.kind for k in plan].count("random"), [k.restore for k in plan][:4]
         (4, ['resume', 'fresh', 'resume', 'scratch'])
+        >>> [k.kind for k in make_plan("local", 6, seed=1, max_delay=1.0, random_every=3)].count("random")
+        3
     """
     if backend not in BACKENDS:
         raise ValueError(f"backend {backend!r} is not one of {', '.join(BACKENDS)}")
@@ -164,7 +167,7 @@ def make_plan(backend: str, kills: int, seed: int, *, max_delay: float) -> list[
         if backend == "s3" and i % 10 == 9:
             point = GATEWAY[(i // 10) % 2]
             plan.append(Kill(i, "gateway", point, rng.randint(1, 3), rng.uniform(0.0, 5.0), restore))
-        elif (i + i // 4) % 2 == 0:
+        elif (i + i // 4) % random_every == 0:
             plan.append(Kill(i, "random", "", 0, rng.uniform(0.0, max_delay), restore))
         else:
             if not points:
@@ -174,3 +177,20 @@ def make_plan(backend: str, kills: int, seed: int, *, max_delay: float) -> list[
             count = rng.randint(1, 6) if point.startswith("request:") else rng.randint(1, 3)
             plan.append(Kill(i, "targeted", point, count, 0.0, restore))
     return plan
+
+
+def short_kills(backend: str, random_every: int = 3) -> int:
+    """The fewest kills of :func:`make_plan` that still kill at every targeted point once (on ``s3``,
+    with both gateway faults): CI's soak, the same property as 500 kills with far fewer restarts.
+
+    Examples:
+        >>> short_kills("local"), short_kills("s3"), short_kills("clearml")
+        (15, 20, 20)
+    """
+    kills = 1
+    while True:
+        plan = make_plan(backend, kills, 0, max_delay=1.0, random_every=random_every)
+        points = {k.point for k in plan if k.kind != "random"}
+        if points >= set(targeted_points(backend)) | (set(GATEWAY) if backend == "s3" else set()):
+            return kills
+        kills += 1
