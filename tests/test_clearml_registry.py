@@ -10,7 +10,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import os
-import time
 import uuid
 from pathlib import Path
 from typing import Any
@@ -602,9 +601,13 @@ class _RefusingSession:
     host = "http://127.0.0.1:1"
     _offline_mode = False
 
+    def __init__(self) -> None:
+        self.sent = 0
+
     def send(self, request: Any) -> Any:
         import requests
 
+        self.sent += 1
         raise requests.ConnectionError(f"cannot reach http://{self.access_key}:{self.secret_key}@127.0.0.1:1/")
 
 
@@ -623,27 +626,22 @@ def test_a_connection_error_is_chained_and_never_shows_credentials(clearml_serve
     registry = ClearMLRegistry(project_root=_root(), timeout=60)
     info = _info(_run(registry), "checkpoint_1.pt")
     registry.fail(registry.create_pending(info, uri="file:///x.pt").id, "only to look the project up")
-    registry._session = _RefusingSession()
-    started = time.monotonic()
+    registry._session = refusing = _RefusingSession()
     with pytest.raises(RegistryError, match="creating .* failed .*cannot reach") as err:
         registry.create_pending(info, uri="file:///x.pt")
-    assert time.monotonic() - started < 5
+    assert refusing.sent == 1  # not retried: no wait for the timeout
     assert isinstance(err.value.__cause__, requests.ConnectionError)
     assert "s3cr3t-value" not in str(err.value) and "STANDIN_ACCESS_KEY" not in str(err.value)
 
 
-def test_an_unreachable_server_fails_fast_with_the_fix(clearml_server: ClearMLServer, monkeypatch) -> None:
-    import time
-
+def test_an_unreachable_server_fails_at_construction_with_the_fix(clearml_server: ClearMLServer, monkeypatch) -> None:
     from clearml.backend_interface.base import InterfaceBase
 
     monkeypatch.setattr(InterfaceBase, "_default_session", None)
     monkeypatch.setenv("CLEARML_API_HOST", "http://127.0.0.1:9")  # discard port: nothing listens
     monkeypatch.delenv("CLEARML_AUTH_TOKEN", raising=False)
-    started = time.monotonic()
     with pytest.raises(ConfigError, match="cannot connect .*server is up.*CLEARML_API_HOST") as err:
         ClearMLRegistry(project_root=_root())  # fails at construction, before any training
-    assert time.monotonic() - started < 30  # the test config caps retries; SDK defaults would wait minutes
     assert err.value.__cause__ is not None
     assert os.environ["CLEARML_API_SECRET_KEY"] not in str(err.value)
 

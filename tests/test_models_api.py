@@ -198,25 +198,16 @@ def test_every_record_gets_its_tags_past_500_rows(tmp_path: Path) -> None:
     assert sum("latest" in r.aliases for r in records) == sum("best" in r.aliases for r in records) == 10
 
 
-def test_find_models_on_ten_thousand_records_is_fast(tmp_path: Path) -> None:
+def test_find_models_on_ten_thousand_records_pages_sorts_and_counts_them_all(tmp_path: Path) -> None:
+    """Right answers at scale; how long they take is benchmarks/bench_cli.py's (``models list`` on 10k records)."""
     path = tmp_path / "big.db"
     _bulk_registry(path, 10_000, 100)
     reg = str(path)
-    find_models(limit=1, registry=reg)  # open once
-    timings = {}
-    for label, kwargs in (
-        ("limit 50", {"limit": 50, "order_by": "-created_at"}),
-        ("limit 50 by score", {"limit": 50, "order_by": "-score"}),
-        ("alias best", {"alias": "best"}),
-        ("all", {}),
-    ):
-        start = time.perf_counter()
-        found = find_models(**kwargs, registry=reg)  # type: ignore[arg-type]
-        timings[label] = time.perf_counter() - start
-        assert found
-    start = time.perf_counter()
-    assert count_models(where="score>0.5", registry=reg) > 0
-    timings["count"] = time.perf_counter() - start
-    print({k: f"{v * 1000:.0f} ms" for k, v in timings.items()})
-    # Generous bounds: two busy cores run other tests at once (quiet: ~15 ms, ~10 ms, ~0.4 s).
-    assert timings["limit 50"] < 0.5 and timings["alias best"] < 1.0 and timings["all"] < 5.0
+    newest = find_models(limit=50, order_by="-created_at", registry=reg)
+    assert [int(r.id) for r in newest] == list(range(10_000, 9_950, -1))
+    scores = sorted(((i % 97) / 97 for i in range(1, 10_001)), reverse=True)
+    assert [r.score for r in find_models(limit=50, order_by="-score", registry=reg)] == scores[:50]
+    best = find_models(alias="best", registry=reg)
+    assert len(best) == 100 and all("best" in r.aliases for r in best)  # one per stream
+    assert len(find_models(registry=reg)) == 10_000
+    assert count_models(where="score>0.5", registry=reg) == sum(score > 0.5 for score in scores)

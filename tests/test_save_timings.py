@@ -2,11 +2,15 @@
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import subprocess
 import sys
+import threading
 import time
+from collections.abc import Callable
+from typing import Any
 
 import numpy as np
 import pytest
@@ -14,6 +18,7 @@ import torch
 from ignite.handlers import Checkpoint
 
 from tests.helpers import ROOT, SCORES, Target, attach, model, trainer_engine
+from tests.waiting import when_waiting
 from tracker_saver import CallbackError, RecordNotFoundError, find_models, run_stats
 from tracker_saver.cli.main import main
 from tracker_saver.core.records import TIMING_KEYS, RecordState, UploadInfo
@@ -48,8 +53,13 @@ class _Timed:
         self.walls.append(time.perf_counter() - start)
 
 
-def _train(target, epochs: int, *, pre=(), post=(), **options) -> tuple[_Timed, list]:
-    """``epochs`` saves of a score stream (n_saved=2) through a real Checkpoint; the records, oldest first."""
+def _train(
+    target, epochs: int, *, pre=(), post=(), around: Callable[[Any], Any] = contextlib.nullcontext, **options
+) -> tuple[_Timed, list]:
+    """``epochs`` saves of a score stream (n_saved=2) through a real Checkpoint; the records, oldest first.
+
+    The training runs inside ``around(saver)``.
+    """
     from ignite.engine import Events
 
     saver = target.saver(pre_upload=pre, post_upload=post, **options)
@@ -68,7 +78,8 @@ def _train(target, epochs: int, *, pre=(), post=(), **options) -> tuple[_Timed, 
     )
     trainer.add_event_handler(Events.EPOCH_COMPLETED, timed)
     saver.attach(trainer)
-    trainer.run([0], max_epochs=epochs)
+    with around(saver):
+        trainer.run([0], max_epochs=epochs)
     saver.close()
     return timed, find_models(states=SAVED, order_by="id", registry=target.registry)
 
@@ -89,16 +100,35 @@ def test_every_sync_save_records_typed_timings_in_the_registry(local_target):
 
 
 def test_an_async_save_blocks_only_for_its_snapshot_and_is_durable_after_the_upload(local_target):
-    slow_upload = lambda info: time.sleep(0.4)  # noqa: E731 (a post-upload callback runs on the worker)
-    timed, records = _train(local_target, 3, post=[slow_upload], async_upload=True, max_pending=1)
+    """The first save's upload is held (a post-upload callback on the worker) until the second save
+    waits for max_pending's one slot; nothing is timed against a number."""
+    uploads: list[str] = []
+    release = threading.Event()
+    marks: dict[str, float] = {}
+
+    def hold_the_first(info: UploadInfo) -> None:
+        uploads.append(info.filename)
+        if len(uploads) == 1:
+            release.wait()
+            marks["uploaded"] = time.perf_counter()
+
+    def second_waits() -> None:
+        marks["waiting"] = time.perf_counter()
+        release.set()
+
+    def around(saver: Any) -> Any:
+        return when_waiting(saver._background._slots, second_waits)
+
+    timed, records = _train(local_target, 3, post=[hold_the_first], around=around, async_upload=True, max_pending=1)
     first, second, third = (r.metadata for r in records)
     assert all(m["save_background"] is True for m in (first, second, third))
-    # The first save only copied its tensors: the upload after it (0.4 s) is durable time, not blocked.
-    assert first["save_blocked_s"] < 0.2 <= 0.4 <= first["save_durable_s"]
+    # The first save only copied its tensors and returned: its upload, held until the second save
+    # was waiting, is durable time, not blocked.
     assert first["save_blocked_s"] <= timed.walls[0]
-    # The second waited for max_pending's one slot (the first's upload): that wait blocked training.
-    assert second["save_blocked_s"] >= 0.2
-    assert second["save_durable_s"] >= second["save_blocked_s"] + 0.4
+    assert first["save_blocked_s"] < first["save_durable_s"]
+    # The second waited for the slot until the first's upload was done: that wait blocked training.
+    assert "waiting" in marks and second["save_blocked_s"] >= marks["uploaded"] - marks["waiting"]
+    assert second["save_blocked_s"] < second["save_durable_s"]
     assert all(m["save_bytes"] == r.size for m, r in zip((first, second, third), records, strict=True))
 
 

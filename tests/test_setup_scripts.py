@@ -1,17 +1,17 @@
 """The set-up scripts a new user runs first: they wait for apt's lock instead of failing.
 
 Run with the real ``apt-get`` and the real dpkg lock (root only, as CI runs): the test holds
-``/var/lib/dpkg/lock-frontend`` the way dpkg does (an fcntl lock) for a few seconds.
+``/var/lib/dpkg/lock-frontend`` the way dpkg does (an fcntl lock) while apt.sh runs.
 """
 
 from __future__ import annotations
 
+import contextlib
 import fcntl
 import os
 import shutil
 import subprocess
-import threading
-import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -29,22 +29,19 @@ def apt_as_root() -> None:
         pytest.skip("needs root and Debian's apt-get")
 
 
-def _hold_dpkg_lock(seconds: float) -> threading.Timer:
-    """Take dpkg's frontend lock now and let it go after ``seconds`` (join the timer to wait)."""
+@contextlib.contextmanager
+def dpkg_lock_held() -> Iterator[None]:
+    """Hold dpkg's frontend lock inside the block, as dpkg does (an fcntl lock).
+
+    Taking it waits while someone else holds it: another test of this file in another xdist
+    worker, or a real apt-get.
+    """
     fd = os.open(LOCK, os.O_RDWR)
-    deadline = time.monotonic() + 120  # another test of this file, in another xdist worker, may hold it
-    while True:
-        try:
-            fcntl.lockf(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-            break
-        except OSError:
-            if time.monotonic() > deadline:
-                os.close(fd)
-                pytest.fail("another apt-get or dpkg held the dpkg lock for 120 s")
-            time.sleep(0.1)
-    release = threading.Timer(seconds, os.close, args=(fd,))  # closing the descriptor drops the lock
-    release.start()
-    return release
+    try:
+        fcntl.lockf(fd, fcntl.LOCK_EX)
+        yield
+    finally:
+        os.close(fd)  # closing the descriptor drops the lock
 
 
 def _apt(*args: str, wait: int) -> subprocess.CompletedProcess[str]:
@@ -55,31 +52,30 @@ def _apt(*args: str, wait: int) -> subprocess.CompletedProcess[str]:
 
 
 def test_apt_get_waits_for_the_dpkg_lock_and_says_so(apt_as_root: None) -> None:
-    release = _hold_dpkg_lock(4)
-    t0 = time.monotonic()
-    # Installing a package that is installed changes nothing, but apt-get still takes the lock.
-    done = _apt("get", "install", "-y", "-qq", "coreutils", wait=60)
-    assert done.returncode == 0, done.stderr
-    assert time.monotonic() - t0 >= 3.5
-    assert "waiting for another apt-get or dpkg to finish" in done.stderr
-    release.join()
+    with dpkg_lock_held():
+        # Installing a package that is installed changes nothing, but apt-get still takes the lock.
+        proc = subprocess.Popen(
+            ["bash", str(ROOT / "scripts" / "apt.sh"), "get", "install", "-y", "-qq", "coreutils"],
+            stderr=subprocess.PIPE, text=True, env={**os.environ, "APT_LOCK_WAIT": "60"},
+        )  # fmt: skip
+        assert proc.stderr is not None
+        said = proc.stderr.readline()  # while the lock is held, it says that it waits
+        assert "waiting for another apt-get or dpkg to finish" in said, said
+    _, rest = proc.communicate(timeout=120)  # the lock is free: its next try takes it
+    assert proc.returncode == 0, rest
 
 
 def test_apt_get_gives_up_after_apt_lock_wait_with_the_fix(apt_as_root: None) -> None:
-    release = _hold_dpkg_lock(5)
-    done = _apt("get", "install", "-y", "coreutils", wait=2)
+    with dpkg_lock_held():
+        done = _apt("get", "install", "-y", "coreutils", wait=2)
     assert done.returncode == 100
     assert "gave up after 2 s" in done.stderr and "raise APT_LOCK_WAIT" in done.stderr
-    release.join()
 
 
 def test_apt_install_of_installed_packages_needs_no_lock(apt_as_root: None) -> None:
-    release = _hold_dpkg_lock(3)
-    t0 = time.monotonic()
-    done = _apt("install", "coreutils", "bash", wait=60)
+    with dpkg_lock_held():  # needing it, the install would give up after 1 s (status 100, the message)
+        done = _apt("install", "coreutils", "bash", wait=1)
     assert done.returncode == 0 and done.stderr == ""
-    assert time.monotonic() - t0 < 2
-    release.join()
 
 
 def test_every_set_up_script_installs_through_apt_sh() -> None:
