@@ -11,7 +11,6 @@ import subprocess
 import sys
 import textwrap
 import threading
-import time
 
 import pytest
 import torch
@@ -19,6 +18,7 @@ from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint
 
 from tests.helpers import ROOT, model, process_env
+from tests.waiting import until_idle, when_waiting
 from tracker_saver import (
     CallbackError,
     ConfigError,
@@ -104,13 +104,10 @@ def test_at_most_max_pending_snapshots_then_the_training_thread_waits(local_targ
     handler = Checkpoint({"model": net}, saver, n_saved=3)
     trainer = _trainer(net)
     trainer.add_event_handler(Events.EPOCH_COMPLETED, handler)
-    done = threading.Event()
-    thread = threading.Thread(target=lambda: (trainer.run([0], max_epochs=2), done.set()))
-    thread.start()
-    assert not done.wait(0.5), "the second save did not wait for the first"
-    gate.open()
-    assert done.wait(60)
-    thread.join()
+    # The second save waits for the first's upload (held at the gate): the gate opens only then.
+    with when_waiting(saver._background._slots, gate.open) as waited:
+        trainer.run([0], max_epochs=2)
+    assert len(waited) == 1 and gate.seen == ["model_1.pt", "model_2.pt"], "the second save did not wait for the first"
     saver.flush()
     assert len(find_models(project="p", live=True, registry=local_target.registry)) == 2
     saver.close()
@@ -131,8 +128,7 @@ def test_a_background_error_is_raised_by_the_next_save_with_its_cause(local_targ
     trainer = _trainer(net)
     trainer.add_event_handler(Events.EPOCH_COMPLETED, handler)
     trainer.run([0], max_epochs=1)
-    while saver._background.pending():  # white-box: wait until the worker has met the error
-        time.sleep(0.01)
+    until_idle(saver._background)  # the worker has met the error
     with pytest.raises(CallbackError, match="model_1.pt") as raised:
         trainer.run([0], max_epochs=2)  # the next save raises it, before taking its snapshot
     assert isinstance(raised.value.__cause__, OSError)
@@ -160,8 +156,7 @@ def test_a_remove_that_raises_an_earlier_error_is_still_done(local_target) -> No
 
     @trainer.on(Events.EPOCH_COMPLETED)
     def save(engine: Engine) -> None:
-        while saver._background.pending():  # white-box: each save meets the previous one's outcome
-            time.sleep(0.01)
+        until_idle(saver._background)  # each save meets the previous one's outcome
         with contextlib.suppress(CallbackError):  # the user's choice: go on training after a failure
             handler(engine)
 
@@ -251,13 +246,17 @@ def _script(body: str) -> str:
 @pytest.mark.parametrize("hang", [False, True])
 def test_interpreter_exit_flushes_or_gives_up_within_the_limit(local_target, hang) -> None:
     body = """
-        # A hang gives up after 1 s; a half-second save gets a minute (a loaded machine's save takes
-        # longer than 1 s - 0.5 s, which made this a timing test).
+        # The upload is held until the interpreter exits (an atexit hook registered after the saver's
+        # runs before it), so the at-exit flush always finds it pending; a hang is never let go, and
+        # the flush gives up at its limit (1 s here), saying what is not durable.
+        import atexit
         background.ATEXIT_TIMEOUT_S = 1.0 if HANG else 60.0
-        def slow(info):
-            time.sleep(3600 if HANG else 0.5)
+        exiting = threading.Event()
+        def held(info):
+            threading.Event().wait() if HANG else exiting.wait()
             return info
-        saver = TrackerSaver(out, project="p", run="r", registry=registry, async_upload=True, pre_upload=[slow])
+        saver = TrackerSaver(out, project="p", run="r", registry=registry, async_upload=True, pre_upload=[held])
+        atexit.register(exiting.set)
         net = torch.nn.Linear(2, 1)
         trainer = Engine(lambda e, b: None)
         trainer.add_event_handler(Events.EPOCH_COMPLETED, Checkpoint({"model": net}, saver, n_saved=1))

@@ -5,10 +5,10 @@ from __future__ import annotations
 import os
 import sys
 import threading
-import time
 
 import pytest
 
+from tests.waiting import until_idle, when_waiting
 from tracker_saver.core.errors import FlushTimeoutError, StorageError
 from tracker_saver.save.background import WORKER_NICENESS, Background
 
@@ -32,22 +32,29 @@ def test_submit_waits_while_max_pending_heavy_operations_are_pending() -> None:
     bg = Background(max_pending=1)
     with bg.reserve() as enqueue:
         enqueue(gate.wait, what="first save")
-    submitted = threading.Event()
-    snapshots: list[str] = []
+    events: list[str] = []
+    moved = threading.Condition()
+
+    def note(event: str) -> None:
+        with moved:
+            events.append(event)
+            moved.notify_all()
 
     def second() -> None:
         with bg.reserve() as enqueue:
-            snapshots.append("taken")  # the snapshot is taken only once there is room
+            note("snapshot taken")  # the snapshot is taken only once there is room
             enqueue(lambda: None, what="second save")
-        submitted.set()
 
-    waiter = threading.Thread(target=second)
-    waiter.start()
-    assert not submitted.wait(0.3) and snapshots == [], "a second snapshot was taken past max_pending"
+    with when_waiting(bg._slots, lambda: note("waits for room")):
+        waiter = threading.Thread(target=second)
+        waiter.start()
+        with moved:  # whichever comes first: it waits (right), or takes its snapshot (wrong)
+            moved.wait_for(lambda: events)
+    assert events == ["waits for room"], "a second snapshot was taken past max_pending"
     bg.submit(lambda: None, what="a remove")  # light operations never wait
     gate.set()
-    assert submitted.wait(10)
     waiter.join()
+    assert events == ["waits for room", "snapshot taken"]
     bg.close()
 
 
@@ -61,8 +68,7 @@ def test_an_error_is_raised_in_the_caller_by_the_next_submit_with_its_cause() ->
             raise StorageError("writing file:///out/p/r/model.slot0.pt failed") from exc
 
     bg.submit(fail, what="model_1.pt")
-    while bg.pending():
-        time.sleep(0.01)
+    until_idle(bg)  # the worker has met the error
     with pytest.raises(StorageError, match="model.slot0.pt") as raised:
         bg.submit(lambda: None, what="model_2.pt")
     assert isinstance(raised.value.__cause__, OSError)
@@ -91,9 +97,10 @@ def test_a_save_that_waits_for_room_raises_the_error_of_the_one_it_waited_for() 
     bg = Background(max_pending=1)
     with bg.reserve() as enqueue:
         enqueue(lambda: (gate.wait(), 1 / 0), what="model_1.pt")
-    threading.Timer(0.2, gate.set).start()
-    with pytest.raises(ZeroDivisionError), bg.reserve():
+    # The first save fails only once this one waits for room: it learns of it when the room comes.
+    with when_waiting(bg._slots, gate.set) as waited, pytest.raises(ZeroDivisionError), bg.reserve():
         pytest.fail("the block must not run: the save it would queue follows a failed one")
+    assert len(waited) == 1
     with bg.reserve() as enqueue:  # the room was given back
         enqueue(lambda: None, what="model_2.pt")
     bg.close()
@@ -119,7 +126,7 @@ def test_flush_with_a_timeout_names_what_is_not_durable() -> None:
     with bg.reserve() as enqueue:
         enqueue(gate.wait, what="best_model_3_acc=0.9.pt")
     with pytest.raises(FlushTimeoutError, match=r"1 background saves not done after 0 s.*best_model_3_acc=0.9.pt") as e:
-        bg.flush(timeout=0.2)
+        bg.flush(timeout=0)  # none left: the limit is reached at once, with the save still held
     assert e.value.pending == ["best_model_3_acc=0.9.pt"]
     gate.set()
     bg.close()

@@ -11,13 +11,13 @@ import http.server
 import subprocess
 import sys
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from tests.conftest_ceph import CephS3, _GatewayUse
+from tests.waiting import when_reaching
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -40,13 +40,13 @@ def state_dir(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 @pytest.fixture
-def endpoint() -> Iterator[tuple[str, list[float]]]:
-    """An HTTP server standing in for the gateway's port: it notes when each request came."""
-    seen: list[float] = []
+def endpoint() -> Iterator[tuple[str, list[str]]]:
+    """An HTTP server standing in for the gateway's port: it notes each request in the list (``"probed"``)."""
+    seen: list[str] = []
 
     class Handler(http.server.BaseHTTPRequestHandler):
         def do_GET(self) -> None:
-            seen.append(time.monotonic())
+            seen.append("probed")
             self.send_response(403)
             self.end_headers()
 
@@ -70,26 +70,29 @@ def _holder(state_dir: Path) -> subprocess.Popen[str]:
 
 
 def test_ensure_up_waits_while_another_process_has_the_gateway_stopped(
-    state_dir: Path, endpoint: tuple[str, list[float]]
+    state_dir: Path, endpoint: tuple[str, list[str]]
 ) -> None:
     url, seen = endpoint
     gw = CephS3(endpoint_url=url, access_key="k", secret_key="s", region="us-east-1", lock=_GatewayUse())
     holder = _holder(state_dir)
-    done = threading.Event()
-    threading.Thread(target=lambda: (gw.ensure_up(), done.set()), daemon=True).start()
-    time.sleep(1.0)
-    assert not done.is_set() and not seen, "ensure_up probed (and could restart) the gateway during an outage"
-    released = time.monotonic()
+    waiting = threading.Event()
+    # ensure_up's thread is about to wait for the gateway lock, which the holder has: it waits there.
+    with when_reaching(_GatewayUse.shared, "fcntl.flock(self._gate, fcntl.LOCK_SH)", waiting.set):
+        probe = threading.Thread(target=gw.ensure_up)
+        probe.start()
+        assert waiting.wait(60), "ensure_up never went for the gateway lock"
+    assert seen == [], "ensure_up probed (and could restart) the gateway during an outage"
+    seen.append("released")
     assert holder.stdin is not None
     holder.stdin.close()
     holder.wait(10)
-    assert done.wait(10)
-    assert len(seen) == 1 and seen[0] >= released
+    probe.join()
+    assert seen == ["released", "probed"]
     assert not gw.lock.held  # type: ignore[union-attr]  # it gave back the hold it took
 
 
 def test_ensure_up_inside_a_ceph_test_keeps_the_test_s_own_hold(
-    state_dir: Path, endpoint: tuple[str, list[float]]
+    state_dir: Path, endpoint: tuple[str, list[str]]
 ) -> None:
     url, seen = endpoint
     use = _GatewayUse()

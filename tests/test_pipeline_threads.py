@@ -4,30 +4,36 @@ the async worker saves): a stream is claimed, settled and loaded once, and nothi
 from __future__ import annotations
 
 import threading
-import time
 from pathlib import Path
 from typing import Any
 
+from tests.waiting import when_reaching
 from tracker_saver import TrackerSaver
 from tracker_saver.core.records import RecordState, UploadInfo
 from tracker_saver.registry import Query
 from tracker_saver.registry.sqlite import SQLiteRegistry
+from tracker_saver.save.pipeline import Pipeline
 
 
-class SlowRecovery(SQLiteRegistry):
-    """A real SQLite registry whose query for pending records takes 0.2 s: both threads are
-    inside start-of-stream recovery at once unless ``open`` keeps them apart."""
+class HeldRecovery(SQLiteRegistry):
+    """A real SQLite registry whose query for pending records inside ``Pipeline.open`` (once a
+    thread reached it: ``opening``) waits until the other thread is about to take open's lock
+    (``other_opens``): both threads are inside recovery at once unless ``open`` keeps them apart."""
+
+    def __init__(self, path: Path) -> None:
+        super().__init__(path)
+        self.opening, self.other_opens = threading.Event(), threading.Event()
 
     def query(self, query: Query) -> list[Any]:
         found = super().query(query)
-        if query.states == (RecordState.PENDING,):
-            time.sleep(0.2)
+        if query.states == (RecordState.PENDING,) and self.opening.is_set():
+            self.other_opens.wait()
         return found
 
 
 def test_two_threads_opening_a_stream_settle_a_dead_writers_record_once(tmp_path: Path) -> None:
     output = tmp_path / "ckpts"
-    registry = SlowRecovery(tmp_path / "registry.db")
+    registry = HeldRecovery(tmp_path / "registry.db")
     key = "p/r/checkpoint.slot0.pt"
     info = UploadInfo("p", "r", "checkpoint", "checkpoint_1.pt", slot=0, key=key, output_uri=output.resolve().as_uri())
     saver = TrackerSaver(str(output), project="p", run="r", registry=registry, async_upload=True)
@@ -44,11 +50,18 @@ def test_two_threads_opening_a_stream_settle_a_dead_writers_record_once(tmp_path
         except BaseException as exc:
             errors.append(exc)
 
-    threads = [threading.Thread(target=adopt) for _ in range(2)]
-    for thread in threads:
-        thread.start()
-    for thread in threads:
-        thread.join(30)
+    inside: list[int] = []
+
+    def reaching_open() -> None:  # in each thread, right before it takes open's lock
+        inside.append(threading.get_ident())
+        (registry.opening if len(inside) == 1 else registry.other_opens).set()
+
+    with when_reaching(Pipeline.open, "with self._lock:", reaching_open):
+        threads = [threading.Thread(target=adopt) for _ in range(2)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
     assert errors == [], errors  # without the lock: RegistryError, the record is no longer pending
     assert registry.get(dead.id).state is RecordState.FAILED
     saver.close()

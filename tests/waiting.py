@@ -9,6 +9,8 @@ or passes without testing anything. These helpers give the moment itself:
   semaphore is exhausted and the thread really waits.
 * :func:`on_first_failure` runs an action right after an :class:`~tracker_saver.core.outage.Outage`
   noted its first failed request (the server is back "after the save met it down").
+* :func:`until_idle` waits until a saver's background worker has run everything queued (and kept
+  any error for the next call), as ``flush`` does, without raising it.
 * :func:`let_time_pass` moves an ``Outage``'s clock past the half timeout in which it refuses
   requests after an outage: what a later save meets, without sleeping through it.
 """
@@ -25,7 +27,7 @@ from typing import Any
 
 from tracker_saver.core.outage import Outage
 
-__all__ = ["let_time_pass", "on_first_failure", "when_reaching", "when_waiting"]
+__all__ = ["let_time_pass", "on_first_failure", "until_idle", "when_reaching", "when_waiting"]
 
 
 def _line_of(function: Callable[..., Any], text: str) -> int:
@@ -99,6 +101,13 @@ def when_waiting(
     return when_reaching(
         threading.Semaphore.acquire, "self._cond.wait(", action, where=lambda frame: frame.f_locals["self"] is semaphore
     )
+
+
+def until_idle(background: Any) -> None:
+    """Wait until ``background`` (a :class:`~tracker_saver.save.background.Background`) has nothing
+    queued or running; an error it met stays kept for the next call (white-box: its own condition)."""
+    with background._idle:
+        background._idle.wait_for(lambda: not background._pending)
 
 
 def on_first_failure(outage: Outage, action: Callable[[], object]) -> list[str]:
