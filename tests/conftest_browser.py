@@ -10,7 +10,6 @@ from __future__ import annotations
 import os
 import socket
 import threading
-import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -79,14 +78,20 @@ class UiServer:
         sock.bind(("127.0.0.1", 0))
         self.url = f"http://127.0.0.1:{sock.getsockname()[1]}"
         app = create_app(registry, allowed_hosts=LOOPBACK_HOSTS)
-        self.server = uvicorn.Server(uvicorn.Config(app, log_level="warning", lifespan="off"))
+        listening = threading.Event()
+
+        class Listening(uvicorn.Server):  # type: ignore[misc]
+            """uvicorn's server, which sets ``listening`` once it listens."""
+
+            async def startup(self, sockets: list[socket.socket] | None = None) -> None:
+                await super().startup(sockets)
+                listening.set()
+
+        self.server = Listening(uvicorn.Config(app, log_level="warning", lifespan="off"))
         self.thread = threading.Thread(target=self.server.run, kwargs={"sockets": [sock]}, daemon=True)
         self.thread.start()
-        deadline = time.monotonic() + 20
-        while not self.server.started:
-            if not self.thread.is_alive() or time.monotonic() > deadline:
-                raise RuntimeError("the UI server did not start")
-            time.sleep(0.02)
+        if not listening.wait(60):  # a guard: it exits at once if it cannot start
+            raise RuntimeError("the UI server did not start")
 
     def close(self) -> None:
         self.server.should_exit = True

@@ -48,6 +48,8 @@ from typing import Any
 
 import pytest
 
+from tests.waiting import wait_gone
+
 SCRIPT = Path(__file__).resolve().parent.parent / "scripts" / "ceph-s3.sh"
 #: How long a test that stops the gateway waits for the Ceph tests running in other processes.
 STOP_WAIT_S = 900
@@ -343,11 +345,12 @@ class CephS3:
         for pid in pids:
             with contextlib.suppress(ProcessLookupError):
                 os.kill(pid, signal.SIGTERM)
-        deadline = time.monotonic() + 30
-        while any(_alive(pid) for pid in pids) or not _refused(self.endpoint_url):
-            if time.monotonic() > deadline:
-                raise RuntimeError(f"radosgw (pids {sorted(pids)}) still runs 30 s after SIGTERM")
-            time.sleep(0.05)
+        if not all(wait_gone(pid, 30) for pid in pids):
+            raise RuntimeError(f"radosgw (pids {sorted(pids)}) still runs 30 s after SIGTERM")
+        if not _refused(self.endpoint_url):  # its listening socket went with it
+            raise RuntimeError(
+                f"radosgw (pids {sorted(pids)}) exited, but {self.endpoint_url} still accepts connections"
+            )
 
     def rgw_report(self) -> str:
         """The radosgw processes of this cluster and how long each has run, and whether the port refuses.

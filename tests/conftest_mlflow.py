@@ -21,7 +21,6 @@ import contextlib
 import fcntl
 import json
 import os
-import select
 import shutil
 import signal
 import socket
@@ -34,6 +33,8 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
+
+from tests.waiting import wait_gone
 
 __all__ = ["SharedServer", "free_port", "start_mlflow_server", "stop_server"]
 
@@ -101,18 +102,6 @@ def stop_server(proc: subprocess.Popen[bytes], sig: int = 15) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, 9)
             proc.wait()
-
-
-def wait_gone(pid: int, timeout: float) -> bool:
-    """Wait until process ``pid`` (a child of this process or not) has exited; whether it did in time."""
-    try:
-        fd = os.pidfd_open(pid)
-    except ProcessLookupError:
-        return True
-    try:
-        return bool(select.select([fd], [], [], timeout)[0])  # a pidfd is readable once the process exited
-    finally:
-        os.close(fd)
 
 
 class SharedServer:

@@ -399,15 +399,11 @@ def test_ui_serves_the_registry_it_is_given(trained) -> None:
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=2) as page:
-                    assert page.status == 200
-                    break
-            except OSError:
-                assert server.poll() is None and time.monotonic() < deadline, server.stderr and server.stderr.read()
-                time.sleep(0.2)
+        assert server.stderr is not None
+        said = server.stderr.readline()  # once it listens it says so (or it exits with its error)
+        assert said.startswith(f"tracker-saver UI at http://127.0.0.1:{port}/"), said + server.stderr.read()
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/", timeout=10) as page:
+            assert page.status == 200
     finally:
         server.terminate()
         server.wait(timeout=10)

@@ -19,7 +19,7 @@ def test_a_holder_whose_pid_now_names_another_process_holds_nothing(local_target
     worker.proc.kill()
     worker.proc.wait()
     # The kernel gives the dead writer's pid to an unrelated process: same pid, other start time.
-    recycled = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(60)"])
+    recycled = subprocess.Popen([sys.executable, "-c", "import sys; sys.stdin.read()"], stdin=subprocess.PIPE)
     try:
         with sqlite3.connect(local_target.registry) as conn:
             conn.execute("UPDATE claims SET pid = ?", (recycled.pid,))

@@ -11,7 +11,6 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.request
 from pathlib import Path
 
@@ -331,25 +330,23 @@ def test_the_ui_command_says_its_url_and_how_to_stop_it_once_it_listens(ui_train
 def test_serve_warns_that_there_is_no_authentication_unless_on_loopback(ui_training, tmp_path, host, warns):
     port = _free_port()
     code = f"from tracker_saver.ui import serve; serve({ui_training.registry!r}, host={host!r}, port={port})"
-    err = (tmp_path / "stderr").open("w+")
     proc = subprocess.Popen(
-        [sys.executable, "-c", code], cwd=ROOT, stderr=err, env={**os.environ, "PYTHONPATH": str(ROOT)}
-    )
+        [sys.executable, "-c", code], cwd=ROOT, stderr=subprocess.PIPE, text=True,
+        env={**os.environ, "PYTHONPATH": str(ROOT)},
+    )  # fmt: skip
+    said: list[str] = []
     try:
-        deadline = time.monotonic() + 30
-        while True:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/models?limit=1", timeout=2) as r:
-                    assert r.status == 200
-                    break
-            except OSError:
-                assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "stderr").read_text()
-                time.sleep(0.1)
+        assert proc.stderr is not None
+        while not (said and said[-1].startswith("tracker-saver UI at ")):  # once it listens it says so
+            line = proc.stderr.readline()
+            assert line, "".join(said)  # it exited instead
+            said.append(line)
+        with urllib.request.urlopen(f"http://127.0.0.1:{port}/api/models?limit=1", timeout=10) as r:
+            assert r.status == 200
     finally:
         proc.terminate()
         proc.wait(20)
-    err.seek(0)
-    assert ("no authentication" in err.read()) is warns
+    assert ("no authentication" in "".join(said[:-1])) is warns
 
 
 def test_api_answers_generated_requests_as_its_schema_says(ui_training):

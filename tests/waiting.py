@@ -11,6 +11,7 @@ or passes without testing anything. These helpers give the moment itself:
   noted its first failed request (the server is back "after the save met it down").
 * :func:`until_idle` waits until a saver's background worker has run everything queued (and kept
   any error for the next call), as ``flush`` does, without raising it.
+* :func:`wait_gone` waits until a process (a child or not) has exited, on its pidfd.
 * :func:`let_time_pass` moves an ``Outage``'s clock past the half timeout in which it refuses
   requests after an outage: what a later save meets, without sleeping through it.
 """
@@ -19,6 +20,8 @@ from __future__ import annotations
 
 import contextlib
 import inspect
+import os
+import select
 import sys
 import threading
 from collections.abc import Callable, Iterator
@@ -27,7 +30,7 @@ from typing import Any
 
 from tracker_saver.core.outage import Outage
 
-__all__ = ["let_time_pass", "on_first_failure", "until_idle", "when_reaching", "when_waiting"]
+__all__ = ["let_time_pass", "on_first_failure", "until_idle", "wait_gone", "when_reaching", "when_waiting"]
 
 
 def _line_of(function: Callable[..., Any], text: str) -> int:
@@ -101,6 +104,19 @@ def when_waiting(
     return when_reaching(
         threading.Semaphore.acquire, "self._cond.wait(", action, where=lambda frame: frame.f_locals["self"] is semaphore
     )
+
+
+def wait_gone(pid: int, timeout: float) -> bool:
+    """Wait until process ``pid`` (a child of this process or not) has exited; whether it did within
+    ``timeout`` (a guard against a hang, not a bound under test)."""
+    try:
+        fd = os.pidfd_open(pid)
+    except ProcessLookupError:
+        return True
+    try:
+        return bool(select.select([fd], [], [], timeout)[0])  # a pidfd is readable once the process exited
+    finally:
+        os.close(fd)
 
 
 def until_idle(background: Any) -> None:
