@@ -326,6 +326,13 @@ our_rgw_is_up() {
     [[ -f $CONF && -n $(daemon_pids radosgw "$RGW_NAME") ]] && rgw_answers
 }
 
+# `running`: exit 0 if it is up; else say so in one line and exit 1 (an answer, not a failure).
+cmd_running() {
+    our_rgw_is_up && exit 0
+    log "no gateway of $DIR answers on 127.0.0.1:$PORT: start one with scripts/ceph-s3.sh start"
+    exit 1
+}
+
 # Fails unless the named daemon of this cluster is running.
 require_running() {
     local bin=$1 name=$2
@@ -435,7 +442,7 @@ main() {
     start) cmd_start ;;
     stop) cmd_stop ;;
     env) print_env ;;
-    running) our_rgw_is_up ;;
+    running) cmd_running ;;
     stop-rgw) cmd_stop_rgw ;;
     start-rgw) cmd_start_rgw ;;
     -h | --help | help) usage ;;

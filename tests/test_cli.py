@@ -13,6 +13,7 @@ import urllib.request
 from pathlib import Path
 
 import pytest
+import torch
 
 import tracker_saver
 from tests.helpers import ROOT, SCORES, attach, model, trainer_engine
@@ -178,6 +179,9 @@ def test_show_prints_fields_aliases_and_lineage(trained, capsys) -> None:
     section = out.split("lineage:\n")[1].split("metadata:\n")[0]
     assert [line.split()[0] for line in section.splitlines()] == lineage
     assert "sha256" not in out.split("metadata:\n")[1]  # a field is not repeated as metadata
+    values = dict(line.split(None, 1) for line in section.splitlines())
+    assert values["torch"] == torch.__version__ and values["host"] == socket.gethostname()  # no Python quotes
+    assert values["git_dirty"] in ("yes", "no")
 
 
 def test_show_prints_created_at_as_the_table_does_and_json_keeps_seconds(trained, capsys) -> None:
@@ -331,11 +335,12 @@ def test_a_registry_typo_is_an_error_not_an_empty_registry(tmp_path, capsys) -> 
         ["models", "tag", "1", "x"],
         ["models", "get", "1", str(tmp_path / "x.pt")],
         ["runs", "logs", "p/r"],
+        ["runs", "stats", "p/r"],
         ["ui"],
     ):
         assert _error(capsys, *argv, "--registry", str(typo)) == (
-            f"tracker-saver: error: no registry at {typo}: check the path, or pass --registry (or set "
-            "TRACKER_SAVER_REGISTRY) to name the registry file the saver wrote"
+            f"tracker-saver: error: no registry at {typo}: check the path, or pass --registry PATH, the file the "
+            "saver wrote (or set TRACKER_SAVER_REGISTRY)"
         )
     assert not typo.exists()
 
@@ -355,6 +360,40 @@ def test_a_negative_limit_is_refused(trained, capsys) -> None:
         "tracker-saver models list: error: argument --limit: '-1' is not a count: use a whole number, 0 or more "
         "(see `tracker-saver models list --help`)\n"
     )
+
+
+@pytest.mark.parametrize(
+    ("typed", "meant"), [(["modles", "list"], "models"), (["models", "lst"], "list"), (["runs", "lits"], "list")]
+)
+def test_a_mistyped_command_gets_the_closest_one(capsys, typed: list[str], meant: str) -> None:
+    with pytest.raises(SystemExit) as done:
+        main(typed)
+    assert done.value.code == 2
+    assert (
+        f"invalid choice: '{typed[-1] if meant == 'list' else typed[0]}': did you mean '{meant}'?"
+        in capsys.readouterr().err
+    )
+
+
+def test_a_list_that_matches_nothing_says_so(trained, capsys) -> None:
+    assert main(["models", "list", "--registry", trained, "--project", "nope"]) == 0
+    assert capsys.readouterr().out == "0 records match\n"
+    assert main(["models", "list", "--registry", trained, "--limit", "2", "--offset", "10"]) == 0
+    assert capsys.readouterr().out == "no records past --offset 10: the query matches 5 records\n"  # all but epoch 5
+
+
+@pytest.mark.parametrize("command", ["fsck", "repair"])
+def test_fsck_of_a_run_that_does_not_exist_says_nothing_matched_and_exits_2(trained, capsys, command) -> None:
+    assert _error(capsys, command, "--registry", trained, "--run", "nope") == (
+        "tracker-saver: error: no records match --run nope: nothing was checked; see `tracker-saver runs list` "
+        "for the runs and their projects"
+    )
+    assert main([command, "--registry", trained, "--run", "r"]) == 0  # the run that exists: checked, clean
+
+
+def test_an_or_in_a_where_expression_says_it_is_not_supported(trained, capsys) -> None:
+    error = _error(capsys, "--registry", trained, "models", "list", "--where", "a>1 or b<2")
+    assert "'a>1 or b<2' joins conditions with 'or'" in error and "use 'in'" in error
 
 
 def test_a_bad_where_expression_is_one_clear_line(trained, capsys) -> None:

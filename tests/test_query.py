@@ -74,6 +74,14 @@ def test_one_text_holds_several_conditions_joined_by_and() -> None:
     assert parse_where("") == parse_where("  ") == parse_where([" "]) == ()
 
 
+@pytest.mark.parametrize("text", ["a>1 or b<2", "score>0.9 OR prefix=best"])
+def test_an_or_is_refused_as_unsupported_with_what_to_do_instead(text: str) -> None:
+    with pytest.raises(ConfigError, match=r"joins conditions with 'or', which .* use 'in' .* one query per condition"):
+        parse_where(text)
+    assert parse_where("name='this or that'") == (Condition("name", "==", "this or that"),)  # quoted: text
+    assert parse_where("prefix=orca") == (Condition("prefix", "==", "orca"),)
+
+
 @pytest.mark.parametrize("bad", ["score>0.1 and", "and score>0.1", "score>0.1 and and prefix=best"])
 def test_an_and_with_nothing_beside_it_is_refused(bad: str) -> None:
     with pytest.raises(ConfigError, match=r"has an empty condition next to 'and': join conditions as"):

@@ -20,6 +20,7 @@ from ignite.handlers import Checkpoint
 from tests.helpers import ROOT, SCORES, Target, attach, model, trainer_engine
 from tests.waiting import when_waiting
 from tracker_saver import CallbackError, RecordNotFoundError, find_models, run_stats
+from tracker_saver.cli.console import rate_text
 from tracker_saver.cli.main import main
 from tracker_saver.core.records import TIMING_KEYS, RecordState, UploadInfo
 
@@ -199,6 +200,8 @@ def test_runs_stats_and_models_show_print_the_timings_through_the_real_command(l
     assert "(all)" not in done.stdout  # one stream: its row is the run's
     rows = json.loads(_cli("runs", "stats", "p/r", "--json", "--registry", local_target.registry).stdout)
     assert [r["stream"] for r in rows] == ["best_model", None] and rows[-1]["count"] == rows[-1]["background"] == 3
+    # A small checkpoint's throughput keeps its digits: not "0.0" MB/s.
+    assert cells[7] == rate_text(rows[0]["mb_s_p50"]) and float(cells[7].lstrip("<")) > 0, cells
 
     missing = _cli("runs", "stats", "p/other", "--registry", local_target.registry)
     assert missing.returncode == 2 and missing.stdout == ""

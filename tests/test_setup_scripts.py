@@ -99,3 +99,16 @@ def test_apt_install_of_a_missing_package_runs_apt_get_and_succeeds(apt_as_root:
     done = _apt("install", "-s", missing, wait=60)
     assert done.returncode == 0, done.stderr
     assert f"installing {missing}" in done.stderr and "unbound variable" not in done.stderr
+
+
+def test_ceph_s3_running_says_in_one_line_that_no_gateway_runs(tmp_path: Path) -> None:
+    """``running`` answers a question: no gateway is an answer (exit 1, one line), not a script failure."""
+    state = tmp_path / "no-ceph"
+    done = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "ceph-s3.sh"), "running"],
+        capture_output=True, text=True, timeout=60, env={**os.environ, "CEPH_S3_DIR": str(state), "CEPH_S3_PORT": "7480"},
+    )  # fmt: skip
+    assert (done.returncode, done.stdout) == (1, "")
+    assert done.stderr == (
+        f"ceph-s3: no gateway of {state} answers on 127.0.0.1:7480: start one with scripts/ceph-s3.sh start\n"
+    )

@@ -33,6 +33,7 @@ __all__ = [
     "print_report",
     "print_runs",
     "print_save_stats",
+    "rate_text",
     "seconds_text",
 ]
 
@@ -116,13 +117,37 @@ def seconds_text(seconds: float | None) -> str:
     return f"{seconds * 1000:.1f} ms" if seconds < 1 else f"{seconds:.2f} s"
 
 
+def rate_text(mb_s: float | None) -> str:
+    """A throughput in MB/s, to three significant digits: a small checkpoint's 0.0432 is not "0.0".
+
+    Examples:
+        >>> rate_text(1234.5), rate_text(98.76), rate_text(0.0432), rate_text(0.00004), rate_text(None)
+        ('1234', '98.8', '0.0432', '<0.001', '-')
+    """
+    if mb_s is None:
+        return "-"
+    if mb_s >= 100:
+        return f"{mb_s:.0f}"
+    return f"{mb_s:.3g}" if mb_s >= 0.001 or mb_s == 0 else "<0.001"
+
+
+def _plain(value: object) -> str:
+    """A metadata value as people write it: text without quotes (unless it holds what a terminal
+    would act on: then escaped, as repr does), ``yes``/``no`` for a flag."""
+    if isinstance(value, bool):
+        return "yes" if value else "no"
+    if isinstance(value, str):
+        return value if value.isprintable() else repr(value)
+    return fmt(value)
+
+
 def _timing_text(key: str, value: object) -> str:
     if key in ("save_blocked_s", "save_durable_s") and isinstance(value, float):
         return seconds_text(value)
     if key == "save_bytes" and isinstance(value, int):
         return f"{size_text(value)} ({plural(value, 'byte')})"
     if key == "save_mb_s" and isinstance(value, float):
-        return f"{value:.1f} MB/s"
+        return f"{rate_text(value)} MB/s"
     if key == "save_background" and isinstance(value, bool):
         return "yes (async_upload)" if value else "no (the training thread saved)"
     return repr(value)
@@ -261,7 +286,7 @@ def print_save_stats(rows: Sequence[SaveStats], console: Console | None = None) 
             str(row.count),
             str(row.background),
             *(seconds_text(v) for v in (row.blocked_p50_s, row.blocked_p95_s, row.durable_p50_s, row.durable_p95_s)),
-            "-" if row.mb_s_p50 is None else f"{row.mb_s_p50:.1f}",
+            rate_text(row.mb_s_p50),
         ]
         for row in shown
     ]
@@ -308,11 +333,14 @@ def print_record(record: Record) -> None:
         print("save (what it cost):")
         for key in timings:
             print(f"  {_TIMING_LABELS[key]:<{width}}  {_timing_text(key, record.metadata[key])}")
-    for heading, keys in (("lineage", lineage), ("metadata", rest)):
-        if keys:
-            print(f"{heading}:")
-            for key in keys:
-                print(f"  {key:<{width}}  {record.metadata[key]!r}")
+    if lineage:  # what people read as text (a commit, a host, a command): without Python's quotes
+        print("lineage:")
+        for key in lineage:
+            print(f"  {key:<{width}}  {_plain(record.metadata[key])}")
+    if rest:  # a callback's own keys keep repr: "3" (text) and 3 (a number) stay told apart
+        print("metadata:")
+        for key in rest:
+            print(f"  {key:<{width}}  {record.metadata[key]!r}")
 
 
 def print_report(report: Report, console: Console | None = None) -> None:

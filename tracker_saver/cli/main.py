@@ -9,14 +9,17 @@ tables are drawn by :mod:`tracker_saver.cli.console` without rich (the fsck repo
 from __future__ import annotations
 
 import argparse
+import difflib
 import os
+import re
+import shlex
 import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
 from tracker_saver.cli.models import add_models_commands
 from tracker_saver.cli.shared import URI_HELP, add_filters, dump, open_cli_registry, wants_json
-from tracker_saver.core.errors import TrackerSaverError
+from tracker_saver.core.errors import RecordNotFoundError, TrackerSaverError
 
 __all__ = ["build_parser", "main", "package_version"]
 
@@ -29,11 +32,35 @@ UI_HINT = "tracker-saver ui needs fastapi and uvicorn: pip install 'fastapi>=0.1
 _UI_MODULES = ("fastapi", "uvicorn", "starlette", "tracker_saver.ui")
 
 
+#: argparse's message for a value not among an argument's choices (the choices quoted or not).
+_INVALID_CHOICE = re.compile(r"invalid choice: '(?P<value>[^']*)' \(choose from (?P<choices>.*)\)$")
+
+
+def did_you_mean(message: str) -> str:
+    """argparse's ``invalid choice`` message, with the closest choice suggested first.
+
+    Examples:
+        >>> did_you_mean("argument COMMAND: invalid choice: 'modles' (choose from 'models', 'runs')")
+        "argument COMMAND: invalid choice: 'modles': did you mean 'models'? (choose from 'models', 'runs')"
+        >>> did_you_mean("argument COMMAND: invalid choice: 'zzz' (choose from 'models', 'runs')")
+        "argument COMMAND: invalid choice: 'zzz' (choose from 'models', 'runs')"
+    """
+    found = _INVALID_CHOICE.search(message)
+    if found is None:
+        return message
+    choices = [choice.strip().strip("'") for choice in found["choices"].split(",")]
+    close = difflib.get_close_matches(found["value"], choices, n=1, cutoff=0.6)
+    if not close:
+        return message
+    return f"{message[: found.start('choices') - len(' (choose from ')]}: did you mean {close[0]!r}? (choose from {found['choices']})"
+
+
 class _Parser(argparse.ArgumentParser):
-    """argparse with one-line errors: ``tracker-saver models list: error: … (see --help)``."""
+    """argparse with one-line errors: ``tracker-saver models list: error: … (see --help)``; a mistyped
+    command gets the closest one (``did you mean 'models'?``)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+        self.exit(2, f"{self.prog}: error: {did_you_mean(message)} (see `{self.prog} --help`)\n")
 
 
 class _Version(argparse.Action):
@@ -124,10 +151,24 @@ def _fsck_scope(args: argparse.Namespace) -> dict[str, Any]:
     return {"project": args.project, "run": args.run, "stream": args.stream, "deep": args.deep}
 
 
+def _matched_nothing(args: argparse.Namespace, streams: list[str]) -> None:
+    """A ``--project``/``--run``/``--stream`` that no stream matches is a typo far more often than a
+    clean bill of health: say so (exit 2) rather than "0 streams checked: no problems"."""
+    scope = [
+        f"--{name} {shlex.quote(value)}" for name in ("project", "run", "stream") if (value := getattr(args, name))
+    ]
+    if scope and not streams:
+        raise RecordNotFoundError(
+            f"no records match {' '.join(scope)}: nothing was checked; see `tracker-saver runs list` for the runs "
+            "and their projects"
+        )
+
+
 def _cmd_fsck(args: argparse.Namespace) -> int:
     from tracker_saver.fsck import check
 
     report = check(open_cli_registry(args), **_fsck_scope(args))
+    _matched_nothing(args, report.streams)
     if wants_json(args):
         dump(report.to_dict())
     else:
@@ -149,6 +190,7 @@ def _cmd_repair(args: argparse.Namespace) -> int:
         dry_run=args.dry_run,
         echo=(lambda _: None) if as_json else print,
     )
+    _matched_nothing(args, report.streams)
     if as_json:
         dump(report.to_dict())
     else:

@@ -62,6 +62,14 @@ def _cmd_models_list(args: argparse.Namespace) -> int:
     if wants_json(args):
         dump([r.to_dict() for r in records])
         return 0
+    if not records:  # not a bare table header: say that the query ran and matched nothing
+        total = count_models(**filters, registry=registry) if args.offset else 0
+        print(
+            f"no records past --offset {args.offset}: the query matches {plural(total, 'record')}"
+            if total
+            else "0 records match"
+        )
+        return 0
     from tracker_saver.cli.console import print_records
 
     print_records(records)

@@ -32,11 +32,11 @@ def add_stats_arguments(sub: argparse.ArgumentParser, project_run: Callable[[str
 
 def cmd_stats(args: argparse.Namespace) -> int:
     """Run ``runs stats``: a table (a row per stream, then ``(all)``), or the rows as JSON (``--json``)."""
+    from tracker_saver.cli.shared import open_cli_registry
     from tracker_saver.find import run_stats
-    from tracker_saver.registry.shared import shared_registry
 
     project, run = args.project_run
-    registry = shared_registry(getattr(args, "registry", None), create=False)
+    registry = open_cli_registry(args)
     rows = run_stats(project, run, output_uri=args.output_uri, registry=registry)
     if getattr(args, "json", False):
         print(json.dumps([row.to_dict() for row in rows], indent=2))

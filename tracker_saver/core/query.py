@@ -69,6 +69,8 @@ _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,99}")
 _EXPR = re.compile(r"\s*([A-Za-z_][A-Za-z0-9_.-]*)\s*(==|!=|>=|<=|>|<|=|\s+in\s+)\s*(.*?)\s*")
 #: The word that joins conditions, and quoted text (in which it is only text).
 _AND = re.compile(r"(?:^|(?<=\s))and(?=\s|$)", re.IGNORECASE)
+#: ``or``, which the grammar has not: a condition joined by it is refused, not read as a value.
+_OR = re.compile(r"(?:^|(?<=\s))or(?=\s|$)", re.IGNORECASE)
 _QUOTED = re.compile(r"'[^']*'|\"[^\"]*\"")
 
 
@@ -173,19 +175,30 @@ def _typed(text: str) -> MetaValue:
 def split_and(text: str) -> list[str]:
     """The conditions of one where-text: its parts between the word ``and`` outside quotes.
 
-    Blank text has none; an ``and`` with nothing on one side is a ``ConfigError``.
+    Blank text has none; an ``and`` with nothing on one side is a ``ConfigError``, and so is an
+    ``or`` (there is none: conditions only narrow).
 
     Examples:
         >>> split_and("score<0.3 and prefix=best")
         ['score<0.3', 'prefix=best']
         >>> split_and("name='this and that' AND state=live")
         ["name='this and that'", 'state=live']
+        >>> split_and("score>0.9 or prefix=best")
+        Traceback (most recent call last):
+        ...
+        tracker_saver.core.errors.ConfigError: where expression 'score>0.9 or prefix=best' joins conditions with 'or', which where-expressions do not have (every condition must hold): for several values of one key use 'in' (e.g. 'prefix in best,last'); for either of two conditions run one query per condition
     """
     text = text.strip()
     if not text:
         return []
     # Quoted text is masked (same length), so an 'and' inside it is never a separator.
     masked = _QUOTED.sub(lambda m: "_" * len(m.group()), text)
+    if _OR.search(masked):
+        raise ConfigError(
+            f"where expression {text!r} joins conditions with 'or', which where-expressions do not have (every "
+            "condition must hold): for several values of one key use 'in' (e.g. 'prefix in best,last'); for "
+            "either of two conditions run one query per condition"
+        )
     parts, start = [], 0
     for m in _AND.finditer(masked):
         parts.append(text[start : m.start()])

@@ -11,6 +11,7 @@ from tracker_saver.registry.base import Labels, Query, RecordStore, Registry, St
 
 __all__ = [
     "DEFAULT_REGISTRY",
+    "NAME_IT",
     "Labels",
     "Query",
     "RecordStore",
@@ -112,6 +113,11 @@ def _open_mlflow(uri: str | None, *, timeout: float) -> Registry:
     return MLflowRegistry(uri, timeout=timeout)
 
 
+#: How the error for a registry that does not exist says to name it, to a Python caller (the
+#: command line's own words are :data:`tracker_saver.cli.shared.NAME_IT_CLI`).
+NAME_IT = "pass registry= the file the saver wrote (or set TRACKER_SAVER_REGISTRY)"
+
+
 def check_exists(path: str, *, create: bool) -> None:
     """Raise ``RegistryError`` when a reader (``create=False``) names a SQLite file that does not exist.
 
@@ -119,13 +125,10 @@ def check_exists(path: str, *, create: bool) -> None:
         >>> check_exists("/nonexistent/registry.db", create=False)
         Traceback (most recent call last):
         ...
-        tracker_saver.core.errors.RegistryError: no registry at /nonexistent/registry.db: check the path, or pass --registry (or set TRACKER_SAVER_REGISTRY) to name the registry file the saver wrote
+        tracker_saver.core.errors.RegistryError: no registry at /nonexistent/registry.db: check the path, or pass registry= the file the saver wrote (or set TRACKER_SAVER_REGISTRY)
     """
     if not create and path != ":memory:" and not Path(path).is_file():
-        raise RegistryError(
-            f"no registry at {path}: check the path, or pass --registry (or set TRACKER_SAVER_REGISTRY) "
-            "to name the registry file the saver wrote"
-        )
+        raise RegistryError(f"no registry at {path}: check the path, or {NAME_IT}")
 
 
 def check_registry_path(path: str | os.PathLike[str]) -> None:
