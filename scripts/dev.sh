@@ -3,10 +3,11 @@
 #
 #   scripts/dev.sh setup          create .venv and install the package with every extra
 #   scripts/dev.sh demo           setup, then train the demo CNN and show what was saved
-#   scripts/dev.sh test [ARGS]    setup, install and start Ceph RGW, run pytest ARGS, stop Ceph
+#   scripts/dev.sh test [ARGS]    setup, install and start Ceph RGW, run pytest ARGS, stop Ceph;
+#                                 then print what it cost (wall, CPU, the costliest tests)
 #
 # Without root (no Ceph), run the rest with:  scripts/dev.sh test -m "not ceph"
-# (in CI, with CI=true, a Ceph test that cannot run fails instead of skipping).
+# (in CI, with CI=true, any test that skips fails instead, a Ceph test that cannot run included).
 set -Eeuo pipefail
 cd "$(dirname "$0")/.."
 
@@ -50,7 +51,9 @@ test_() {
     # processes on 2 cores (3 left a quarter of the CPU idle; -n 0 runs them in this process). worksteal: a worker
     # that runs out takes tests queued behind a long one (the default hands each worker a quarter
     # of the suite up front, and the tests queued behind a 100 s soak waited for it).
-    "$VENV/bin/python" -m pytest -n "${WORKERS:-4}" --dist worksteal --durations=25 "$@" || status=$?
+    # pytest ends with its CPU section (tests/conftest_cpu.py): the count of tests per marker and
+    # the 25 costliest tests by CPU.
+    "$VENV/bin/python" -m pytest -n "${WORKERS:-4}" --dist worksteal "$@" || status=$?
     [ "$ceph" = 1 ] && { bash scripts/ceph-s3.sh stop; trap - EXIT; }
     return "$status"
 }
@@ -59,6 +62,14 @@ case "${1:-}" in
     setup) setup ;;
     # torch writes its compile cache (/tmp/torchinductor_<user>) when it imports torch._dynamo: keep it in the venv.
     demo) setup; shift; TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$PWD/$VENV/torchinductor} "$VENV/bin/tracker-saver" demo "$@" ;;
-    test) shift; test_ "$@" ;;
-    *) sed -n '2,9p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+    test)
+        shift
+        # The whole command, set-up included, under scripts/cpu_time.py: at the end it prints the wall
+        # time, the CPU time of this command and every process it started (user + sys), the Ceph
+        # daemons' apart, and whether that kept within 15 minutes wall and 15 CPU-minutes.
+        if [ -z "${DEV_SH_MEASURED:-}" ]; then
+            DEV_SH_MEASURED=1 exec "$PYTHON" scripts/cpu_time.py --label "scripts/dev.sh test" -- bash "$0" test "$@"
+        fi
+        test_ "$@" ;;
+    *) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

@@ -25,6 +25,10 @@ SLEEPS_ALLOWED: dict[str, tuple[int, str]] = {
     "conftest_mlflow.py": (1, "`mlflow server` gives no readiness signal: poll /health until it answers"),
     "test_mlflow_postgres.py": (1, "PostgreSQL gives no readiness signal but pg_isready: poll it"),
     "test_clearml_offline.py": (1, "the stand-in gives no signal when it holds a request: poll its list"),
+    "test_cpu_budget.py": (
+        1,
+        "a sample test that waits without CPU, which the CPU report must rank below one that computes",
+    ),
 }
 #: A timed wait shorter than this is a window, not a guard against a hang.
 GUARD_S = 10.0
