@@ -175,30 +175,19 @@ def _typed(text: str) -> MetaValue:
 def split_and(text: str) -> list[str]:
     """The conditions of one where-text: its parts between the word ``and`` outside quotes.
 
-    Blank text has none; an ``and`` with nothing on one side is a ``ConfigError``, and so is an
-    ``or`` (there is none: conditions only narrow).
+    Blank text has none; an ``and`` with nothing on one side is a ``ConfigError``.
 
     Examples:
         >>> split_and("score<0.3 and prefix=best")
         ['score<0.3', 'prefix=best']
         >>> split_and("name='this and that' AND state=live")
         ["name='this and that'", 'state=live']
-        >>> split_and("score>0.9 or prefix=best")
-        Traceback (most recent call last):
-        ...
-        tracker_saver.core.errors.ConfigError: where expression 'score>0.9 or prefix=best' joins conditions with 'or', which where-expressions do not have (every condition must hold): for several values of one key use 'in' (e.g. 'prefix in best,last'); for either of two conditions run one query per condition
     """
     text = text.strip()
     if not text:
         return []
     # Quoted text is masked (same length), so an 'and' inside it is never a separator.
     masked = _QUOTED.sub(lambda m: "_" * len(m.group()), text)
-    if _OR.search(masked):
-        raise ConfigError(
-            f"where expression {text!r} joins conditions with 'or', which where-expressions do not have (every "
-            "condition must hold): for several values of one key use 'in' (e.g. 'prefix in best,last'); for "
-            "either of two conditions run one query per condition"
-        )
     parts, start = [], 0
     for m in _AND.finditer(masked):
         parts.append(text[start : m.start()])
@@ -210,6 +199,21 @@ def split_and(text: str) -> list[str]:
             "'score>0.9 and prefix=best'"
         )
     return [part.strip() for part in parts]
+
+
+def _refuse_or(expr: str, value: str | None) -> None:
+    """A condition with the word ``or`` outside quotes (in its value, or anywhere if it is no
+    condition at all) means "either": there is no such thing here, so say so rather than read it
+    as text or as a bad number. A quoted value is text, ``or`` included."""
+    text = expr if value is None else value
+    if len(text) >= 2 and text[0] == text[-1] and text[0] in "'\"":
+        return
+    if _OR.search(_QUOTED.sub(lambda m: "_" * len(m.group()), text)):
+        raise ConfigError(
+            f"where expression {expr!r} joins conditions with 'or', which where-expressions do not have (every "
+            "condition must hold): for several values of one key use 'in' (e.g. 'prefix in best,last'); for "
+            "either of two conditions run one query per condition"
+        )
 
 
 def parse_where(where: Mapping[str, Any] | Sequence[str] | str | None) -> tuple[Condition, ...]:
@@ -225,6 +229,10 @@ def parse_where(where: Mapping[str, Any] | Sequence[str] | str | None) -> tuple[
         ['score', 'prefix']
         >>> parse_where({"prefix": "best", "slot": ("in", [0, 1])})[1].op
         'in'
+        >>> parse_where("score>0.9 or prefix=best")
+        Traceback (most recent call last):
+        ...
+        tracker_saver.core.errors.ConfigError: where expression 'score>0.9 or prefix=best' joins conditions with 'or', which where-expressions do not have (every condition must hold): for several values of one key use 'in' (e.g. 'prefix in best,last'); for either of two conditions run one query per condition
     """
     if where is None:
         return ()
@@ -243,6 +251,7 @@ def parse_where(where: Mapping[str, Any] | Sequence[str] | str | None) -> tuple[
     conditions = []
     for expr in (part for text in where for part in split_and(text)):
         m = _EXPR.fullmatch(expr)
+        _refuse_or(expr, m.group(3) if m else None)
         if not m or not m.group(3) or m.group(3)[0] in "<>=!":
             raise ConfigError(
                 f"where expression {expr!r} is not 'KEY OP VALUE': e.g. 'score>0.9', 'prefix=best', "
