@@ -6,7 +6,8 @@ stream, `save_best` is a second stream with a score function, and `keep_local` h
 clean up, because checkpoints are written straight to the output_uri (a folder or
 s3://BUCKET/PREFIX), never to a local copy first.
 
-    python examples/migrate_mmengine.py [OUT_DIR]    # default ./checkpoints; registry ./registry.db
+    python examples/migrate_mmengine.py [OUT_DIR]    # default ./mmengine-example/checkpoints; registry
+                                                     # ./mmengine-example/registry.db
 """
 
 import os
@@ -22,8 +23,9 @@ from torch.utils.data import DataLoader, TensorDataset
 import tracker_saver
 from tracker_saver import TrackerSaver, find_models
 
-out_dir = sys.argv[1] if len(sys.argv) > 1 else "checkpoints"
-registry = os.environ.get("TRACKER_SAVER_REGISTRY", "registry.db")
+out_dir = sys.argv[1] if len(sys.argv) > 1 else "mmengine-example/checkpoints"  # this example's own folder
+registry = os.environ.get("TRACKER_SAVER_REGISTRY", "mmengine-example/registry.db")
+os.makedirs("mmengine-example", exist_ok=True)
 
 # --8<-- [start:mmengine]
 # mmengine config: what the OpenMMLab run had

@@ -6,8 +6,8 @@ Start a tracking server, point MLflow at it, and run the script from any folder:
     MLFLOW_TRACKING_URI=http://127.0.0.1:5000 python examples/mlflow_run.py
 
 It trains 4 epochs on synthetic data on the CPU under `mlflow.start_run`, with a `best`
-stream (n_saved=2) and a `last` stream (n_saved=1). The bytes go to ./checkpoints (3 objects,
-however many checkpoints were saved); the records are the logged models on the run's
+stream (n_saved=2) and a `last` stream (n_saved=1). The bytes go to ./mlflow-example/checkpoints
+(3 objects, however many checkpoints were saved); the records are the logged models on the run's
 experiment, `tracker-saver-example` (MLflow's UI: the experiment's Models tab).
 """
 
@@ -57,8 +57,8 @@ def validate(engine):
 mlflow.set_tracking_uri(os.environ["MLFLOW_TRACKING_URI"])
 mlflow.set_experiment("tracker-saver-example")
 with mlflow.start_run(run_name="small-cnn"):
-    # project = the run's experiment, run = its name; the bytes go to ./checkpoints
-    saver = TrackerSaver("./checkpoints", registry="mlflow")
+    # project = the run's experiment, run = its name; the bytes go to this example's own folder
+    saver = TrackerSaver("./mlflow-example/checkpoints", registry="mlflow")
     best = Checkpoint(
         {"model": model},
         saver,
@@ -81,6 +81,6 @@ records = find_models(**where, live=True, registry="mlflow")
 for record in records:
     print(f"live: {record.name} (stream {record.stream}, score {record.score})")
 objects = saver.storage.list()
-print(f"./checkpoints holds {len(objects)} objects: {', '.join(obj.key for obj in objects)}")
+print(f"./mlflow-example/checkpoints holds {len(objects)} objects: {', '.join(obj.key for obj in objects)}")
 print(f"MLflow experiment {saver.project!r}, run {saver.run!r}: {len(records)} live logged models")
 # --8<-- [end:read]

@@ -6,7 +6,7 @@ AWS_SECRET_ACCESS_KEY, or a profile). For a throwaway Ceph RGW on 127.0.0.1 (as 
     bash scripts/ceph-s3.sh install && eval "$(bash scripts/ceph-s3.sh start)"
     python examples/s3_ceph.py [s3://BUCKET/PREFIX]    # default s3://examples/s3-ceph
 
-The bucket is created if it does not exist. The registry is ./registry.db (or
+The bucket is created if it does not exist. The registry is ./s3-example/registry.db (or
 $TRACKER_SAVER_REGISTRY). Synthetic data, CPU, a few seconds.
 """
 
@@ -24,7 +24,8 @@ from torch.utils.data import DataLoader, TensorDataset
 from tracker_saver import TrackerSaver, find_models, load_checkpoint
 
 output_uri = sys.argv[1] if len(sys.argv) > 1 else "s3://examples/s3-ceph"
-registry = os.environ.get("TRACKER_SAVER_REGISTRY", "registry.db")
+registry = os.environ.get("TRACKER_SAVER_REGISTRY", "s3-example/registry.db")  # this example's own folder
+os.makedirs("s3-example", exist_ok=True)
 bucket = output_uri.removeprefix("s3://").split("/")[0]
 
 # --8<-- [start:bucket]

@@ -11,6 +11,8 @@ one test owns is reported apart, as "outside tests": each process's start-up and
 set-up of session and module fixtures (a server started once for many tests), the tear-down after a
 worker's last test. Not in either figure: processes that no worker reaps (the Ceph daemons, the
 shared MLflow server when another worker stops it); ``scripts/dev.sh test`` measures the whole command.
+With ``TRACKER_SAVER_CPU_JSON=PATH`` every test's figures are also written to PATH (JSON,
+``{nodeid: [cpu_s, wall_s]}``), for a closer look than the 25 costliest.
 
 Examples:
     ``pytest -p tests.conftest_cpu tests/test_cli.py`` ends with the section::
@@ -25,6 +27,8 @@ Examples:
 from __future__ import annotations
 
 import collections
+import json
+import os
 import resource
 import time
 from collections.abc import Iterator
@@ -151,6 +155,9 @@ def pytest_testnodedown(node: Any, error: object) -> None:
 
 
 def pytest_terminal_summary(terminalreporter: Any) -> None:
+    if path := os.environ.get("TRACKER_SAVER_CPU_JSON"):
+        with open(path, "w") as out:
+            json.dump({nodeid: [round(cpu, 3), round(wall, 3)] for nodeid, (cpu, wall) in _ledger.tests.items()}, out)
     write = terminalreporter.write_line
     terminalreporter.section("CPU")
     by_marker = ", ".join(f"{name} {n:,}" for name, n in (_ledger.collected or {}).items())

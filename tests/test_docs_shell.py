@@ -176,6 +176,38 @@ def test_every_shell_block_calls_the_venvs_scripts_by_their_path() -> None:
     )
 
 
+#: A command in the prose (an inline code span) that runs an example or a benchmark with a bare python.
+BARE_PROSE = re.compile(r"`(python3? (?:examples|benchmarks)/[^`]*)`")
+
+
+def test_every_example_or_benchmark_the_prose_shows_runs_with_the_venvs_python() -> None:
+    """``python examples/quickstart.py`` fails with Debian's own python (no torch): say which one."""
+    bare = [f"{path.name}: {m[1]}" for path in SOURCES for m in BARE_PROSE.finditer(path.read_text())]
+    assert not bare, "use .venv/bin/python (scripts/dev.sh makes .venv and never activates it):\n" + "\n".join(bare)
+
+
+def test_no_block_leaves_a_registry_exported_for_the_pages_after_it() -> None:
+    """A reader goes on to the next page in the same shell: a block that exports TRACKER_SAVER_REGISTRY
+    (the demo's registry, say) unsets it before it ends, or every later command writes there."""
+    left = [
+        f"{block.where}: exports TRACKER_SAVER_REGISTRY and leaves it set"
+        for block in BLOCKS
+        if "export TRACKER_SAVER_REGISTRY" in block.text
+        and "unset TRACKER_SAVER_REGISTRY" not in block.text.split("export TRACKER_SAVER_REGISTRY", 1)[1]
+    ]
+    assert not left, "\n".join(left)
+
+
+def test_the_test_commands_cost_is_the_measured_one_never_a_promise() -> None:
+    """README and docs/index.md say where the run prints what it cost, and give the last measured
+    figure with its date; no "about N minutes"."""
+    for path in (ROOT / "README.md", ROOT / "docs" / "index.md"):
+        text = " ".join(path.read_text().split())
+        assert not re.search(r"about \d+ minutes", text), f"{path.name}: a promise; say where the run prints its cost"
+        assert "`cpu_time: …`" in text and "15 CPU-minutes" in text, f"{path.name}: where to read the measured cost"
+        assert re.search(r"Last measured .*?\d{4}-\d\d-\d\d", text), f"{path.name}: the last measured figure, dated"
+
+
 def test_a_block_sources_only_files_it_writes_itself() -> None:
     bad = []
     for block in BLOCKS:

@@ -60,7 +60,8 @@ EXAMPLES: dict[str, Example] = {
         needs="clearml",
     ),
     "mlflow_run.py": Example(
-        key_lines=("./checkpoints holds 3 objects", "run 'small-cnn': 3 live logged models"), needs="mlflow"
+        key_lines=("./mlflow-example/checkpoints holds 3 objects", "run 'small-cnn': 3 live logged models"),
+        needs="mlflow",
     ),
 }
 
@@ -142,6 +143,16 @@ def documented_writes(name: str) -> set[str]:
         if cells[0] == f"`examples/{name}`":
             return {span[2:].split("/")[0] for span in re.findall(r"`(\./[^`]+)`", cells[2])}
     raise AssertionError(f"docs/examples.md has no row for examples/{name}")
+
+
+def test_no_two_examples_write_the_same_folder() -> None:
+    """Run from one folder, one after the other (the docs' order), an example must never count or
+    change what another left: each writes its own names (query_and_load reads quickstart's registry)."""
+    owners: dict[str, list[str]] = {}
+    for path in sorted(FOLDER.glob("*.py")):
+        for name in documented_writes(path.name):
+            owners.setdefault(name, []).append(path.name)
+    assert {name: by for name, by in owners.items() if len(by) > 1} == {}
 
 
 def _remove_bucket(ceph: object, bucket: str) -> None:
