@@ -135,7 +135,9 @@ def test_readers_never_create_a_registry(tmp_path: Path) -> None:
         lambda: shared_registry(str(missing), create=False),
     ):
         # Worded for the Python caller: the registry= argument, not the command line's --registry.
-        with pytest.raises(RegistryError, match=f"no registry at {missing}: check the path, or pass registry= the file"):
+        with pytest.raises(
+            RegistryError, match=f"no registry at {missing}: check the path, or pass registry= the file"
+        ):
             call()
     assert not missing.parent.exists()
     assert open_registry(str(missing)).uri.endswith("registry.db")  # writers still create it
