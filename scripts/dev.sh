@@ -68,7 +68,7 @@ case "${1:-}" in
         # time, the CPU time of this command and every process it started (user + sys), the Ceph
         # daemons' apart, and whether that kept within 15 minutes wall and 15 CPU-minutes.
         if [ -z "${DEV_SH_MEASURED:-}" ]; then
-            DEV_SH_MEASURED=1 exec "$PYTHON" scripts/cpu_time.py --label "scripts/dev.sh test" -- bash "$0" test "$@"
+            DEV_SH_MEASURED=1 exec "$PYTHON" scripts/cpu_time.py --label "scripts/dev.sh test" -- bash scripts/dev.sh test "$@"
         fi
         test_ "$@" ;;
     *) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;

@@ -117,4 +117,4 @@ def test_cpu_time_adopts_what_the_command_leaves_behind_and_reports_the_budget(t
 
 def test_dev_sh_test_runs_under_cpu_time() -> None:
     text = (ROOT / "scripts" / "dev.sh").read_text()
-    assert 'exec "$PYTHON" scripts/cpu_time.py --label "scripts/dev.sh test" -- bash "$0" test "$@"' in text
+    assert 'exec "$PYTHON" scripts/cpu_time.py --label "scripts/dev.sh test" -- bash scripts/dev.sh test "$@"' in text
