@@ -1441,9 +1441,14 @@ def test_s3_missing_bucket(row: Row, world: World, s3_env: dict[str, str], ceph_
 )  # fmt: skip
 def test_s3_wrong_region(row: Row, world: World, s3_output_uri: str) -> None:
     saver = world.saver(s3_output_uri, storage_options={"region_name": "eu-west-1"})
-    fit(saver)
+    trained = torch.nn.Linear(4, 2)
+    fit(saver, {"model": trained})
     (record,) = saver.records(live=True)
-    load_checkpoint(record, {"model": model()}, storage=saver.storage)
+    loaded = torch.nn.Linear(4, 2)
+    load_checkpoint(record, {"model": loaded}, storage=saver.storage)
+    assert all(
+        torch.equal(a, b) for a, b in zip(loaded.state_dict().values(), trained.state_dict().values(), strict=True)
+    )
 
 
 @case(

@@ -266,8 +266,14 @@ def test_an_explicit_endpoint_wins_over_aws_endpoint_url(s3_output_uri, ceph_s3,
 
 @pytest.mark.ceph
 def test_explicit_keys_work_without_any_environment(s3_bucket, ceph_s3, offline_env) -> None:
+    assert not [
+        name for name in os.environ if name.startswith("AWS_") and "FILE" not in name and "METADATA" not in name
+    ]
     store = open_storage(f"s3://{s3_bucket}/explicit", **ceph_s3.storage_options())
     store.check()
+    store.put_stream("p/r/s.slot0.pt", io.BytesIO(b"explicit"))
+    with store.get("p/r/s.slot0.pt") as f:
+        assert f.read() == b"explicit"
 
 
 @pytest.mark.ceph
