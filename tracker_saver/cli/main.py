@@ -17,13 +17,11 @@ from typing import Any, NoReturn
 from tracker_saver.cli.models import add_models_commands
 from tracker_saver.cli.shared import URI_HELP, add_filters, dump, open_cli_registry, wants_json
 from tracker_saver.core.errors import TrackerSaverError
+from tracker_saver.core.extras import missing_extra
 
 __all__ = ["build_parser", "main", "package_version"]
 
 PROG = "tracker-saver"
-
-#: The message for ``tracker-saver ui`` without the ``ui`` extra installed.
-UI_HINT = "tracker-saver ui needs fastapi and uvicorn: pip install 'fastapi>=0.110' 'uvicorn>=0.30' (the ui extra)"
 
 #: Modules whose absence means the ``ui`` extra is not installed (not a bug in the UI).
 _UI_MODULES = ("fastapi", "uvicorn", "starlette", "tracker_saver.ui")
@@ -171,7 +169,7 @@ def _cmd_ui(args: argparse.Namespace) -> int:
     except ModuleNotFoundError as exc:
         if exc.name is not None and not exc.name.startswith(_UI_MODULES):
             raise  # a bug inside the UI, not a missing extra
-        raise ModuleNotFoundError(UI_HINT) from exc
+        raise missing_extra("tracker-saver ui", "ui", exc) from exc
     serve(registry=open_cli_registry(args), host=args.host, port=args.port)
     return 0
 

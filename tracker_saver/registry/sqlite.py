@@ -30,7 +30,7 @@ from tracker_saver.registry.sqlite_check import check_registry_path
 from tracker_saver.registry.sqlite_connection import SQLiteConnection
 from tracker_saver.registry.sqlite_query import COLUMNS, LOADABLE_SQL, count_sql, encode_row, select_sql
 
-__all__ = ["SQLiteRegistry", "check_registry_path"]
+__all__ = ["SQLiteRegistry", "check_registry_path", "from_spec"]
 
 
 class SQLiteRegistry(SQLiteConnection, Registry):
@@ -370,3 +370,8 @@ class SQLiteRegistry(SQLiteConnection, Registry):
         # columns are every record's.
         keys = {row[0] for row in self._read("SELECT DISTINCT key FROM metadata", ())}
         return keys | set(COLUMNS) if self._read("SELECT 1 FROM records LIMIT 1", ()) else keys
+
+
+def from_spec(path: str | None, *, timeout: float) -> SQLiteRegistry:
+    """``registry=PATH``: the SQLite file (``timeout`` bounds a network wait; SQLite keeps its own busy timeout)."""
+    return SQLiteRegistry(path or ":memory:")

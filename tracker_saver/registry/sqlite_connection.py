@@ -49,7 +49,7 @@ class SQLiteConnection:
         if text != ":memory:":
             target = Path(text).expanduser()
             try:
-                target.parent.mkdir(parents=True, exist_ok=True)
+                target.parent.mkdir(exist_ok=True)  # its own folder only: check_registry_path
             except OSError as exc:
                 raise ConfigError(
                     f"registry folder {str(target.parent)!r} cannot be created ({exc.strerror}): "

@@ -16,7 +16,7 @@ from tracker_saver.core.errors import ConfigError, SerializationError
 from tracker_saver.core.outage import DEFAULT_TIMEOUT_S
 from tracker_saver.core.records import LOADABLE, MetaValue, Record, RecordState, StreamId, UploadInfo
 from tracker_saver.core.timings import SaveClock
-from tracker_saver.registry import Query, Registry, check_registry_path, open_registry, sqlite_path
+from tracker_saver.registry import Query, Registry, RegistrySpec, check_registry_path, open_registry
 from tracker_saver.registry.base import RunContext
 from tracker_saver.save import preemption
 from tracker_saver.save.background import Background
@@ -128,14 +128,14 @@ class TrackerSaver(DiskSaver):
         # The world is fixed here: a saver made before the process group would think every rank saves.
         self._world_size = idist.get_world_size()
         self._saving = self._world_size <= 1 or idist.get_rank() == self.save_on_rank
-        opened, db_path, self.project, self.run, self.storage = open_targets(
+        opened, spec, self.project, self.run, self.storage = open_targets(
             registry, project=project, run=run, output_uri=output_uri, storage_options=storage_options, timeout=timeout
         )
         folder = Path(dirname).expanduser() if dirname else default_dirname(self.storage.uri, self.project, self.run)
         self._view = LocalView(folder.absolute(), self.storage, copies=bool(dirname) or self._COPY_TO_DIRNAME)
         self.dirname = self._view.folder  # Ignite's DiskSaver attribute: last_checkpoint is dirname / filename
         self._atomic = True  # DiskSaver's: every write is atomic
-        self._registry_spec = None if isinstance(registry, Registry) else registry  # an instance is `opened`
+        self._registry_spec = spec  # None: an instance or a tracker's registry, `opened`
         self._registry: Registry | None = opened
         self._timeout = timeout
         self._background: Background | None = None
@@ -152,14 +152,15 @@ class TrackerSaver(DiskSaver):
         self._lineage: dict[str, MetaValue] = compute_lineage() if lineage and self._saving else {}
         # The other ranks wait here for the saving rank's registry and storage, so a later
         # resume on them finds the registry created, and a bad argument raises on every rank.
-        share_outcome(lambda: self._open_for_saving(db_path), src=self.save_on_rank, what="TrackerSaver's set-up")
+        share_outcome(lambda: self._open_for_saving(spec), src=self.save_on_rank, what="TrackerSaver's set-up")
         if async_upload and self._saving:
             self._background = Background(max_pending=max_pending)
 
-    def _open_for_saving(self, db_path: str | None) -> None:
+    def _open_for_saving(self, spec: RegistrySpec | None) -> None:
         """Check output_uri, open (create, migrate) the registry and recover this run's streams."""
         # Validate everything before creating anything: a bad argument leaves no folder or file.
         # The registry file is checked (not opened) first, as check() creates output_uri's folder.
+        db_path = spec.location if spec is not None else None
         check_registry_outside(self.storage, db_path)
         if db_path is not None:
             check_registry_path(db_path)
@@ -439,5 +440,6 @@ class TrackerSaver(DiskSaver):
                     self._registry.close()
 
     def __repr__(self) -> str:
-        registry = self._registry.uri if self._registry is not None else f"sqlite:///{sqlite_path(self._registry_spec)}"
+        spec = self._registry_spec
+        registry = self._registry.uri if self._registry is not None else f"sqlite:///{spec.location if spec else ''}"
         return f"TrackerSaver(output_uri={self.storage.uri!r}, project={self.project!r}, run={self.run!r}, registry={registry!r})"

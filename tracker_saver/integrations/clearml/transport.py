@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from tracker_saver.core.errors import ConfigError, RecordNotFoundError, RegistryError
+from tracker_saver.core.extras import missing_extra
 from tracker_saver.core.masking import raise_masked, strip_userinfo
 from tracker_saver.core.outage import DEFAULT_TIMEOUT_S, Outage, OutageError, check_timeout
 from tracker_saver.core.records import MetaValue, Record
@@ -23,7 +24,6 @@ from tracker_saver.registry.base import Registry
 
 __all__ = ["MODEL_FIELDS", "ClearMLTransport"]
 
-_INSTALL_HINT = "registry='clearml' needs clearml: pip install 'clearml>=1.16,<3' (the clearml extra)"
 _PAGE = 500  # clearml-server's largest page
 MODEL_FIELDS = ["id", "name", "project", "task", "uri", "tags", "system_tags", "metadata", "created"]
 _NOT_FOUND = (400, 201)  # bad_request / invalid_model_id
@@ -42,7 +42,7 @@ def _import_clearml() -> Any:
     try:
         import clearml
     except ModuleNotFoundError as exc:
-        raise ModuleNotFoundError(_INSTALL_HINT) from exc
+        raise missing_extra("registry='clearml'", "clearml", exc) from exc
     return clearml
 
 

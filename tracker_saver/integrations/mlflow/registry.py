@@ -32,7 +32,7 @@ from tracker_saver.integrations.mlflow.claims import MLflowClaims
 from tracker_saver.integrations.mlflow.codec import PREFIX, encode, model_name, read_record, record_tags, status_of
 from tracker_saver.registry.base import Query, Registry, check_transition, derived_aliases, select, with_aliases
 
-__all__ = ["MLflowRegistry", "tracking_uri"]
+__all__ = ["MLflowRegistry", "from_spec", "tracking_uri"]
 
 _ALIAS = PREFIX + "alias."
 #: The metric and param names MLflow takes; other metadata keys live in the metadata tag only.
@@ -287,3 +287,8 @@ class MLflowRegistry(MLflowClaims, Registry):
                 if key.startswith(_ALIAS):
                     user.setdefault(value, []).append(key[len(_ALIAS) :])
         return select(with_aliases(records, derived, user), query)
+
+
+def from_spec(uri: str | None, *, timeout: float) -> MLflowRegistry:
+    """``registry="mlflow[:URI]"``: the tracking server at ``URI`` (default ``$MLFLOW_TRACKING_URI``)."""
+    return MLflowRegistry(uri, timeout=timeout)
