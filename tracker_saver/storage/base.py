@@ -254,14 +254,5 @@ class Storage(ABC):
         with self.get(key) as src:
             return sha256_of(src)
 
-    def discard_staged(self, key: str) -> None:
-        """Remove what unfinished writes to ``key`` left behind (temp files, multipart uploads).
-
-        Only call it while no write to ``key`` is under way (the stream's claim is held).
-        """
-        for item in self.staged(key):
-            if item.key == key:
-                self.abort_staged(item)
-
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.uri!r})"
