@@ -1310,8 +1310,8 @@ LEFT_DAMAGED = "the damaged object and its record as they were: nothing loaded i
     CHECKPOINTS, "load-a-truncated-object",
     "load_checkpoint(id, to_load)  # the slot file lost its second half",
     "IntegrityError",
-    "record … ('model_1.pt'): file:///…/p/r/model.slot0.pt has … bytes with sha256 …, the record says … bytes, "
-    "…: the slot was probably overwritten or corrupted; load another record",
+    "record … ('model_1.pt'): file:///…/p/r/model.slot0.pt has … bytes with sha256 …, expected … bytes with "
+    "sha256 …: the slot was probably overwritten or corrupted; load another record",
     LEFT_DAMAGED + "; the error carries `record_id` and `key`",
 )  # fmt: skip
 def test_load_a_truncated_object(row: Row, world: World) -> None:
@@ -1328,8 +1328,8 @@ def test_load_a_truncated_object(row: Row, world: World) -> None:
     CHECKPOINTS, "load-a-bit-flipped-object",
     "load_checkpoint(id, to_load)  # one bit of the slot file flipped, same size",
     "IntegrityError",
-    "record … ('model_1.pt'): file:///…/p/r/model.slot0.pt has … bytes with sha256 …, the record says … bytes, "
-    "…: the slot was probably overwritten or corrupted; load another record",
+    "record … ('model_1.pt'): file:///…/p/r/model.slot0.pt has … bytes with sha256 …, expected … bytes with "
+    "sha256 …: the slot was probably overwritten or corrupted; load another record",
     LEFT_DAMAGED,
 )  # fmt: skip
 def test_load_a_bit_flipped_object(row: Row, world: World) -> None:

@@ -15,32 +15,13 @@ from tracker_saver.core.errors import ConfigError, StorageError
 from tracker_saver.core.naming import check_key
 from tracker_saver.core.pools import shared_pool
 from tracker_saver.storage.base import ObjectStat, Stable, Staged, StagedWrite, Storage
+from tracker_saver.storage.verify import file_mode
 
-__all__ = ["LocalStorage", "LocalWrite", "file_mode", "from_uri"]
+__all__ = ["LocalStorage", "LocalWrite", "from_uri"]
 
 #: Temp files start with this and are invisible to ``list``: a stream's footprint counts
 #: only complete objects. A crash leaves at most one such file per slot, easy to find by name.
 TEMP_PREFIX = ".tmp-"
-
-
-def file_mode() -> int:
-    """The mode ``open()`` would give a new file: ``0o666`` less the process's umask (0o644 under 022).
-
-    ``mkstemp`` makes owner-only files; slot files and downloads get this mode instead, as
-    Ignite's ``DiskSaver`` files do, so another user or a serving job can read them where the
-    umask lets it. The umask is read from ``/proc`` (setting it to read it back would race other
-    threads creating files); elsewhere 022 is assumed.
-
-    Examples:
-        >>> oct(file_mode() & 0o600)
-        '0o600'
-    """
-    try:
-        with open("/proc/self/status") as status:
-            umask = next((int(line.split()[1], 8) for line in status if line.startswith("Umask:")), 0o022)
-    except OSError:
-        umask = 0o022
-    return 0o666 & ~umask
 
 
 def _hold(path: Path) -> int | None:
