@@ -35,6 +35,10 @@ __all__ = ["RunContext", "TrackerSaver"]
 class TrackerSaver(DiskSaver):
     """Save Ignite checkpoints to cycled slot keys at ``output_uri`` and record each one.
 
+    It is a ``DiskSaver`` because Ignite treats one specially: ``Checkpoint.last_checkpoint`` and
+    ``Checkpoint.reload_objects`` look for ``save_handler.dirname / filename`` only when the handler
+    is a ``DiskSaver``, so each live checkpoint also appears in ``dirname`` (see ``dirname`` below).
+
     Every checkpoint becomes a record named by Ignite's semantic filename, with typed metadata
     (global_step, score, priority, slot, sha256, …). Its bytes go to
     ``<output_uri>/<project>/<run>/<basename>.slot<k><ext>``, so a stream never holds more than
@@ -133,8 +137,9 @@ class TrackerSaver(DiskSaver):
         )
         folder = Path(dirname).expanduser() if dirname else default_dirname(self.storage.uri, self.project, self.run)
         self._view = LocalView(folder.absolute(), self.storage, copies=bool(dirname) or self._COPY_TO_DIRNAME)
-        self.dirname = self._view.folder  # Ignite's DiskSaver attribute: last_checkpoint is dirname / filename
-        self._atomic = True  # DiskSaver's: every write is atomic
+        # Not DiskSaver.__init__: it makes `dirname` at once (before our checks), raising a bare ValueError on the
+        # saving rank only. Ignite reads `dirname` alone; `save_on_rank` and `kwargs` above are DiskSaver's others.
+        self.dirname = self._view.folder
         self._registry_spec = spec  # None: an instance or a tracker's registry, `opened`
         self._registry: Registry | None = opened
         self._timeout = timeout
