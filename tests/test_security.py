@@ -825,15 +825,15 @@ def test_where_values_and_keys_with_sql_metacharacters_match_exactly_and_never_r
     registry, records = sql_registry
     schema = _schema(registry)
     reg = SQLiteRegistry(registry)
-    recording = RecordingConnection(reg._conn)
-    reg._conn = recording  # type: ignore[assignment]
+    recording = RecordingConnection(reg._db._conn)
+    reg._db._conn = recording  # type: ignore[assignment]
     try:
         for where in _wheres():
             found = find_models(project="sql", where=where, registry=reg)
             expected = [r.id for r in records if matches(r.metadata, parse_where(where))]
             assert [r.id for r in found] == expected, where
     finally:
-        reg._conn = recording._conn
+        reg._db._conn = recording._conn
         reg.close()
     assert any(len(find_models(project="sql", where={"note": v}, registry=registry)) == 1 for v in SQL_VALUES)
     for value in SQL_VALUES:  # a range needs a number: refused before any SQL is built

@@ -1,6 +1,6 @@
 """The SQLite registry's connection: WAL, busy timeout, numbered migrations, ``atomic()`` transactions.
 
-:class:`SQLiteConnection` is the base of :class:`tracker_saver.registry.sqlite.SQLiteRegistry`:
+:class:`tracker_saver.registry.sqlite.SQLiteRegistry` holds one :class:`SQLiteConnection`:
 it opens the file, runs the migrations, and is the one place where ``sqlite3`` errors become
 ``RegistryError``. The records, their states, tags, aliases and claims are the registry's.
 """
@@ -114,7 +114,8 @@ class SQLiteConnection:
             )
         return RegistryError(f"registry {self.uri!r}: {text}")
 
-    def _read(self, sql: str, args: Sequence[Any]) -> list[sqlite3.Row]:
+    def read(self, sql: str, args: Sequence[Any]) -> list[sqlite3.Row]:
+        """The rows of one read-only statement (outside any transaction of another thread)."""
         with self._lock:
             try:
                 cur = self._conn.execute(sql, args)
