@@ -65,9 +65,10 @@ class MLflowTransport:
         self.tracking_uri = tracking_uri
         self.uri = f"mlflow:{safe_uri(tracking_uri)}"
         self._outage = Outage(timeout)
-        self._client = MlflowClient(tracking_uri)
+        #: The MLflow client every call goes through (:meth:`call`).
+        self.client = MlflowClient(tracking_uri)
 
-    def _call(self, fn: Callable[..., T], what: str, *args: Any, record_id: str | None = None, **kw: Any) -> T:
+    def call(self, fn: Callable[..., T], what: str, *args: Any, record_id: str | None = None, **kw: Any) -> T:
         """``fn(*args, **kw)`` on the client; every failure a ``RegistryError`` naming ``what``."""
         from mlflow.exceptions import MlflowException
 
