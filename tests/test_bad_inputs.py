@@ -362,8 +362,9 @@ def test_prefix_dotdot(row: Row, world: World) -> None:
     NAMES, "prefix-nul",
     'Checkpoint(to_save, saver, filename_prefix="a\\x00b")',
     "ConfigError",
-    "stream (Ignite's basename, from filename_prefix and to_save) 'a\\x00b_model' is not a usable name: "
-    "pass a non-empty string of at most 1000 characters, without NUL",
+    "stream (Ignite's basename, from filename_prefix and to_save) 'a\\x00b_model' holds U+0000 (NUL) at "
+    "character 2, a NUL, which no file name or C string can hold: remove it (names, tags and metadata follow "
+    "one text rule: docs/security.md)",
     LEFT_SAVER + " (raised at the first save, before a record or a byte is written)",
 )  # fmt: skip
 def test_prefix_nul(row: Row, world: World) -> None:
@@ -438,7 +439,9 @@ def test_project_dotdot(row: Row, world: World) -> None:
 @case(
     NAMES, "run-nul",
     'TrackerSaver("./ckpt", run="r\\x00")',
-    "ConfigError", "run 'r\\x00' is not a usable name: pass a non-empty string of at most 1000 characters, without NUL",
+    "ConfigError",
+    "run 'r\\x00' holds U+0000 (NUL) at character 2, a NUL, which no file name or C string can hold: remove it "
+    "(names, tags and metadata follow one text rule: docs/security.md)",
     LEFT_NOTHING,
 )  # fmt: skip
 def test_run_nul(row: Row, world: World) -> None:

@@ -102,8 +102,8 @@ def test_rename_refuses_empty_long_and_control_character_names(trained: Target) 
     for bad, message in (
         ("  ", "is empty"),
         ("x" * (MAX_NAME_LENGTH + 1), f"is {MAX_NAME_LENGTH + 1} characters long: give a name of at most 255"),
-        ("a\nb", "contains control characters"),
-        ("tab\there", "contains control characters"),
+        ("a\nb", r"holds U\+000A \(LF\) at character 2, a control character"),
+        ("tab\there", r"holds U\+0009 \(TAB\) at character 4, a control character"),
     ):
         with pytest.raises(ConfigError, match=message):
             rename_model(record.id, bad, registry=trained.registry)

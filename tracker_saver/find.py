@@ -18,6 +18,7 @@ from typing import Any
 from tracker_saver.core.errors import ConfigError, RecordNotFoundError
 from tracker_saver.core.query import RECORD_FIELDS, SAVED_KEYS, check_key, parse_order, parse_where
 from tracker_saver.core.records import DERIVED_ALIASES, LOADABLE_OR_PINNED, Record, RecordState
+from tracker_saver.core.text import check_text
 from tracker_saver.core.timings import SaveStats, save_stats
 from tracker_saver.registry import Query, Registry
 from tracker_saver.registry.shared import shared_registry
@@ -57,6 +58,10 @@ def _query(
     offset: int = 0,
     limit: int | None = None,
 ) -> Query:
+    texts = {"project": project, "run": run, "stream": stream, "filename": filename, "name": name, "tag": tag}
+    for field, value in {**texts, "alias": alias}.items():
+        if isinstance(value, str):
+            check_text(f"the {field} filter", value)
     wanted: tuple[RecordState, ...] | None = None
     if states is not None:
         try:
@@ -195,7 +200,7 @@ def get_model(record_id: str | int, *, registry: RegistryArg = None) -> Record:
         Traceback (most recent call last):
         tracker_saver.core.errors.RecordNotFoundError: record 1 does not exist
     """
-    return shared_registry(registry, create=False).get(str(record_id))
+    return shared_registry(registry, create=False).get(check_text("record id", str(record_id)))
 
 
 def resolve_model(
@@ -224,7 +229,7 @@ def resolve_model(
     reg = shared_registry(registry, create=False)
     uri = None if output_uri is None else canonical_uri(output_uri)
     at_uri = "" if uri is None else f" at {uri}"
-    text = str(ref).strip()
+    text = check_text("model reference", str(ref).strip())
     if not text:
         raise RecordNotFoundError(
             "empty model reference: give a record id, PROJECT/RUN/STREAM[@ALIAS] or PROJECT@ALIAS"

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from tracker_saver.core.errors import ConfigError, RegistryError, SerializationError
-from tracker_saver.core.naming import key_ext, pinned_key, safe_filename
+from tracker_saver.core.naming import check_name, key_ext, pinned_key, safe_filename
 from tracker_saver.core.records import (
     LOADABLE,
     LOADABLE_OR_PINNED,
@@ -26,6 +26,7 @@ from tracker_saver.core.records import (
     RecordState,
     UploadInfo,
     check_display_name,
+    check_tags,
 )
 from tracker_saver.find import RegistryArg, count_models, find_models, get_model, resolve_model, run_stats
 from tracker_saver.registry import Query
@@ -62,8 +63,8 @@ def rename_model(record_id: str | int, name: str, *, registry: RegistryArg = Non
     """Give a record a display name that later saves never overwrite.
 
     Raises:
-        ConfigError: ``name`` is empty, longer than :data:`MAX_NAME_LENGTH` characters, or has
-            control characters.
+        ConfigError: ``name`` is empty, longer than :data:`MAX_NAME_LENGTH` characters, or breaks the
+            text rule (a control character, a bidirectional control, text that is not UTF-8).
         RecordNotFoundError: no record has that id.
 
     Examples:
@@ -83,7 +84,7 @@ def add_tags(record_id: str | int, tags: Sequence[str], *, registry: RegistryArg
         Traceback (most recent call last):
         tracker_saver.core.errors.RecordNotFoundError: record 1 does not exist
     """
-    return shared_registry(registry, create=False).add_tags(str(record_id), _tags(tags))
+    return shared_registry(registry, create=False).add_tags(str(record_id), check_tags(tags, f"record {record_id}"))
 
 
 def remove_tags(record_id: str | int, tags: Sequence[str], *, registry: RegistryArg = None) -> Record:
@@ -94,16 +95,7 @@ def remove_tags(record_id: str | int, tags: Sequence[str], *, registry: Registry
         Traceback (most recent call last):
         tracker_saver.core.errors.RecordNotFoundError: record 1 does not exist
     """
-    return shared_registry(registry, create=False).remove_tags(str(record_id), _tags(tags))
-
-
-def _tags(tags: Sequence[str]) -> list[str]:
-    if isinstance(tags, str):
-        tags = [tags]
-    bad = [t for t in tags if not isinstance(t, str) or not t.strip()]
-    if bad:
-        raise ConfigError(f"tags {bad!r} are not non-empty strings: give tags as text, e.g. ['candidate']")
-    return list(tags)
+    return shared_registry(registry, create=False).remove_tags(str(record_id), check_tags(tags, f"record {record_id}"))
 
 
 def set_alias(record_id: str | int, alias: str, *, registry: RegistryArg = None) -> Record:
@@ -136,7 +128,7 @@ def remove_alias(project: str, alias: str, *, registry: RegistryArg = None) -> N
         Traceback (most recent call last):
         tracker_saver.core.errors.RecordNotFoundError: project 'mnist' has no alias 'production'
     """
-    shared_registry(registry, create=False).remove_alias(project, alias)
+    shared_registry(registry, create=False).remove_alias(check_name("project", project), alias)
 
 
 def slot_history(record: Record, *, registry: RegistryArg = None) -> list[Record]:

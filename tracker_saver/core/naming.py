@@ -35,6 +35,7 @@ from typing import Any, NamedTuple
 
 from tracker_saver.core.errors import ConfigError
 from tracker_saver.core.records import MetaValue
+from tracker_saver.core.text import check_text
 
 __all__ = [
     "KEY_EXTENSIONS",
@@ -80,17 +81,20 @@ def check_segment(what: str, value: str) -> str:
 
 
 def check_name(what: str, value: object) -> str:
-    """Return ``value`` if it can name a project, run or stream (a non-empty string), else raise.
+    """Return ``value`` if it can name a project, run or stream, else raise.
+
+    A name is a non-empty string of at most 1000 characters that the text rule allows
+    (:func:`tracker_saver.core.text.check_text`: no NUL or other control character).
 
     Examples:
         >>> check_name("run", "resnet (lr=0.1) [v2]: run #3, final")
         'resnet (lr=0.1) [v2]: run #3, final'
     """
-    if not isinstance(value, str) or not value.strip() or "\x00" in value or len(value) > 1000:
+    if not isinstance(value, str) or not value.strip() or len(value) > 1000:
         raise ConfigError(
             f"{what} {value!r} is not a usable name: pass a non-empty string of at most 1000 characters, without NUL"
         )
-    return value
+    return check_text(what, value)
 
 
 def key_segment(name: str) -> str:

@@ -37,6 +37,10 @@ def _wal(conn: sqlite3.Connection, timeout: float) -> None:
             time.sleep(0.05)
 
 
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", "backslashreplace")
+
+
 class SQLiteConnection:
     """One SQLite file opened for a registry, safe for several processes writing at once.
 
@@ -64,6 +68,9 @@ class SQLiteConnection:
             # isolation_level=None: we issue BEGIN IMMEDIATE ourselves, so a transaction takes
             # the write lock up front and the busy timeout applies instead of a deadlock.
             self._conn = sqlite3.connect(text, timeout=timeout, isolation_level=None, check_same_thread=False)
+            # Another program may have stored bytes that are not UTF-8: read them shown escaped
+            # (``\xff``, as core.text.escape shows other refused text) rather than fail every query.
+            self._conn.text_factory = _text
             if text != ":memory:":
                 _wal(self._conn, timeout)
                 self._conn.execute("PRAGMA synchronous = FULL")

@@ -55,8 +55,9 @@ class TrackerSaver(DiskSaver):
         registry: ``None`` (``$TRACKER_SAVER_REGISTRY`` or ``~/.tracker_saver/registry.db``),
             a SQLite path, ``"clearml"``, or a ``Registry``.
         storage_options: options for the storage backend (S3: ``endpoint_url``, ``profile``, …).
-        pre_upload: callbacks run after the slot allocator; see :class:`CallbackChain`.
-        post_upload: callbacks run once the bytes are complete, before the record is live.
+        pre_upload: a list of callbacks run after the slot allocator (``None``: none); see
+            :class:`CallbackChain`.
+        post_upload: a list of callbacks run once the bytes are complete, before the record is live.
         save_on_rank: in distributed training, the rank that serializes, uploads and registers
             (like Ignite's ``DiskSaver``). The others open no registry and no storage, and do
             no I/O; construction, each save and :meth:`flush` are collectives that raise the
@@ -116,8 +117,8 @@ class TrackerSaver(DiskSaver):
         run: str | None = None,
         registry: str | os.PathLike[str] | Registry | None = None,
         storage_options: Mapping[str, Any] | None = None,
-        pre_upload: Iterable[PreUploadCallback] = (),
-        post_upload: Iterable[PostUploadCallback] = (),
+        pre_upload: Iterable[PreUploadCallback] | None = None,
+        post_upload: Iterable[PostUploadCallback] | None = None,
         save_on_rank: int = 0,
         async_upload: bool = False,
         max_pending: int = 1,
@@ -127,6 +128,7 @@ class TrackerSaver(DiskSaver):
         save_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
         self.kwargs = check_save_kwargs(save_kwargs)
+        self.callbacks = CallbackChain(pre_upload, post_upload)
         timeout = check_options(max_pending=max_pending, timeout=timeout, lineage=lineage)
         self.save_on_rank = check_save_on_rank(save_on_rank)
         # The world is fixed here: a saver made before the process group would think every rank saves.
@@ -146,11 +148,6 @@ class TrackerSaver(DiskSaver):
         self._background: Background | None = None
         self._async = async_upload
         self._buffers = BufferPool()
-        self.callbacks = CallbackChain()
-        for pre in pre_upload:
-            self.callbacks.add_pre(pre)
-        for post in post_upload:
-            self.callbacks.add_post(post)
         self._holder = new_holder(self)
         self._pipeline: Pipeline | None = None
         self._removed: BaseException | None = None  # a distributed remove's error, raised by the save after it

@@ -17,6 +17,7 @@ from tracker_saver.core.errors import ConfigError
 from tracker_saver.core.naming import check_name, fallback_basename, parse_filename
 from tracker_saver.core.outage import check_timeout
 from tracker_saver.core.records import MetaValue, UploadInfo, clean_metadata
+from tracker_saver.core.text import check_text
 from tracker_saver.registry import Registry, RegistrySpec, open_registry, parse_registry
 from tracker_saver.registry.base import RunContext
 from tracker_saver.storage import Storage, is_remote, open_storage
@@ -125,7 +126,11 @@ def upload_info(
             stacklevel=4,  # the caller of TrackerSaver.__call__
         )
     basename = check_name("stream (Ignite's basename, from filename_prefix and to_save)", str(metadata["basename"]))
-    parsed = parse_filename(filename, basename, metadata.get("score_name"), metadata.get("priority"))
+    score_name = metadata.get("score_name")
+    if isinstance(score_name, str):  # it is part of the filename: checked first, to name it
+        check_text("score_name (Checkpoint's)", score_name)
+    check_text("checkpoint filename (from Checkpoint's filename_pattern)", filename)
+    parsed = parse_filename(filename, basename, score_name, metadata.get("priority"))
     return UploadInfo(
         project=project,
         run=run,
