@@ -1,7 +1,9 @@
 """Records, runs and fsck reports as text and rich tables, for the command line and the demo.
 
 rich is imported inside the functions that draw a table, so a command that prints JSON or
-plain text never pays for it.
+plain text never pays for it. Every text a record or a report holds goes through
+:func:`tracker_saver.core.text.escape` on its way to the terminal: a name that another writer
+filled with ESC, CR or a bidirectional override is shown escaped, never obeyed.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tracker_saver.core.text import escape
 from tracker_saver.core.wording import plural
 
 if TYPE_CHECKING:
@@ -150,7 +153,7 @@ def table_lines(
         │  1 │ a.pt │
         └────┴──────┘
     """
-    body = [list(row) for row in rows]
+    body = [[escape(cell) for cell in row] for row in rows]
     widths = [max([len(c), *(len(row[i]) for row in body)]) for i, c in enumerate(columns)]
     aligned = set(right)
 
@@ -299,7 +302,7 @@ def print_record(record: Record) -> None:
             value = ", ".join(map(str, value)) or None
         elif key == "created_at":
             value = _when(value)
-        print(f"{key:<{width}}  {fmt(value)}")
+        print(f"{key:<{width}}  {escape(fmt(value))}")
     lineage = [key for key in LINEAGE_KEYS if key in record.metadata]
     timings = [key for key in _TIMING_LABELS if key in record.metadata]
     # Keys the record shows as its own fields above (slot, size, sha256…) are not repeated.
@@ -312,7 +315,7 @@ def print_record(record: Record) -> None:
         if keys:
             print(f"{heading}:")
             for key in keys:
-                print(f"  {key:<{width}}  {record.metadata[key]!r}")
+                print(f"  {escape(key):<{width}}  {escape(repr(record.metadata[key]))}")
 
 
 def print_report(report: Report, console: Console | None = None) -> None:
@@ -326,7 +329,8 @@ def print_report(report: Report, console: Console | None = None) -> None:
             table.add_column(column)
         styles = {"lie": "red", "orphan": "yellow", "pending": "yellow", "busy": "dim"}
         for f in report.findings:
-            table.add_row(f.kind, f.stream, fmt(f.key), fmt(f.record_id), f.detail, f.fix, style=styles.get(f.kind))
+            cells = (f.kind, f.stream, fmt(f.key), fmt(f.record_id), f.detail, f.fix)
+            table.add_row(*map(escape, cells), style=styles.get(f.kind))
         console.print(table, markup=False, highlight=False)
     problems = len(report.problems)
     found = plural(problems, "problem") if problems else "no problems"

@@ -18,6 +18,7 @@ from tracker_saver.cli.models import add_models_commands
 from tracker_saver.cli.shared import URI_HELP, add_filters, dump, open_cli_registry, wants_json
 from tracker_saver.core.errors import TrackerSaverError
 from tracker_saver.core.extras import missing_extra
+from tracker_saver.core.text import escape
 
 __all__ = ["build_parser", "main", "package_version"]
 
@@ -31,7 +32,7 @@ class _Parser(argparse.ArgumentParser):
     """argparse with one-line errors: ``tracker-saver models list: error: … (see --help)``."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+        self.exit(2, f"{self.prog}: error: {escape(message)} (see `{self.prog} --help`)\n")
 
 
 class _Version(argparse.Action):
@@ -100,7 +101,7 @@ def _cmd_runs_logs(args: argparse.Namespace) -> int:
         if wants_json(args):
             dump([str(p) for p in paths])
         else:
-            print("\n".join(map(str, paths)) or f"{project}/{run} has no logs")
+            print("\n".join(escape(p) for p in paths) or escape(f"{project}/{run} has no logs"))
         return 0
     logs = list_logs(project, run, **where)
     if wants_json(args):
@@ -111,7 +112,7 @@ def _cmd_runs_logs(args: argparse.Namespace) -> int:
     if logs:
         print_logs(logs)
     else:
-        print(f"{project}/{run} has no logs")
+        print(escape(f"{project}/{run} has no logs"))
     return 0
 
 
@@ -145,7 +146,7 @@ def _cmd_repair(args: argparse.Namespace) -> int:
         delete_orphans=args.delete_orphans,
         stale_after_s=args.stale_after,
         dry_run=args.dry_run,
-        echo=(lambda _: None) if as_json else print,
+        echo=(lambda _: None) if as_json else (lambda line: print(escape(line))),
     )
     if as_json:
         dump(report.to_dict())
@@ -325,7 +326,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
         return 141  # 128 + SIGPIPE, as a tool killed by the closed pipe exits
     except (TrackerSaverError, ModuleNotFoundError) as exc:
-        print(f"{PROG}: error: {_one_line(exc)}", file=sys.stderr)
+        print(f"{PROG}: error: {escape(_one_line(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
