@@ -171,7 +171,7 @@ def _cmd_ui(args: argparse.Namespace) -> int:
         if exc.name is not None and not exc.name.startswith(_UI_MODULES):
             raise  # a bug inside the UI, not a missing extra
         raise missing_extra("tracker-saver ui", "ui", exc) from exc
-    serve(registry=open_cli_registry(args), host=args.host, port=args.port)
+    serve(registry=open_cli_registry(args), host=args.host, port=args.port, allow_hosts=args.allow_host or ())
     return 0
 
 
@@ -287,6 +287,13 @@ def build_parser() -> argparse.ArgumentParser:
     ui = command(commands, "ui", "serve the web UI for browsing records (the ui extra)", _cmd_ui, [registry])
     ui.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")
     ui.add_argument("--port", type=_port, default=8765, help="port to listen on (default: 8765)")
+    ui.add_argument(
+        "--allow-host",
+        action="append",
+        metavar="NAME",
+        help="also answer requests for this host name, e.g. a reverse proxy's (repeatable; the names --host "
+        "binds are always answered, any other gets 400)",
+    )
     return parser
 
 
