@@ -32,6 +32,7 @@ from tracker_saver.core.errors import ConfigError, StorageError, StreamBusyError
 from tracker_saver.core.masking import strip_userinfo
 from tracker_saver.core.naming import parse_slot_key, run_prefix
 from tracker_saver.core.records import LOADABLE, Record, RecordState, StreamId
+from tracker_saver.core.text import check_filters
 from tracker_saver.core.wording import plural
 from tracker_saver.registry.base import Query, Registry, busy, stream_query
 from tracker_saver.save.recovery import owner_of, plan_slot, recover_slot
@@ -284,6 +285,7 @@ def check(
         deep: hash every loadable record's object, not only where sizes leave a doubt.
         storage_options: options for opening each output_uri (S3: ``endpoint_url``, ``profile``…).
     """
+    check_filters(project=project, run=run, stream=stream)
     return _check(registry, Query(project=project, run=run, stream=stream), deep, storage_options or {})[0]
 
 
@@ -316,6 +318,7 @@ def repair(
         The check made afterwards (with ``dry_run``: the check before, so its problems are
         what ``check`` reports), with the actions taken (``would …`` with ``dry_run``).
     """
+    check_filters(project=project, run=run, stream=stream)
     query = Query(project=project, run=run, stream=stream)
     before, places = _check(registry, query, deep, storage_options or {}, stale_after_s)
     actions: list[str] = []

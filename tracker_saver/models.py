@@ -28,6 +28,7 @@ from tracker_saver.core.records import (
     check_display_name,
     check_tags,
 )
+from tracker_saver.core.text import check_text
 from tracker_saver.find import RegistryArg, count_models, find_models, get_model, resolve_model, run_stats
 from tracker_saver.registry import Query
 from tracker_saver.registry.shared import shared_registry
@@ -128,7 +129,7 @@ def remove_alias(project: str, alias: str, *, registry: RegistryArg = None) -> N
         Traceback (most recent call last):
         tracker_saver.core.errors.RecordNotFoundError: project 'mnist' has no alias 'production'
     """
-    shared_registry(registry, create=False).remove_alias(check_name("project", project), alias)
+    shared_registry(registry, create=False).remove_alias(check_name("project", project), check_text("alias", alias))
 
 
 def slot_history(record: Record, *, registry: RegistryArg = None) -> list[Record]:

@@ -298,10 +298,10 @@ class UploadInfo:
         (:func:`clean_metadata`): the same rule a rename or a tag from the CLI or the UI follows.
 
         Examples:
-            >>> UploadInfo("p", "r", "s", "s_1.pt", name="ok\x1b[2J").check_labels()  # doctest: +ELLIPSIS
+            >>> UploadInfo("p", "r", "s", "s_1.pt", name="ok\\x1b[2J").check_labels()  # doctest: +ELLIPSIS
             Traceback (most recent call last):
             ...
-            tracker_saver.core.errors.ConfigError: record name of 's_1.pt' 'ok\x1b[2J' holds U+001B (ESC) ...
+            tracker_saver.core.errors.ConfigError: record name of 's_1.pt' 'ok\\x1b[2J' holds U+001B (ESC) ...
         """
         what = f"checkpoint {self.filename!r}"
         if not isinstance(self.name, str) or not self.name.strip():

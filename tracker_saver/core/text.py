@@ -36,7 +36,7 @@ import re
 
 from tracker_saver.core.errors import ConfigError
 
-__all__ = ["METADATA_VALUE_ALLOWS", "check_text", "escape", "first_refused"]
+__all__ = ["METADATA_VALUE_ALLOWS", "check_filters", "check_text", "escape", "first_refused"]
 
 #: Every character the rule refuses, in one class: C0, DEL and C1 controls, surrogates, line and
 #: paragraph separators, bidirectional controls, invisible spaces.
@@ -81,7 +81,7 @@ def _shown(text: str) -> str:
     return repr(text if len(text) <= 80 else text[:77] + "...")
 
 
-def check_text(field: str, text: str, *, allow: str = "") -> str:
+def check_text(field: str, text: object, *, allow: str = "") -> str:
     """Return ``text`` if the text rule allows it (``allow``: characters also allowed), else raise.
 
     Raises:
@@ -95,6 +95,8 @@ def check_text(field: str, text: str, *, allow: str = "") -> str:
         ...
         tracker_saver.core.errors.ConfigError: tag 'ok\\x1b[1A' holds U+001B (ESC) at character 3, a control character, ...
     """
+    if not isinstance(text, str):
+        raise ConfigError(f"{field} {text!r} is not text: pass a string")
     at = first_refused(text, allow)
     if at is None:
         return text
@@ -105,6 +107,24 @@ def check_text(field: str, text: str, *, allow: str = "") -> str:
         f"{field} {_shown(text)} holds {label} at character {at + 1}, {_what(text[at])}: {fix} "
         "(names, tags and metadata follow one text rule: docs/security.md)"
     )
+
+
+def check_filters(**filters: object) -> None:
+    """Check each text filter of a query a user gave (``project=``, ``run=`` …); ``None`` and numbers pass.
+
+    A filter is text that must match a record's: the same rule, so a filter that no valid record
+    can match (and no registry can even bind, for a lone surrogate) is the one clear error.
+
+    Examples:
+        >>> check_filters(project="mnist", run=None, limit=3)
+        >>> check_filters(stream="best\\udcff")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        tracker_saver.core.errors.ConfigError: the stream filter 'best\\udcff' holds U+DCFF at character 5, ...
+    """
+    for field, value in filters.items():
+        if isinstance(value, str):
+            check_text(f"the {field.replace('_', ' ')} filter", value)
 
 
 #: The escapes people read at a glance; every other refused character is ``\\xNN`` or ``\\uNNNN``.

@@ -16,6 +16,7 @@ from typing import Any
 
 from tracker_saver.core.errors import ConfigError
 from tracker_saver.core.naming import check_key, logs_prefix
+from tracker_saver.core.text import check_filters
 from tracker_saver.registry import Query, Registry
 from tracker_saver.registry.shared import shared_registry
 from tracker_saver.storage import Storage, open_storage
@@ -44,6 +45,7 @@ def _run_storage(
     storage_options: Mapping[str, Any] | None,
 ) -> Storage:
     """The storage of the run's logs: ``output_uri``, else the one output_uri of the run's records."""
+    check_filters(project=project, run=run)
     options = dict(storage_options or {})
     opened: Registry | None = None
     if output_uri is None:
