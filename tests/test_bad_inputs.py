@@ -1695,7 +1695,7 @@ def test_saved_name_with_escape_sequences(row: Row, world: World) -> None:
 
 @case(
     TEXT, "tag-with-an-osc-8-link",
-    'add_tags(id, ["ok\\x1b]8;;http://evil.example/\\x1b\\\\"])  # tracker-saver models tag, the UI alike',
+    'add_tags(id, ["ok\\x1b]8;;http://evil.example/\\x1b\\\\"])  # the same from the CLI and the UI',
     "ConfigError",
     "tag of record … 'ok\\x1b]8;;http://evil.example/\\x1b\\\\' holds U+001B (ESC) at character 3, a control "
     "character, which can rewrite what a terminal shows: remove it " + RULE,
