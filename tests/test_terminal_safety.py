@@ -67,6 +67,7 @@ def _run_every_command(
     registry: str, project: str, run: str, ref: str, dest: Path, capsys: pytest.CaptureFixture[str]
 ) -> str:
     """Run every command; each one's output holds no ESC. Returns all output."""
+    dest.mkdir()
     shown = []
     for argv in _commands(project, run, ref, dest):
         status = main(["--registry", registry, *argv])
