@@ -1,7 +1,7 @@
 """The CLI's models commands (``tracker-saver models list`` and the rest): show, get, edit, pin, history.
 
-Standard library and the pure core (errors, text) only at module level, as :mod:`tracker_saver.cli.main`: each command imports the
-API it calls when it runs.
+Standard library and the pure core (errors, text) only at module level, as :mod:`tracker_saver.cli.main`:
+each command imports the API it calls when it runs.
 
 Examples:
     >>> from tracker_saver.cli.main import build_parser

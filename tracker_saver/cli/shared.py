@@ -1,6 +1,7 @@
 """What the CLI's commands share: the registry ``--registry`` names, a record by reference, JSON out.
 
-Standard library and the pure core (errors, text) only at module level, as :mod:`tracker_saver.cli.main` (start-up cost).
+Standard library and the pure core (errors, text) only at module level, as :mod:`tracker_saver.cli.main`
+(start-up cost).
 
 Examples:
     >>> import argparse

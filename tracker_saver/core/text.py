@@ -137,14 +137,19 @@ def _escaped(match: re.Match[str]) -> str:
     return _SHORT.get(char) or (f"\\x{code:02x}" if code < 0x100 else f"\\u{code:04x}")
 
 
-def escape(text: object) -> str:
+def escape(text: object, allow: str = "") -> str:
     """``text`` safe for a terminal: every character the rule refuses shown as ``\\xNN`` or ``\\uNNNN``.
 
     The one escape of every terminal writer: nothing it returns can move a cursor, retitle a
     window, plant a link, reorder a line or fail to encode (a lone surrogate becomes ``\\udcff``).
+    ``allow`` keeps characters a field may hold as they are (TAB and LF of a metadata value in
+    the UI's JSON, which no terminal prints).
 
     Examples:
         >>> escape("a\\x1b[1A\\rb"), escape("bad\\udcffbyte"), escape("\\u202eexe.jpg"), escape(3)
         ('a\\\\x1b[1A\\\\rb', 'bad\\\\udcffbyte', '\\\\u202eexe.jpg', '3')
+        >>> escape("a\\nb\\x1b", allow="\\t\\n")
+        'a\\nb\\\\x1b'
     """
-    return _REFUSED.sub(_escaped, text if isinstance(text, str) else str(text))
+    text = text if isinstance(text, str) else str(text)
+    return _REFUSED.sub(lambda match: match.group() if match.group() in allow else _escaped(match), text)

@@ -13,6 +13,7 @@ import os
 import sys
 import threading
 import traceback
+import weakref
 from collections.abc import Iterator, Sequence
 from importlib import resources
 from typing import Annotated, Any, BinaryIO
@@ -101,10 +102,20 @@ def _attachment(filename: str) -> str:
 
 
 def _sent(file: BinaryIO, done: contextlib.ExitStack) -> Iterator[bytes]:
-    """``file``'s bytes in chunks; ``done`` closes once they are sent or the client went away."""
-    with done:
-        while chunk := file.read(_CHUNK):
-            yield chunk
+    """``file``'s bytes in chunks; ``done`` closes once they are sent, or when the response is dropped.
+
+    A client that goes away mid-download drops the response, and with it this generator (begun
+    or not): ``done`` must close then too, or the download would keep its place for good.
+    """
+
+    def chunks() -> Iterator[bytes]:
+        with done:
+            while chunk := file.read(_CHUNK):
+                yield chunk
+
+    sending = chunks()
+    weakref.finalize(sending, done.close)  # ExitStack.close runs its callbacks once
+    return sending
 
 
 def create_app(

@@ -10,7 +10,7 @@ from pydantic import BaseModel, Field
 
 from tracker_saver.core.masking import strip_userinfo
 from tracker_saver.core.records import MAX_NAME_LENGTH, TIMING_KEYS, MetaValue, Record, encode_value
-from tracker_saver.core.text import escape
+from tracker_saver.core.text import METADATA_VALUE_ALLOWS, escape
 
 __all__ = [
     "ALIAS_PATTERN",
@@ -165,7 +165,7 @@ def _finite(value: MetaValue) -> MetaValue:
     # JSON has no infinity; a priority of ±inf is real (Ignite compares it), so show it as text.
     if isinstance(value, float) and math.isinf(value):
         return "inf" if value > 0 else "-inf"
-    return escape(value) if isinstance(value, str) else value
+    return escape(value, allow=METADATA_VALUE_ALLOWS) if isinstance(value, str) else value
 
 
 def _text(value: str | None) -> str | None:
