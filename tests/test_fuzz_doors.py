@@ -43,7 +43,7 @@ PLAIN = st.text(
     st.characters(codec="utf-8", exclude_categories=("Cc", "Cs", "Cf", "Zl", "Zp")), min_size=1, max_size=12
 )
 EITHER = st.integers(0, 3).flatmap(lambda draw: TEXT if draw == 0 else PLAIN.filter(str.strip))
-FUZZ = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
+FUZZ = settings(max_examples=40, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
 def _trained(root: Path) -> str:
