@@ -34,9 +34,12 @@ What it mirrors from clearml-server (apiserver/database/model/base.py, services/
   creating, changing or deleting a model, task or subproject in it answers ``403/21 Forbidden
   (modification not allowed)``, the server's ``NoWritePermission``.
 
-Anything else is answered with an empty success and remembered in :attr:`ClearMLStandIn.unknown_calls`
-so a test can assert that nothing important was ignored. Faults can be injected with
-:meth:`ClearMLStandIn.fail` to test error mapping.
+The rules it shares with the real clearml-server (metadata keys, task statuses, field types,
+name lengths, paging, batch calls, error codes and messages) are in
+:mod:`tests.clearml_standin.rules`, each measured on the real server; an endpoint it does not
+implement is answered as the real server answers one it lacks, ``404/0 Unable to find
+endpoint``, and remembered in :attr:`ClearMLStandIn.unknown_calls`: never an empty success.
+Faults can be injected with :meth:`ClearMLStandIn.fail` to test error mapping.
 
 Outages (``tests/test_clearml_outages.py``): :meth:`ClearMLStandIn.pause` stops listening and
 drops every open connection (a client is refused, as by a server that went away) and

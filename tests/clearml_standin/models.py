@@ -10,11 +10,11 @@ from tests.clearml_standin.common import (
     USER_ID,
     StandInError,
     _bad_model,
-    _bad_project,
     _bad_task,
     _new_id,
     _now,
 )
+from tests.clearml_standin.rules import check_metadata_items, check_tags, check_type, metadata_key, required
 from tests.clearml_standin.tasks import Tasks
 
 
@@ -22,6 +22,7 @@ class Models(Tasks):
     """Models: create, edit, metadata, archive, delete, queries."""
 
     # -- models ------------------------------------------------------------------------------
+    #: services/models.py ``create_fields``: what ``models.create`` and ``models.edit`` set.
     _MODEL_FIELDS = (
         "name",
         "tags",
@@ -37,37 +38,75 @@ class Models(Tasks):
         "ready",
         "metadata",
     )
+    #: ``models.update`` sets only the fields the server's Model marks ``user_set_allowed``; it ignores the rest.
+    _UPDATE_FIELDS = ("name", "tags", "system_tags", "comment", "uri", "project", "created", "metadata")
+    _STRING_FIELDS = ("comment", "framework")
 
-    def _model_fields(self, data: dict[str, Any]) -> dict[str, Any]:
-        fields = {k: data[k] for k in self._MODEL_FIELDS if data.get(k) is not None}
+    def _model_fields(self, data: dict[str, Any], how: str = "edit") -> dict[str, Any]:
+        """The fields a ``models.create``/``edit``/``update`` (``how``) sets, checked as clearml-server checks them.
+
+        Unknown fields are ignored, as the server does (``filter_fields``/``parse_from_call``).
+        """
+        names = self._UPDATE_FIELDS if how == "update" else self._MODEL_FIELDS
+        fields = {k: data[k] for k in names if data.get(k) is not None}
         if "name" in fields:
             fields["name"] = self._check_name("model", fields["name"])
         for key in ("tags", "system_tags"):
             if key in fields:
-                fields[key] = self._tags(fields[key])
+                fields[key] = check_tags(fields[key], create=how == "create")
+        if "uri" in fields and not isinstance(fields["uri"], str):
+            raise StandInError(500, 0, f"'{type(fields['uri']).__name__}' object has no attribute 'strip'")
+        for key in self._STRING_FIELDS:
+            if key in fields and not isinstance(fields[key], str):
+                raise StandInError(400, 800, f"Data validation error: {key}=StringField only accepts string values")
+        if "ready" in fields and not isinstance(fields["ready"], bool):
+            raise StandInError(400, 800, "Data validation error: ready=BooleanField only accepts boolean values")
+        labels = data.get("labels")
+        if isinstance(labels, dict) and any(not isinstance(v, int) for v in labels.values()):
+            bad = ", ".join(str(v) for v in labels.values() if not isinstance(v, int))
+            raise StandInError(400, 12, f"Validation error (labels values must be integers): values=({bad})")
         if "metadata" in fields:
-            # clearml-server >= 1.14 takes an object here (key -> item) while the SDK's schema still
-            # says array: a list is refused (create) or crashes (edit). The SDK itself only sends
-            # metadata through models.add_or_update_metadata; so must everyone else.
+            # clearml-server 2.0 takes an object here (key -> item) while the SDK's schema still
+            # says array: a list is refused (create) or crashes (edit, update). The SDK itself only
+            # sends metadata through models.add_or_update_metadata; so must everyone else.
             if not isinstance(fields["metadata"], dict):
-                raise StandInError(
-                    400,
-                    12,
-                    "Validation error: metadata must be an object of key -> item; "
-                    "use models.add_or_update_metadata to send a list",
-                )
-            fields["metadata"] = self._metadata(fields["metadata"])
-        if fields.get("project"):
-            self._get("projects", fields["project"], _bad_project)
-            self._check_writable(fields["project"])
-        if fields.get("task"):
-            self._get("tasks", fields["task"], _bad_task)
+                if how != "create":
+                    raise StandInError(500, 0, f"'{type(fields['metadata']).__name__}' object has no attribute 'items'")
+                check_type(fields, "metadata", dict, "dict")
+            if how == "create":
+                fields["metadata"] = self._metadata(fields["metadata"])
+            else:  # edit and update store the items unchecked, keys stripped
+                fields["metadata"] = {str(k).strip(): copy.deepcopy(v) for k, v in fields["metadata"].items()}
+        self._check_references(fields, how, data)
         return fields
 
+    def _check_references(self, fields: dict[str, Any], how: str, data: dict[str, Any]) -> None:
+        """The ids a model refers to: each endpoint has its own answer for an unknown one."""
+        if fields.get("project"):
+            if how == "create" and fields["project"] not in self.projects:
+                raise StandInError(400, 12, f"Validation error (Invalid project ids): project={fields['project']}")
+            if how == "edit" and fields["project"] not in self.projects:
+                raise StandInError(
+                    400, 16, f"Invalid value for fields (expecting Project id): id={fields['project']}, field=project"
+                )
+            self._check_writable(fields["project"])
+        task = data.get("task")
+        if task is not None and task not in self.tasks:
+            if how == "edit":
+                raise StandInError(400, 16, f"Invalid value for fields (expecting Task id): id={task}, field=task")
+            raise StandInError(400, 101, f"Invalid task id: id={task}, company={COMPANY_ID}")
+        if how == "edit" and fields.get("parent") and fields["parent"] not in self.models:
+            raise StandInError(
+                400, 16, f"Invalid value for fields (expecting Model id): id={fields['parent']}, field=parent"
+            )
+        if data.get("iteration") is not None and not isinstance(data["iteration"], int):
+            raise StandInError(
+                400, 12, f"Validation error (invalid literal for int() with base 10: {data['iteration']!r})"
+            )
+
     def models_create(self, data: dict[str, Any]) -> dict[str, Any]:
-        if "name" not in data or "uri" not in data:
-            raise StandInError(400, 11, "Missing required fields: name, uri")
-        fields = self._model_fields(data)
+        required(data, "uri", "name")
+        fields = self._model_fields(data, "create")
         mid = _new_id()
         now = _now()
         self.models[mid] = {
@@ -95,18 +134,24 @@ class Models(Tasks):
         }
         return {"id": mid, "created": True}
 
-    def models_edit(self, data: dict[str, Any]) -> dict[str, Any]:
+    def _change_model(self, data: dict[str, Any], how: str) -> dict[str, Any]:
+        required(data, "model")
         model = self._get("models", data.get("model"), _bad_model)
         self._check_writable(model.get("project"))
-        fields = self._model_fields(data)
+        fields = self._model_fields(data, how)
         model.update(copy.deepcopy(fields))
         if data.get("iteration") is not None:
             model["last_iteration"] = int(data["iteration"])
-        model["last_update"] = model["last_change"] = _now()
+        if fields:
+            model["last_update"] = model["last_change"] = _now()
         return {"updated": int(bool(fields)), "fields": fields}
 
+    def models_edit(self, data: dict[str, Any]) -> dict[str, Any]:
+        return self._change_model(data, "edit")
+
     def models_update(self, data: dict[str, Any]) -> dict[str, Any]:
-        return self.models_edit(data)
+        """The web UI's call: a rename, new tags or a comment; fields ``update`` does not set are ignored."""
+        return self._change_model(data, "update")
 
     def models_update_for_task(self, data: dict[str, Any]) -> dict[str, Any]:
         task = self._get("tasks", data.get("task"), _bad_task)
@@ -154,22 +199,35 @@ class Models(Tasks):
         return {"model": copy.deepcopy(self._get("models", out[-1]["model"], _bad_model))}
 
     def models_add_or_update_metadata(self, data: dict[str, Any]) -> dict[str, Any]:
+        required(data, "model")
+        items = check_metadata_items(data.get("metadata"))
         model = self._get("models", data.get("model"), _bad_model)
         self._check_writable(model.get("project"))
-        if not isinstance(data.get("metadata"), list) or not data["metadata"]:
-            raise StandInError(400, 12, "Validation error: metadata must be a non-empty list of items")
-        items = self._metadata(data.get("metadata"))
-        if data.get("replace_metadata"):
-            model["metadata"] = items
+        replace = bool(data.get("replace_metadata"))
+        stored = {}
+        for item in items:
+            key = metadata_key(item["key"], replace=replace)
+            stored[key] = {"key": item["key"], "type": item["type"], "value": item["value"]}
+        if replace:
+            model["metadata"] = stored
         else:
-            model.setdefault("metadata", {}).update(items)
-        model["last_update"] = _now()
+            model.setdefault("metadata", {}).update(stored)
+        model["last_update"] = model["last_change"] = _now()
         return {"updated": 1}
 
     def models_delete_metadata(self, data: dict[str, Any]) -> dict[str, Any]:
+        required(data, "model", "keys")
+        if not data["keys"]:
+            raise StandInError(
+                400,
+                12,
+                "Validation error (error for field 'keys': value '[]' length is lower than allowed minimum '1'..)",
+            )
         model = self._get("models", data.get("model"), _bad_model)
-        for key in data.get("keys") or []:
-            model.setdefault("metadata", {}).pop(key, None)
+        self._check_writable(model.get("project"))
+        for key in data["keys"]:
+            model.setdefault("metadata", {}).pop(str(key).strip(), None)
+        model["last_update"] = model["last_change"] = _now()
         return {"updated": 1}
 
     def models_set_ready(self, data: dict[str, Any]) -> dict[str, Any]:
@@ -185,19 +243,47 @@ class Models(Tasks):
                 succeeded.append({"id": ident, "updated": 1})
         return {"succeeded": succeeded, "failed": []}
 
-    def models_delete(self, data: dict[str, Any]) -> dict[str, Any]:
-        model = self._get("models", data.get("model"), _bad_model)
+    def _delete_model(self, ident: Any, force: Any) -> dict[str, Any]:
+        """bll/model ``delete_model``: refused for a model a task uses as input, or whose task is
+        published, without ``force``; its entry leaves its (unpublished) task's output models."""
+        model = self._get("models", ident, _bad_model)
         self._check_writable(model.get("project"))
+        users = [t for t in self.tasks.values() if ident in [e.get("model") for e in t["models"].get("input") or []]]
+        if users and not force:
+            raise StandInError(
+                400,
+                205,
+                f"Model is used by tasks (as execution model, use force=True to delete): num_tasks={len(users)}",
+            )
+        task = self.tasks.get(model.get("task") or "")
+        if task is not None and task.get("status") == "published" and not force:
+            raise StandInError(
+                400,
+                206,
+                f"Task that created this model exists (and published, use force=True to delete): task={task['id']}",
+            )
+        if task is not None and task.get("status") != "published":
+            outputs = task["models"].setdefault("output", [])
+            outputs[:] = [e for e in outputs if e.get("model") != ident]
         del self.models[model["id"]]
+        return model
+
+    def models_delete(self, data: dict[str, Any]) -> dict[str, Any]:
+        required(data, "model")
+        model = self._delete_model(data["model"], data.get("force"))
         return {"deleted": True, "url": model.get("uri")}
 
     def models_delete_many(self, data: dict[str, Any]) -> dict[str, Any]:
-        succeeded = []
-        for ident in data.get("ids") or []:
-            model = self.models.pop(ident, None)
-            if model is not None:
+        """The web UI's delete: one result per id, a refused or unknown one among ``failed``."""
+        succeeded, failed = [], []
+        for ident in self._batch_ids(data):
+            try:
+                model = self._delete_model(ident, data.get("force"))
+            except StandInError as exc:
+                failed.append({"id": ident, "error": {"codes": [exc.code, exc.subcode], "msg": exc.msg}})
+            else:
                 succeeded.append({"id": ident, "deleted": True, "url": model.get("uri")})
-        return {"succeeded": succeeded, "failed": []}
+        return {"succeeded": succeeded, "failed": failed}
 
     def models_get_frameworks(self, data: dict[str, Any]) -> dict[str, Any]:
         return {"frameworks": sorted({m["framework"] for m in self.models.values() if m.get("framework")})}

@@ -8,6 +8,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tests.clearml_standin.common import StandInError, _forbidden, _new_id
+from tests.clearml_standin.rules import check_name, page_window
 
 #: List fields per entity kind, as clearml-server declares them in ``get_all_query_options``.
 _LIST_FIELDS = {
@@ -146,7 +147,7 @@ class Query:
                 try:
                     regex = re.compile(pattern)
                 except re.error as exc:
-                    raise StandInError(400, 21, f"malformed regular expression: {exc}") from None
+                    raise StandInError(400, 21, f"Malformed regular expression: err={exc}") from None
                 tests.append(_pattern_test(name, regex))
         for key, value in data.items():
             if value is None:
@@ -184,9 +185,9 @@ class Query:
             docs = docs[start : start + size]
             self._scrolls[scroll_id] = start + len(docs)
             extra["scroll_id"] = scroll_id
-        elif data.get("page_size") is not None:
-            page, size = int(data.get("page") or 0), int(data["page_size"])
-            docs = docs[page * size : (page + 1) * size]
+        else:  # without paging too: the server answers one page of at most MAX_PAGE_SIZE
+            start, size = page_window(data)
+            docs = docs[start : start + size]
         only = data.get("only_fields") or data.get("projection")
         return [self._project(d, only) for d in docs], extra
 
@@ -218,9 +219,7 @@ class Query:
 
     @staticmethod
     def _check_name(kind: str, name: Any) -> str:
-        if not isinstance(name, str) or len(name.strip()) < 3:
-            raise StandInError(400, 12, f"Validation error: {kind} name {name!r} must have at least 3 characters")
-        return name.strip()
+        return check_name(name)
 
     @staticmethod
     def _tags(value: Any) -> list[str]:

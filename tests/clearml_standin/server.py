@@ -40,7 +40,8 @@ class ClearMLStandIn:
     Attributes:
         projects, tasks, models: the entities, ``id -> dict`` as the server would return them.
         calls: every request received, in order (``Call(endpoint, data, at, status)``).
-        unknown_calls: endpoints the stand-in does not implement (answered with empty success).
+        unknown_calls: requests to endpoints the stand-in does not implement (answered, as the real
+            server answers an endpoint it lacks, ``404/0 Unable to find endpoint``).
 
     Examples:
         >>> with ClearMLStandIn() as server:
@@ -278,7 +279,7 @@ class ClearMLStandIn:
             )
 
     # -- dispatch ----------------------------------------------------------------------------
-    def _dispatch(self, endpoint: str, data: Any) -> tuple[int, int, str, Any]:
+    def _dispatch(self, endpoint: str, data: Any, version: str | None = None) -> tuple[int, int, str, Any]:
         with self._lock:
             call = Call(endpoint, data, time.time())
             self.calls.append(call)
@@ -292,9 +293,11 @@ class ClearMLStandIn:
                     return fault.code, fault.subcode, fault.msg, {}
             handler = self._handlers.get(endpoint)
             if handler is None:
+                # Never an empty success: a request the stand-in cannot answer as the server would fails.
                 self.unknown_calls.append(call)
-                log.info("ClearML stand-in: unknown endpoint %s answered with empty success", endpoint)
-                return 200, 0, "OK", {}
+                call.status = 404
+                log.info("ClearML stand-in: unknown endpoint %s answered 404", endpoint)
+                return 404, 0, f"Unable to find endpoint for name {endpoint} and version {version or API_VERSION}", {}
             try:
                 return 200, 0, "OK", handler(data if data is not None else {})
             except StandInError as exc:
@@ -388,7 +391,7 @@ class _Handler(http.server.BaseHTTPRequestHandler):
             return
         if body is None and url.query:
             body = {k: v if len(v) > 1 else v[0] for k, v in parse_qs(url.query).items()}
-        code, subcode, msg, data = standin._dispatch(endpoint, body)
+        code, subcode, msg, data = standin._dispatch(endpoint, body, version)
         self._reply(endpoint, version, code, subcode, msg, data)
 
     def _login(self, endpoint: str, version: str | None) -> None:

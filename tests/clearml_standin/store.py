@@ -39,11 +39,15 @@ class Store(Models):
 
     # -- projects ----------------------------------------------------------------------------
     def projects_create(self, data: dict[str, Any]) -> dict[str, Any]:
+        if data.get("name") is None:
+            raise StandInError(400, 11, "Missing required fields: missing=(name)")
         name = self._check_name("project", data.get("name"))
         if any(name.startswith(ro + "/") for ro in self.read_only):
             raise _forbidden()
         if any(p["name"] == name for p in self.projects.values()):
-            raise StandInError(409, 0, f"Value combination already exists (unique field): name={name}")
+            raise StandInError(
+                400, 801, f"Project with the same name already exists: name={name}, company={COMPANY_ID}"
+            )
         pid = _new_id()
         parent = None
         if "/" in name:  # the server creates the parent projects of a path name

@@ -8,12 +8,14 @@ from typing import Any
 
 from tests.clearml_standin.common import COMPANY_ID, USER_ID, StandInError, _bad_project, _bad_task, _new_id, _now
 from tests.clearml_standin.query import Query
+from tests.clearml_standin.rules import check_edit_status, check_list_status, check_params_status, required
 
 
 class Tasks(Query):
     """Tasks: create, edit, status changes, model lists, artifacts, parameters."""
 
     def _new_task(self, data: dict[str, Any]) -> dict[str, Any]:
+        required(data, "name", "type")
         name = self._check_name("task", data.get("name"))
         if data.get("project"):
             self._get("projects", data["project"], _bad_project)
@@ -98,8 +100,11 @@ class Tasks(Query):
         task["last_update"] = task["last_change"] = _now()
         return {"updated": 1, "fields": fields}
 
-    tasks_edit = _edit_task
-    tasks_update = _edit_task
+    def tasks_edit(self, data: dict[str, Any]) -> dict[str, Any]:
+        check_edit_status(self._get("tasks", data.get("task"), _bad_task), data.get("force"))
+        return self._edit_task(data)
+
+    tasks_update = _edit_task  # no status rule: tags, comment and name of any task
 
     def tasks_update_batch(self, data: Any) -> dict[str, Any]:
         items = data if isinstance(data, list) else [data]
@@ -134,10 +139,14 @@ class Tasks(Query):
         return {"updated": 1, "fields": {"status": "created"}, "dequeued": {}, "frames": {}, "events": {}}
 
     def tasks_add_or_update_model(self, data: dict[str, Any]) -> dict[str, Any]:
-        task = self._get("tasks", data.get("task"), _bad_task)
-        kind = data.get("type") or "output"
+        required(data, "task", "name", "model", "type")
+        kind = data["type"]
         if kind not in ("input", "output"):
-            raise StandInError(400, 12, f"Validation error: model type {kind!r}")
+            raise StandInError(
+                400, 12, f"Validation error (error for field 'type': value '{kind}' is not a valid choice..)"
+            )
+        task = self._get("tasks", data.get("task"), _bad_task)
+        check_list_status(task)
         item = {"name": data.get("name"), "model": data.get("model"), "updated": _now()}
         entries = task.setdefault("models", {}).setdefault(kind, [])
         for i, entry in enumerate(entries):
@@ -152,6 +161,7 @@ class Tasks(Query):
 
     def tasks_delete_models(self, data: dict[str, Any]) -> dict[str, Any]:
         task = self._get("tasks", data.get("task"), _bad_task)
+        check_list_status(task)
         removed = 0
         for spec in data.get("models") or []:
             entries = task.setdefault("models", {}).setdefault(spec.get("type") or "output", [])
@@ -162,6 +172,7 @@ class Tasks(Query):
 
     def _edit_named_dict(self, field_name: str, items_key: str, data: dict[str, Any]) -> dict[str, Any]:
         task = self._get("tasks", data.get("task"), _bad_task)
+        check_params_status(task, data.get("force"))
         target = task.setdefault(field_name, {})
         if data.get("replace_" + field_name) in (True, "all"):
             target.clear()
@@ -202,6 +213,7 @@ class Tasks(Query):
 
     def tasks_add_or_update_artifacts(self, data: dict[str, Any]) -> dict[str, Any]:
         task = self._get("tasks", data.get("task"), _bad_task)
+        check_list_status(task)
         artifacts = task.setdefault("execution", {}).setdefault("artifacts", [])
         for art in data.get("artifacts") or []:
             artifacts[:] = [a for a in artifacts if (a.get("key"), a.get("mode")) != (art.get("key"), art.get("mode"))]
@@ -210,6 +222,7 @@ class Tasks(Query):
 
     def tasks_delete_artifacts(self, data: dict[str, Any]) -> dict[str, Any]:
         task = self._get("tasks", data.get("task"), _bad_task)
+        check_list_status(task)
         keys = {a.get("key") for a in data.get("artifacts") or []}
         artifacts = task.setdefault("execution", {}).setdefault("artifacts", [])
         artifacts[:] = [a for a in artifacts if a.get("key") not in keys]
@@ -227,13 +240,29 @@ class Tasks(Query):
     def tasks_get_types(self, data: dict[str, Any]) -> dict[str, Any]:
         return {"types": sorted({t["type"] for t in self.tasks.values()})}
 
+    @staticmethod
+    def _batch_ids(data: dict[str, Any]) -> list[Any]:
+        """A batch request's ``ids`` (apimodels/batch.py ``BatchRequest``): a non-empty list."""
+        required(data, "ids")
+        if not data["ids"]:
+            raise StandInError(
+                400,
+                12,
+                "Validation error (error for field 'ids': value '[]' length is lower than allowed minimum '1'..)",
+            )
+        return list(data["ids"])
+
     def _archive(self, kind: str, error: Callable[[str], StandInError], archive: bool) -> Callable[..., dict[str, Any]]:
+        """``archive_many``/``unarchive_many``: add or pull the ``archived`` system tag, nothing else (a
+        model stays on its task's list); an unknown id is a ``failed`` entry, never the whole call."""
+
         def change(data: dict[str, Any]) -> dict[str, Any]:
             succeeded, failed = [], []
-            for ident in data.get("ids") or []:
+            for ident in self._batch_ids(data):
                 doc = self._collection(kind).get(ident)
                 if doc is None:
-                    failed.append({"id": ident, "error": {"codes": [400, 201], "msg": str(error(ident))}})
+                    bad = error(ident)
+                    failed.append({"id": ident, "error": {"codes": [bad.code, bad.subcode], "msg": bad.msg}})
                     continue
                 tags = set(doc.get("system_tags") or [])
                 tags = tags | {"archived"} if archive else tags - {"archived"}
