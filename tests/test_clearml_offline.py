@@ -2,7 +2,7 @@
 
 Real clearml SDK (``Task.set_offline``, ``CLEARML_OFFLINE_MODE``, ignite's bypass mode, its
 session zip and ``Task.import_offline_session``), real ignite ``Checkpoint``/``Engine``, real
-SQLite, real files; the server is the stand-in (``tests/clearml_standin.py``).
+SQLite, real files; the server is the stand-in (``tests/clearml_standin/``).
 """
 
 from __future__ import annotations

@@ -696,7 +696,9 @@ def test_the_stand_in_joins_tag_filters_like_clearml_server(clearml_project) -> 
 
         assert names(["a"]) == {"has-a", "has-a-b"}
         assert names(["-b"]) == {"has-a", "none-of"}
-        assert names(["a", "-b"]) == {"has-a", "has-a-b", "none-of"}  # OR: "has a" or "lacks b"
+        assert names(["a", "-b"]) == {"has-a"}  # clearml-server 2.0: AND, "has a" and "lacks b"
+        assert names(["__$any", "a", "-b"]) == {"has-a", "has-a-b"}  # '-b' is a tag after an operator
+        assert names(["__$any", "a", "__$not", "b"]) == {"has-a", "has-a-b", "none-of"}  # OR: "has a" or "lacks b"
         assert names(["__$all", "a", "__$not", "b"]) == {"has-a"}
     finally:
         task.close()

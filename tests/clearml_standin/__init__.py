@@ -16,10 +16,10 @@ What it mirrors from clearml-server (apiserver/database/model/base.py, services/
   ``project``, ``task``, ``tags``, ``system_tags``, ``status``, ``type``, ``user``,
   ``framework``, ``uri``, ``parent`` and ``metadata.<key>.value`` are *list fields* with the
   server's operators: a plain list is OR, ``-tag`` or ``__$not tag`` excludes, ``__$all`` /
-  ``__$and`` switch to AND, ``__$any`` / ``__$or`` back to OR. The buckets are joined with the
-  first operator seen (OR by default), exactly like the server: ``["a", "-b"]`` means
-  "has a OR lacks b". ``ready`` is equality; ``only_fields``, ``order_by``, ``page``/``page_size``
-  and ``size``/``scroll_id`` are honoured.
+  ``__$and`` switch to AND, ``__$any`` / ``__$or`` back to OR. The buckets are joined by the
+  first operator if it comes before any value, else by AND, exactly like clearml-server 2.0:
+  ``["a", "-b"]`` means "has a AND lacks b". ``ready`` is equality; ``only_fields``,
+  ``order_by``, ``page``/``page_size`` (pages of at most 500) and ``size``/``scroll_id`` are honoured.
 * models: ``name`` needs at least 3 characters, tags are stored sorted, ``metadata`` is a dict
   ``key -> {key, type, value}`` (values are strings), ``models.create``/``edit`` replace fields,
   ``add_or_update_metadata`` merges (or replaces), ``archive_many``/``unarchive_many`` toggle the

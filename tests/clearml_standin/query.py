@@ -61,40 +61,63 @@ def _equal_test(key: str, value: Any) -> Callable[[dict[str, Any]], bool]:
 
 
 def _list_field_test(path: str, data: Any) -> Callable[[dict[str, Any]], bool]:
-    """The server's NewListFieldBucketHelper: buckets in/nin/all/not_all joined by the first operator."""
+    """clearml-server 2.0's ``NewListFieldBucketHelper`` (database/model/base.py), measured on the server.
+
+    Values go to buckets by the current context (OR by default: ``in``/``nin``; after ``__$all`` or
+    ``__$and``: ``all``/``nin``, since the server does not support ``not_all``), a value excluded by a
+    leading ``-`` (only until the first explicit operator, or after ``__$nop``) or by ``__$not``. The
+    buckets are joined by the first explicit operator if it comes before any value, else by AND:
+    ``["a", "-b"]`` means "has a AND lacks b". ``None`` also matches an empty field.
+    """
     if not isinstance(data, (list, tuple)):
         data = [data]
     operators = {"__$all": "and", "__$and": "and", "__$any": "or", "__$or": "or"}
-    context, global_op, allow_empty, negate_next = "or", None, False, False
+    context, global_op, allow_empty, negate_next, legacy = "or", None, False, False, True
     buckets: dict[str, list[Any]] = {}
     for value in data:
         if value is None:
-            allow_empty = True
-            global_op = global_op or context
+            allow_empty, negate_next = True, False
+            global_op = global_op or "and"
             continue
         if not isinstance(value, str):
-            raise StandInError(400, 16, f"invalid value type, string expected: field={path} value={value!r}")
+            raise StandInError(
+                400, 16, f"Invalid value for fields (invalid value type, string expected): field={path}, value={value}"
+            )
+        if value == "__$nop":
+            context, legacy, negate_next = "or", True, False
+            global_op = global_op or "and"
+            continue
         if value.startswith("__$"):
-            if value in ("__$not", "__$nop"):
-                negate_next = value == "__$not"
+            if negate_next:
+                raise StandInError(400, 16, f"Invalid value for fields (Value is expected after): field={path}")
+            if value == "__$not":
+                negate_next = True
                 continue
             if value not in operators:
-                raise StandInError(400, 16, f"Unsupported operator: field={path} operator={value}")
-            context = operators[value]
+                raise StandInError(
+                    400, 16, f"Invalid value for fields (Unsupported operator): field={path}, operator={value}"
+                )
+            context, legacy = operators[value], False
             global_op = global_op or context
             continue
-        global_op = global_op or context
+        global_op = global_op or "and"
         include = not negate_next
-        negate_next = False
-        if value.startswith("-"):
+        if not negate_next and legacy and value.startswith("-"):
             value, include = value[1:], False
             if not value:
-                raise StandInError(400, 16, f"Missing value after the exclude prefix -: field={path}")
-        action = {("or", True): "in", ("or", False): "nin", ("and", True): "all", ("and", False): "not_all"}[
+                raise StandInError(
+                    400,
+                    16,
+                    f"Invalid value for fields (Missing value after the exclude prefix -): field={path}, value=",
+                )
+        negate_next = False
+        action = {("or", True): "in", ("or", False): "nin", ("and", True): "all", ("and", False): "nin"}[
             (context, include)
         ]
         buckets.setdefault(action, []).append(value)
-    global_op = global_op or "or"
+    if negate_next:
+        raise StandInError(400, 16, "Invalid value for fields (Value is expected after): operator=__$not")
+    joined = global_op or "and"
 
     def test(doc: dict[str, Any]) -> bool:
         have = _as_set(_get_path(doc, path))
@@ -105,11 +128,9 @@ def _list_field_test(path: str, data: Any) -> Callable[[dict[str, Any]], bool]:
                 results.append(bool(have & want))
             elif action == "nin":
                 results.append(not (have & want))
-            elif action == "all":
-                results.append(want <= have)
             else:
-                results.append(not want <= have)
-        ok = (all(results) if global_op == "and" else any(results)) if results else True
+                results.append(want <= have)
+        ok = (all(results) if joined == "and" else any(results)) if results else True
         if allow_empty:
             ok = ok or not have
         return ok
