@@ -343,3 +343,34 @@ def test_bad_list_filters_are_refused(api) -> None:
     assert api("models.get_all", tags=[1])[:2] == (400, 16)
     assert api("models.get_all", tags=["__$foo"])[:2] == (400, 16)
     assert api("models.get_all", name="(")[:2] == (400, 21)
+
+
+# -- status changes --------------------------------------------------------------------------------
+
+#: Measured for every status and action, without ``force``: what clearml-server 2.0 refuses (400/110).
+REFUSED = {
+    "created": ["stopped", "completed", "failed", "publish", "close"],
+    "in_progress": ["publish", "close", "enqueue"],
+    "completed": ["stopped", "failed", "close", "enqueue"],
+    "failed": ["started", "completed", "close"],
+    "published": ["started", "stopped", "completed", "failed", "publish", "close", "reset", "enqueue"],
+    "closed": ["started", "completed", "enqueue"],
+}
+
+
+@pytest.mark.parametrize("status", ["created", "in_progress", "stopped", "completed", "failed", "published", "closed"])
+def test_status_changes_follow_the_servers_state_machine_unless_forced(api, project, status) -> None:
+    for action in ["started", "stopped", "completed", "failed", "publish", "close", "reset", "enqueue"]:
+        code, subcode, msg, _ = api(f"tasks.{action}", task=_task(api, project, status))
+        if action in REFUSED.get(status, []):
+            assert (code, subcode) == (400, 110) and msg.startswith("Invalid task status"), (status, action)
+        else:
+            assert (code, subcode) == (200, 0), (status, action, msg)
+    if status != "published":
+        assert api("tasks.completed", task=_task(api, project, status), force=True)[:2] == (200, 0)
+
+
+@pytest.mark.parametrize("endpoint", ["models.update_for_task", "models.get_by_task_id"])
+def test_endpoints_gone_since_api_2_13_answer_moved_permanently(api, project, endpoint) -> None:
+    code, subcode, msg, _ = api(endpoint, task=_task(api, project, "in_progress"))
+    assert (code, subcode) == (301, 1) and msg.startswith("This endpoint is no longer supported")

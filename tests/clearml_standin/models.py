@@ -10,7 +10,6 @@ from tests.clearml_standin.common import (
     USER_ID,
     StandInError,
     _bad_model,
-    _bad_task,
     _new_id,
     _now,
 )
@@ -154,29 +153,10 @@ class Models(Tasks):
         return self._change_model(data, "update")
 
     def models_update_for_task(self, data: dict[str, Any]) -> dict[str, Any]:
-        task = self._get("tasks", data.get("task"), _bad_task)
-        override = data.get("override_model_id")
-        if override:
-            model = self._get("models", override, _bad_model)
-            mid, created = model["id"], False
-        else:
-            out = (task.get("models") or {}).get("output") or []
-            if out:
-                mid, created = out[-1]["model"], False
-                self.models_edit({**data, "model": mid})
-            else:
-                mid = self.models_create(
-                    {
-                        "name": data.get("name") or task["name"],
-                        "uri": data.get("uri") or "",
-                        "project": task.get("project"),
-                        "task": task["id"],
-                        **{k: v for k, v in data.items() if k in self._MODEL_FIELDS and k != "uri"},
-                    }
-                )["id"]
-                created = True
-        self.tasks_add_or_update_model({"task": task["id"], "name": "Output Model", "model": mid, "type": "output"})
-        return {"id": mid, "created": created, "updated": 1}
+        """Gone since API 2.13 (the SDK sends 2.20 and later): the server's ``301/1``."""
+        raise StandInError(
+            301, 1, "This endpoint is no longer supported for the requested api version (use tasks.add_or_update_model)"
+        )
 
     def models_get_all(self, data: dict[str, Any]) -> dict[str, Any]:
         docs, extra = self._select("models", data)
@@ -192,11 +172,12 @@ class Models(Tasks):
         return {"models": [copy.deepcopy(self.models[i]) for i in ids if i in self.models]}
 
     def models_get_by_task_id(self, data: dict[str, Any]) -> dict[str, Any]:
-        task = self._get("tasks", data.get("task"), _bad_task)
-        out = (task.get("models") or {}).get("output") or []
-        if not out:
-            raise StandInError(400, 122, "task is missing expected fields: field=models.output")
-        return {"model": copy.deepcopy(self._get("models", out[-1]["model"], _bad_model))}
+        """Gone since API 2.13, as :meth:`models_update_for_task`."""
+        raise StandInError(
+            301,
+            1,
+            "This endpoint is no longer supported for the requested api version (use models.get_by_id/get_all apis)",
+        )
 
     def models_add_or_update_metadata(self, data: dict[str, Any]) -> dict[str, Any]:
         required(data, "model")

@@ -16,6 +16,7 @@ __all__ = [
     "MAX_PAGE_SIZE",
     "MIN_NAME",
     "check_edit_status",
+    "check_status_change",
     "check_list_status",
     "check_metadata_items",
     "check_name",
@@ -44,6 +45,32 @@ def check_list_status(task: dict[str, Any]) -> None:
     only a ``created`` or ``in_progress`` task (400/110 otherwise, with or without ``force``)."""
     if task.get("status") not in _LIST_STATUSES:
         raise _status_error(str(task.get("status")))
+
+
+#: The status changes clearml-server refuses without ``force`` (bll/task/utils.py ``state_machine``;
+#: measured for every status and action): current status -> actions refused with ``400/110``.
+_REFUSED_CHANGES = {
+    "created": ("stopped", "completed", "failed", "publish", "close"),
+    "in_progress": ("publish", "close", "enqueue"),
+    "completed": ("stopped", "failed", "close", "enqueue"),
+    "failed": ("started", "completed", "close"),
+    "published": ("started", "stopped", "completed", "failed", "publish", "close", "reset", "enqueue"),
+    "closed": ("started", "completed", "enqueue"),
+}
+
+
+def check_status_change(task: dict[str, Any], action: str, new_status: str, force: Any) -> None:
+    """``tasks.<action>`` moving a task to ``new_status``: refused (400/110) as the server's state machine
+    refuses it, unless ``force``; ``reset`` of a published task is refused even with ``force``."""
+    current = str(task.get("status"))
+    if action == "reset" and current == "published":
+        raise StandInError(400, 110, f"Invalid task status: task_id={task['id']}, status=published")
+    if not force and action in _REFUSED_CHANGES.get(current, ()):
+        raise StandInError(
+            400,
+            110,
+            f"Invalid task status (Invalid status change): current_status={current}, new_status={new_status}",
+        )
 
 
 def check_edit_status(task: dict[str, Any], force: Any) -> None:

@@ -133,14 +133,13 @@ class Store(Models):
             ("stopped", "stopped"),
             ("stop", "stopped"),
             ("completed", "completed"),
-            ("mark_completed", "completed"),
             ("failed", "failed"),
             ("close", "closed"),
             ("publish", "published"),
             ("enqueue", "queued"),
             ("dequeue", "created"),
         ):
-            table[f"tasks.{action}"] = self._status(status)
+            table[f"tasks.{action}"] = self._status(status, action)
         table["models.archive_many"] = self._archive("models", _bad_model, True)
         table["models.unarchive_many"] = self._archive("models", _bad_model, False)
         table["tasks.archive_many"] = self._archive("tasks", _bad_task, True)

@@ -8,7 +8,13 @@ from typing import Any
 
 from tests.clearml_standin.common import COMPANY_ID, USER_ID, StandInError, _bad_project, _bad_task, _new_id, _now
 from tests.clearml_standin.query import Query
-from tests.clearml_standin.rules import check_edit_status, check_list_status, check_params_status, required
+from tests.clearml_standin.rules import (
+    check_edit_status,
+    check_list_status,
+    check_params_status,
+    check_status_change,
+    required,
+)
 
 
 class Tasks(Query):
@@ -112,9 +118,12 @@ class Tasks(Query):
             self._edit_task(item)
         return {"updated": len(items)}
 
-    def _status(self, status: str) -> Callable[[dict[str, Any]], dict[str, Any]]:
+    def _status(self, status: str, action: str = "") -> Callable[[dict[str, Any]], dict[str, Any]]:
         def change(data: dict[str, Any]) -> dict[str, Any]:
             task = self._get("tasks", data.get("task"), _bad_task)
+            if action == "dequeue" and task.get("status") != "queued":
+                return {"updated": 0, "fields": {}}  # the server dequeues only a queued task
+            check_status_change(task, action, status, data.get("force"))
             task["status"] = status
             task["status_changed"] = task["last_update"] = _now()
             if data.get("status_reason") is not None:
@@ -131,6 +140,7 @@ class Tasks(Query):
 
     def tasks_reset(self, data: dict[str, Any]) -> dict[str, Any]:
         task = self._get("tasks", data.get("task"), _bad_task)
+        check_status_change(task, "reset", "created", data.get("force"))
         task.update(status="created", status_changed=_now(), last_iteration=0)
         task.pop("started", None)
         task.pop("completed", None)
