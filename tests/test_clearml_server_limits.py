@@ -24,10 +24,9 @@ import pytest
 
 pytest.importorskip("clearml", reason="ClearML tests need clearml: pip install 'clearml>=1.16,<3' (the clearml extra)")
 
-from tests.conftest_clearml import ClearMLServer, init_task  # noqa: E402
+from tests.conftest_clearml import ClearMLApi, ClearMLServer, init_task  # noqa: E402
 from tests.contracts.records import SHA  # noqa: E402
 from tests.helpers import attach, model, trainer_engine  # noqa: E402
-from tests.test_clearml_standin_rules import Api  # noqa: E402
 from tracker_saver import TrackerSaver, find_models, get_model  # noqa: E402
 from tracker_saver.integrations.clearml.registry import ClearMLRegistry, task_run  # noqa: E402
 from tracker_saver.records import RecordState, UploadInfo  # noqa: E402
@@ -36,8 +35,8 @@ pytestmark = pytest.mark.clearml
 
 
 @pytest.fixture
-def api(clearml_server: ClearMLServer) -> Api:
-    return Api()
+def api(clearml_api: ClearMLApi) -> ClearMLApi:
+    return clearml_api
 
 
 @pytest.fixture
@@ -56,7 +55,7 @@ def _train(saver: TrackerSaver, epochs: int, n_saved: int = 2) -> None:
     trainer.run([0], max_epochs=epochs)
 
 
-def _raw(api: Api, record_id: str) -> dict[str, Any]:
+def _raw(api: ClearMLApi, record_id: str) -> dict[str, Any]:
     return dict(api.ok("models.get_by_id", model=record_id)["model"])
 
 
@@ -129,7 +128,7 @@ def _commit(registry: ClearMLRegistry, task: Any, filename: str, slot: int) -> A
     return registry.make_live(record.id, sha256=SHA, size=10)
 
 
-def _listed(api: Api, task: Any) -> list[str]:
+def _listed(api: ClearMLApi, task: Any) -> list[str]:
     return [e["model"] for e in api.ok("tasks.get_by_id", task=task.id)["task"]["models"]["output"]]
 
 

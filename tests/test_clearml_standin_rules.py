@@ -9,60 +9,31 @@ checked there.
 
 from __future__ import annotations
 
-import os
 import uuid
 from typing import Any
 
 import pytest
-import requests
 
-from tests.conftest_clearml import ClearMLServer
+from tests.conftest_clearml import VERSION, ClearMLApi
 
 pytestmark = pytest.mark.clearml
 
-VERSION = "2.23"  # the API level clearml 2.1's SDK sends
 
-
-class Api:
-    """Raw requests to the ClearML API the SDK is pointed at, as ``(code, subcode, message, data)``."""
-
-    def __init__(self) -> None:
-        self.host = os.environ["CLEARML_API_HOST"].rstrip("/")
-        keys = (os.environ["CLEARML_API_ACCESS_KEY"], os.environ["CLEARML_API_SECRET_KEY"])
-        answer = requests.post(f"{self.host}/auth.login", auth=keys, timeout=30).json()
-        self.token = answer["data"]["token"]
-
-    def __call__(self, endpoint: str, **data: Any) -> tuple[int, int, str, Any]:
-        reply = requests.post(
-            f"{self.host}/v{VERSION}/{endpoint}",
-            json=data,
-            headers={"Authorization": f"Bearer {self.token}"},
-            timeout=30,
-        ).json()
-        meta = reply["meta"]
-        return meta["result_code"], meta["result_subcode"], meta["result_msg"], reply.get("data")
-
-    def ok(self, endpoint: str, **data: Any) -> Any:
-        code, subcode, msg, answer = self(endpoint, **data)
-        assert (code, subcode) == (200, 0), f"{endpoint}: {code}/{subcode} {msg}"
-        return answer
+@pytest.fixture
+def api(clearml_api: ClearMLApi) -> ClearMLApi:
+    return clearml_api
 
 
 @pytest.fixture
-def api(clearml_server: ClearMLServer) -> Api:
-    return Api()
-
-
-@pytest.fixture
-def project(api: Api) -> str:
+def project(api: ClearMLApi) -> str:
     return str(api.ok("projects.create", name=f"tracker_saver-rules/{uuid.uuid4().hex[:12]}")["id"])
 
 
-def _model(api: Api, project: str, **fields: Any) -> str:
+def _model(api: ClearMLApi, project: str, **fields: Any) -> str:
     return str(api.ok("models.create", name="rules-model", uri="", project=project, **fields)["id"])
 
 
-def _task(api: Api, project: str, status: str) -> str:
+def _task(api: ClearMLApi, project: str, status: str) -> str:
     """A task moved to ``status`` the way the SDK moves it (``started``, then the final call)."""
     task = str(api.ok("tasks.create", name="rules-task", type="training", project=project)["id"])
     calls = {"created": [], "in_progress": ["started"], "stopped": ["started", "stopped"],
