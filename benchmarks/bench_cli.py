@@ -34,7 +34,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tracker_saver.records import RecordState, UploadInfo  # noqa: E402
+from tracker_saver.core.records import RecordState, UploadInfo  # noqa: E402
 from tracker_saver.registry.sqlite import SQLiteRegistry  # noqa: E402
 
 RUNS = 40

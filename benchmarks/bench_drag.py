@@ -74,7 +74,8 @@ from bench_save import s3_bucket
 from ignite.engine import Engine
 from ignite.handlers import Checkpoint
 
-from tracker_saver import TrackerSaver, background, pipeline
+from tracker_saver import TrackerSaver
+from tracker_saver.save import background, pipeline
 
 REFERENCE = "torch.save+fsync"
 #: How the ``--prototypes`` hash: see :func:`saver_thread_sha`.

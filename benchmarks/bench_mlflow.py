@@ -38,8 +38,8 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tests.conftest_mlflow import start_mlflow_server, stop_server  # noqa: E402
-from tracker_saver.records import RecordState, UploadInfo  # noqa: E402
-from tracker_saver.registry.mlflow_codec import PREFIX, encode, model_name, record_tags, status_of  # noqa: E402
+from tracker_saver.core.records import RecordState, UploadInfo  # noqa: E402
+from tracker_saver.integrations.mlflow.codec import PREFIX, encode, model_name, record_tags, status_of  # noqa: E402
 
 RUNS = 40
 STREAMS = ("best_model", "checkpoint")

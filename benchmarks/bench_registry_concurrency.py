@@ -146,7 +146,7 @@ class Queries:
 
     def _loop(self, i: int) -> None:
         from tracker_saver import find_models
-        from tracker_saver.records import LOADABLE
+        from tracker_saver.core.records import LOADABLE
         from tracker_saver.registry import Query
         from tracker_saver.registry.sqlite import SQLiteRegistry
 

@@ -47,8 +47,8 @@ import boto3  # noqa: E402
 import torch  # noqa: E402
 from botocore.config import Config  # noqa: E402
 
-from tracker_saver.hashing import HashingWriter  # noqa: E402
-from tracker_saver.memory import StableMemory  # noqa: E402
+from tracker_saver.save.hashing import HashingWriter  # noqa: E402
+from tracker_saver.save.memory import StableMemory  # noqa: E402
 from tracker_saver.storage.s3 import S3Storage  # noqa: E402
 
 MiB = 1024 * 1024

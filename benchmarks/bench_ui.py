@@ -31,7 +31,7 @@ sys.path.insert(0, str(ROOT))
 
 import uvicorn  # noqa: E402
 
-from tracker_saver.records import UploadInfo  # noqa: E402
+from tracker_saver.core.records import UploadInfo  # noqa: E402
 from tracker_saver.registry.sqlite import SQLiteRegistry  # noqa: E402
 from tracker_saver.ui.app import create_app  # noqa: E402
 

@@ -25,7 +25,7 @@ from torch import nn
 from torch.utils.data import DataLoader, TensorDataset
 
 from tracker_saver import TrackerSaver
-from tracker_saver.logs import LogUploader, download_logs, list_logs
+from tracker_saver.logs.upload import LogUploader, download_logs, list_logs
 
 output_uri = sys.argv[1] if len(sys.argv) > 1 else "checkpoints"
 registry = os.environ.get("TRACKER_SAVER_REGISTRY", "registry.db")

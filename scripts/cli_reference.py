@@ -14,7 +14,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tracker_saver.cli_reference import reference_markdown  # noqa: E402
+from tracker_saver.cli.reference import reference_markdown  # noqa: E402
 
 PAGE = ROOT / "docs" / "cli-reference.md"
 

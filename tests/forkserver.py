@@ -38,7 +38,13 @@ from typing import IO, Any
 ROOT = Path(__file__).resolve().parents[1]
 PRELOAD = ["torch", "ignite.engine", "ignite.handlers", "tracker_saver", "tracker_saver.registry.sqlite",
            "tracker_saver.storage.local", "tracker_saver.models", "tests.helpers"]  # fmt: skip
-OPTIONAL = ["boto3", "tracker_saver.storage.s3", "mlflow", "tracker_saver.registry.mlflow", "tests.tcp_gate"]
+OPTIONAL = [
+    "boto3",
+    "tracker_saver.storage.s3",
+    "mlflow",
+    "tracker_saver.integrations.mlflow.registry",
+    "tests.tcp_gate",
+]
 
 
 class Forked:

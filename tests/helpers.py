@@ -113,7 +113,7 @@ def process_spec(target: Target, *, run: str, **config: Any) -> dict[str, Any]:
     if str(getattr(target.registry, "uri", "")).startswith("mlflow:"):  # the server, and this test's experiments
         registry = f"mlflow:{target.registry.tracking_uri}"
         config.setdefault("experiment_prefix", target.registry.experiment_prefix)
-        config.setdefault("timeout", target.registry._outage.timeout)  # the outage bound the test chose
+        config.setdefault("timeout", target.registry.timeout)  # the outage bound the test chose
     return {
         "output_uri": target.output_uri,
         "registry": registry,
@@ -129,7 +129,7 @@ def spec_registry(config: dict[str, Any]) -> Any:
     spec = config["registry"]
     if not str(spec).startswith("mlflow:"):
         return spec
-    from tracker_saver.registry.mlflow import MLflowRegistry
+    from tracker_saver.integrations.mlflow.registry import MLflowRegistry
 
     return MLflowRegistry(spec.partition(":")[2], experiment_prefix=config.get("experiment_prefix", ""),
                           timeout=float(config.get("timeout", 30)))  # fmt: skip

@@ -29,7 +29,7 @@ from tracker_saver import (
     set_alias,
     unpin_model,
 )
-from tracker_saver.records import LOADABLE
+from tracker_saver.core.records import LOADABLE
 from tracker_saver.registry.base import derived_aliases
 
 #: Epochs whose best_model save fails (Ignite still counts them: it updates its list first).
@@ -174,7 +174,7 @@ def test_a_user_alias_is_set_moved_and_resolved_in_its_project(local_target: Tar
 
 
 def test_derived_aliases_are_computed_per_stream_and_output_uri() -> None:
-    from tracker_saver.records import StreamId
+    from tracker_saver.core.records import StreamId
 
     a, b = StreamId("file:///a", "p", "r", "s"), StreamId("file:///b", "p", "r", "s")
     got = derived_aliases([("1", a, 1.0, None), ("2", b, 0.5, 0.1), ("3", a, 2.0, float("-inf"))])

@@ -1,4 +1,4 @@
-"""The argparse shim (tracker_saver/argparse_walk.py) against the installed Python: every internal
+"""The argparse shim (tracker_saver/cli/argparse_walk.py) against the installed Python: every internal
 it reads must exist with the shape it relies on, so a Python upgrade that changes one fails here,
 naming the attribute, rather than as a wrong or missing CLI reference page."""
 
@@ -9,8 +9,8 @@ import functools
 
 import pytest
 
-from tracker_saver.argparse_walk import INTERNALS, actions, options, subcommands, usage
-from tracker_saver.errors import ConfigError
+from tracker_saver.cli.argparse_walk import INTERNALS, actions, options, subcommands, usage
+from tracker_saver.core.errors import ConfigError
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -43,7 +43,7 @@ def _instance(owner: str) -> object:
 @pytest.mark.parametrize(("owner", "name"), INTERNALS, ids=[f"{o}.{n}" for o, n in INTERNALS])
 def test_every_internal_the_shim_reads_exists_in_this_python(owner: str, name: str) -> None:
     assert hasattr(_instance(owner), name), (
-        f"this Python's argparse has no {owner}.{name}: update tracker_saver/argparse_walk.py"
+        f"this Python's argparse has no {owner}.{name}: update tracker_saver/cli/argparse_walk.py"
     )
 
 
@@ -78,7 +78,9 @@ def test_the_usage_shows_a_mutually_exclusive_group_as_argparse_does() -> None:
 def test_a_missing_internal_is_a_config_error_naming_it(monkeypatch: pytest.MonkeyPatch) -> None:
     parser = _parser()  # (building a parser needs _HelpAction itself)
     monkeypatch.delattr(argparse, "_HelpAction")
-    with pytest.raises(ConfigError, match=r"argparse has no argparse\._HelpAction: tracker_saver/argparse_walk\.py"):
+    with pytest.raises(
+        ConfigError, match=r"argparse has no argparse\._HelpAction: tracker_saver/cli/argparse_walk\.py"
+    ):
         options(parser)
     del parser._mutually_exclusive_groups
     with pytest.raises(ConfigError, match=r"no ArgumentParser\._mutually_exclusive_groups"):

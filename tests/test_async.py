@@ -27,7 +27,7 @@ from tracker_saver import (
     SerializationError,
     find_models,
 )
-from tracker_saver.records import UploadInfo
+from tracker_saver.core.records import UploadInfo
 
 
 class Gate:
@@ -241,7 +241,7 @@ def _script(body: str) -> str:
         from ignite.engine import Engine, Events
         from ignite.handlers import Checkpoint
         from tracker_saver import TrackerSaver
-        import tracker_saver.background as background
+        import tracker_saver.save.background as background
         logging.basicConfig(level=logging.ERROR)
         out, registry = sys.argv[1], sys.argv[2]
         """

@@ -9,8 +9,8 @@ import time
 
 import pytest
 
-from tracker_saver.background import WORKER_NICENESS, Background
-from tracker_saver.errors import FlushTimeoutError, StorageError
+from tracker_saver.core.errors import FlushTimeoutError, StorageError
+from tracker_saver.save.background import WORKER_NICENESS, Background
 
 
 def test_operations_run_in_the_order_they_were_submitted() -> None:

@@ -41,7 +41,7 @@ import torch
 from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint
 
-import tracker_saver.errors
+import tracker_saver.core.errors
 from tests.helpers import model
 from tracker_saver import (
     RecordState,
@@ -50,7 +50,7 @@ from tracker_saver import (
     load_checkpoint,
     rename_model,
 )
-from tracker_saver.records import UploadInfo
+from tracker_saver.core.records import UploadInfo
 from tracker_saver.registry.sqlite import SQLiteRegistry
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -105,7 +105,7 @@ def row(request: pytest.FixtureRequest) -> Row:
 
 def error_type(name: str) -> type[BaseException]:
     """The class a row names: one of tracker_saver's errors, or a builtin (Ignite's own errors)."""
-    found = getattr(tracker_saver.errors, name, None) or getattr(builtins, name)
+    found = getattr(tracker_saver.core.errors, name, None) or getattr(builtins, name)
     assert isinstance(found, type) and issubclass(found, BaseException), name
     return found
 
@@ -1310,8 +1310,8 @@ LEFT_DAMAGED = "the damaged object and its record as they were: nothing loaded i
     CHECKPOINTS, "load-a-truncated-object",
     "load_checkpoint(id, to_load)  # the slot file lost its second half",
     "IntegrityError",
-    "record … ('model_1.pt'): file:///…/p/r/model.slot0.pt has … bytes with sha256 …, the record says … bytes, "
-    "…: the slot was probably overwritten or corrupted; load another record",
+    "record … ('model_1.pt'): file:///…/p/r/model.slot0.pt has … bytes with sha256 …, expected … bytes with "
+    "sha256 …: the slot was probably overwritten or corrupted; load another record",
     LEFT_DAMAGED + "; the error carries `record_id` and `key`",
 )  # fmt: skip
 def test_load_a_truncated_object(row: Row, world: World) -> None:
@@ -1328,8 +1328,8 @@ def test_load_a_truncated_object(row: Row, world: World) -> None:
     CHECKPOINTS, "load-a-bit-flipped-object",
     "load_checkpoint(id, to_load)  # one bit of the slot file flipped, same size",
     "IntegrityError",
-    "record … ('model_1.pt'): file:///…/p/r/model.slot0.pt has … bytes with sha256 …, the record says … bytes, "
-    "…: the slot was probably overwritten or corrupted; load another record",
+    "record … ('model_1.pt'): file:///…/p/r/model.slot0.pt has … bytes with sha256 …, expected … bytes with "
+    "sha256 …: the slot was probably overwritten or corrupted; load another record",
     LEFT_DAMAGED,
 )  # fmt: skip
 def test_load_a_bit_flipped_object(row: Row, world: World) -> None:

@@ -6,8 +6,8 @@ import pytest
 
 from tests.helpers import attach, model, trainer_engine
 from tracker_saver import CallbackError, find_models
-from tracker_saver.callbacks import CallbackChain
-from tracker_saver.records import UploadInfo
+from tracker_saver.core.records import UploadInfo
+from tracker_saver.save.callbacks import CallbackChain
 
 
 def test_a_pre_upload_callback_adds_tags_and_metadata(local_target) -> None:

@@ -10,8 +10,10 @@ import math
 
 import pytest
 
-from tracker_saver.claims import Holder
-from tracker_saver.errors import ConfigError, RecordNotFoundError
+from tracker_saver.core.claims import Holder
+from tracker_saver.core.errors import ConfigError, RecordNotFoundError
+from tracker_saver.core.query import parse_where
+from tracker_saver.core.records import RecordState, StreamId, UploadInfo
 from tracker_saver.integrations.clearml.codec import (
     STATE_TAGS,
     check_id,
@@ -31,8 +33,6 @@ from tracker_saver.integrations.clearml.codec import (
     task_run,
     with_metadata,
 )
-from tracker_saver.query import parse_where
-from tracker_saver.records import RecordState, StreamId, UploadInfo
 from tracker_saver.registry.base import Query
 
 INFO = UploadInfo("mnist", "resnet.4f1c", "best_model", "best_model_3_val_acc=0.9000.pt",

@@ -27,7 +27,7 @@ from tests.conftest_clearml import init_task
 from tests.helpers import process_env
 from tracker_saver import ConfigError, RecordState, TrackerSaver, load_checkpoint
 from tracker_saver.clearml import ClearMLSaver, import_offline_session
-from tracker_saver.cli import main
+from tracker_saver.cli.main import main
 from tracker_saver.integrations.clearml.journal import JOURNAL, ClearMLJournal
 from tracker_saver.integrations.clearml.registry import ClearMLRegistry
 from tracker_saver.integrations.clearml.sync import SESSION_TAG

@@ -45,9 +45,9 @@ from tests.clearml_standin import ACCESS_KEY, SECRET_KEY, ClearMLStandIn
 from tests.conftest_clearml import ClearMLServer
 from tests.helpers import ROOT, process_env
 from tracker_saver import RecordState, RegistryError, TrackerSaver, fsck
+from tracker_saver.core.records import LOADABLE, Record, UploadInfo
 from tracker_saver.integrations.clearml.registry import ClearMLRegistry
 from tracker_saver.models import open_verified
-from tracker_saver.records import LOADABLE, Record, UploadInfo
 from tracker_saver.registry import Query
 from tracker_saver.storage import open_storage
 
@@ -126,7 +126,7 @@ def wait_for_probe(registry: ClearMLRegistry) -> None:
     """Wait until ``registry`` may try the server again after an outage.
 
     Once the server has failed for half the timeout the registry refuses requests at once for
-    the next half (``tracker_saver.outage``): a save right after the failure would be refused
+    the next half (``tracker_saver.core.outage``): a save right after the failure would be refused
     although the server is back. A real outage lasts longer than that.
     """
     time.sleep(registry._outage.retry_in())

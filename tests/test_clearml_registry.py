@@ -23,11 +23,11 @@ from tests.conftest_clearml import ClearMLServer, init_task, live_server_configu
 from tests.contracts.claims import StreamClaimsContract  # noqa: E402
 from tests.contracts.labels import LabelsContract  # noqa: E402
 from tests.contracts.records import SHA, RecordStoreContract, live  # noqa: E402
-from tracker_saver.claims import Holder, new_holder  # noqa: E402
-from tracker_saver.errors import ConfigError, RecordNotFoundError, RegistryError, StreamBusyError  # noqa: E402
+from tracker_saver.core.claims import Holder, new_holder  # noqa: E402
+from tracker_saver.core.errors import ConfigError, RecordNotFoundError, RegistryError, StreamBusyError  # noqa: E402
+from tracker_saver.core.query import parse_order, parse_where  # noqa: E402
+from tracker_saver.core.records import RecordState, StreamId, UploadInfo  # noqa: E402
 from tracker_saver.integrations.clearml.registry import CLAIM_TAG_PREFIX, ClearMLRegistry, task_run  # noqa: E402
-from tracker_saver.query import parse_order, parse_where  # noqa: E402
-from tracker_saver.records import RecordState, StreamId, UploadInfo  # noqa: E402
 from tracker_saver.registry import Query  # noqa: E402
 
 pytestmark = pytest.mark.clearml

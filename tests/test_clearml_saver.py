@@ -20,8 +20,8 @@ from tests.conftest_clearml import init_task
 from tests.contracts.invariants import InvariantContract
 from tests.helpers import Target, attach, model, trainer_engine
 from tracker_saver import RecordState, RegistryError, TrackerSaver, find_models, load_checkpoint
-from tracker_saver.demo import make_data, small_cnn
-from tracker_saver.errors import StreamBusyError
+from tracker_saver.cli.demo import make_data, small_cnn
+from tracker_saver.core.errors import StreamBusyError
 
 pytestmark = pytest.mark.clearml
 
@@ -120,7 +120,7 @@ def test_a_task_named_as_people_name_them_is_saved_under_a_safe_key(
     clearml_standin, clearml_project, tmp_path, make
 ) -> None:
     from tracker_saver.clearml import ClearMLSaver
-    from tracker_saver.naming import key_segment
+    from tracker_saver.core.naming import key_segment
 
     name = "resnet (lr=0.1) [v2]: run #3, final"
     out = tmp_path / "output"
@@ -143,7 +143,7 @@ def test_the_binding_guard_makes_clearml_skip_what_torch_saves_during_our_writes
     """Our writer has no file name, so ClearML's patch already ignores it; the guard makes that
     hold for any writer: a named file saved while a slot is being written is skipped too."""
     from tracker_saver.clearml import guard_torch_save_binding
-    from tracker_saver.pipeline import writing
+    from tracker_saver.save.pipeline import writing
 
     out = tmp_path / "output"
     with _task(clearml_project, "guarded", out) as task:
@@ -167,7 +167,7 @@ def test_savers_under_a_task_install_the_binding_guard(
 
     import tracker_saver.integrations.clearml.binding as binding
     from tracker_saver.clearml import ClearMLSaver
-    from tracker_saver.pipeline import is_writing
+    from tracker_saver.save.pipeline import is_writing
 
     monkeypatch.setattr(binding, "_predicates", [])
     with _task(clearml_project, "guard", tmp_path / "output"):

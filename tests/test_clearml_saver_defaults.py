@@ -26,7 +26,7 @@ from tests.conftest_clearml import init_task
 from tests.helpers import attach, model, trainer_engine
 from tests.test_ddp import _parallel, _report, _reports, _trainer
 from tracker_saver import ConfigError, RecordState, find_models
-from tracker_saver.naming import key_segment
+from tracker_saver.core.naming import key_segment
 from tracker_saver.registry.sqlite import SQLiteRegistry
 
 pytestmark = pytest.mark.clearml

@@ -29,7 +29,7 @@ from tests.contracts.records import SHA  # noqa: E402
 from tests.helpers import attach, model, trainer_engine  # noqa: E402
 from tracker_saver import TrackerSaver, find_models, get_model  # noqa: E402
 from tracker_saver.integrations.clearml.registry import ClearMLRegistry, task_run  # noqa: E402
-from tracker_saver.records import RecordState, UploadInfo  # noqa: E402
+from tracker_saver.core.records import RecordState, UploadInfo  # noqa: E402
 
 pytestmark = pytest.mark.clearml
 

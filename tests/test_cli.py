@@ -16,11 +16,11 @@ import pytest
 
 import tracker_saver
 from tests.helpers import ROOT, SCORES, attach, model, trainer_engine
-from tracker_saver.argparse_walk import actions
-from tracker_saver.cli import build_parser, main
-from tracker_saver.cli_reference import reference_markdown, walk_commands
-from tracker_saver.console import LINEAGE_KEYS, TIME_FORMAT
-from tracker_saver.logs import logs_prefix
+from tracker_saver.cli.argparse_walk import actions
+from tracker_saver.cli.console import LINEAGE_KEYS, TIME_FORMAT
+from tracker_saver.cli.main import build_parser, main
+from tracker_saver.cli.reference import reference_markdown, walk_commands
+from tracker_saver.logs.upload import logs_prefix
 
 BEST = ["best_model_6_val_acc=0.9500.pt", "best_model_4_val_acc=0.9000.pt"]
 
@@ -84,7 +84,7 @@ def test_the_reference_page_is_the_generated_one() -> None:
 def test_help_and_listing_import_neither_torch_nor_ignite_nor_rich(trained) -> None:
     probe = (
         "import sys, contextlib, io\n"
-        "from tracker_saver.cli import main\n"
+        "from tracker_saver.cli.main import main\n"
         "with contextlib.redirect_stdout(io.StringIO()):\n"
         f"    assert main(['models', 'list', '--registry', {trained!r}, '--json']) == 0\n"
         "print(sorted(m for m in ('torch', 'ignite', 'rich') if m in sys.modules))\n"

@@ -14,7 +14,7 @@ from types import ModuleType
 
 from tests.helpers import ROOT, process_env
 from tracker_saver import find_models
-from tracker_saver.records import LOADABLE, RecordState
+from tracker_saver.core.records import LOADABLE, RecordState
 from tracker_saver.registry import Query
 from tracker_saver.registry.sqlite import SQLiteRegistry
 

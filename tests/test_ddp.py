@@ -23,8 +23,8 @@ from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint
 
 from tracker_saver import RecordState, TrackerSaver, find_models, resume
-from tracker_saver.distributed import open_for_reading, peer_error
-from tracker_saver.errors import ConfigError, RegistryError, StorageError, TrackerSaverError
+from tracker_saver.core.errors import ConfigError, RegistryError, StorageError, TrackerSaverError
+from tracker_saver.save.distributed import open_for_reading, peer_error
 
 #: A collective waiting longer than this fails instead of hanging (gloo's default is 30 minutes).
 GROUP_TIMEOUT = timedelta(seconds=30)

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tracker_saver.demo import cli_command
+from tracker_saver.cli.demo import cli_command
 
 SCRIPT = Path(sys.executable).absolute().parent / "tracker-saver"
 

@@ -38,7 +38,7 @@ from pathlib import Path
 import pytest
 
 from tests.test_docs import ROOT, SOURCES, Block, fenced_blocks
-from tracker_saver.cli import build_parser
+from tracker_saver.cli.main import build_parser
 
 SHELL = ("bash", "sh", "shell", "console")
 MARKER = re.compile(r"<!-- (run|not-run):(.*?)-->")
@@ -223,7 +223,7 @@ def cli_invocations() -> list[tuple[str, list[str]]]:
 
 
 def as_main_reads_it(argv: list[str]) -> list[str]:
-    """``argv`` as ``tracker_saver.cli.main`` hands it to the parser: ``--sort -score`` glued."""
+    """``argv`` as ``tracker_saver.cli.main.main`` hands it to the parser: ``--sort -score`` glued."""
     glued: list[str] = []
     for arg in argv:
         if glued and glued[-1] == "--sort" and arg.startswith("-"):

@@ -15,9 +15,9 @@ import pytest
 
 from tests.contracts.fsck import FsckContract
 from tests.helpers import ROOT, Target, Worker, model, process_env, train
-from tracker_saver.cli import main
+from tracker_saver.cli.main import main
+from tracker_saver.core.records import UploadInfo
 from tracker_saver.fsck import check
-from tracker_saver.records import UploadInfo
 from tracker_saver.registry import open_registry
 from tracker_saver.storage.base import Storage
 from tracker_saver.storage.local import TEMP_PREFIX, LocalStorage

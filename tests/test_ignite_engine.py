@@ -1,4 +1,4 @@
-"""The Ignite shim (tracker_saver/ignite_engine.py) against the installed Ignite: what it reads of
+"""The Ignite shim (tracker_saver/save/ignite_engine.py) against the installed Ignite: what it reads of
 ``Engine``'s internals must agree with what the Engine really runs, so an upgrade that changes
 them fails here."""
 
@@ -10,7 +10,7 @@ import pytest
 from ignite.engine import Engine, Events
 
 from tracker_saver import TrackerSaver
-from tracker_saver.ignite_engine import handler_count, run_last_added_before_save_handlers
+from tracker_saver.save.ignite_engine import handler_count, run_last_added_before_save_handlers
 
 
 def _failing_engine() -> Engine:

@@ -21,7 +21,7 @@ from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint, DiskSaver
 
 from tracker_saver import TrackerSaver
-from tracker_saver.errors import ConfigError, IntegrityError
+from tracker_saver.core.errors import ConfigError, IntegrityError
 
 
 def _model(seed: int) -> torch.nn.Linear:

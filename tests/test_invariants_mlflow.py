@@ -12,7 +12,7 @@ pytest.importorskip("mlflow", reason="MLflow tests need mlflow: pip install -e '
 from tests.contracts.fsck import FsckContract  # noqa: E402
 from tests.contracts.invariants import InvariantContract  # noqa: E402
 from tests.helpers import Target  # noqa: E402
-from tracker_saver.registry.mlflow import MLflowRegistry  # noqa: E402
+from tracker_saver.integrations.mlflow.registry import MLflowRegistry  # noqa: E402
 from tracker_saver.storage.base import Storage  # noqa: E402
 from tracker_saver.storage.local import TEMP_PREFIX, LocalStorage  # noqa: E402
 

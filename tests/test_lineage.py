@@ -16,7 +16,7 @@ import torch
 
 from tests.helpers import attach, model, trainer_engine
 from tracker_saver import TrackerSaver, find_models
-from tracker_saver.lineage import LINEAGE_KEYS, git_state, lineage, mask_command
+from tracker_saver.save.lineage import LINEAGE_KEYS, git_state, lineage, mask_command
 
 SECRETS = ("hunter2", "AKIASECRET", "s3cr3t", "tok_123", "pw0rd")
 

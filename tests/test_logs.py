@@ -25,7 +25,7 @@ from ignite.handlers import Checkpoint
 from tests.helpers import ROOT, Target, model
 from tracker_saver import ConfigError, RegistryError, StorageError, TrackerSaver
 from tracker_saver.fsck import check
-from tracker_saver.logs import DEFAULT_FILES, LogUploader, download_logs, list_logs, log_key, logs_prefix
+from tracker_saver.logs.upload import DEFAULT_FILES, LogUploader, download_logs, list_logs, log_key, logs_prefix
 from tracker_saver.registry import open_registry
 from tracker_saver.storage import Storage, open_storage
 

@@ -131,7 +131,7 @@ class Training:
 
     def __init__(self, tmp_path: Path, uri: str, *, resume: bool) -> None:
         from tracker_saver import resume as resume_run
-        from tracker_saver.registry.mlflow import MLflowRegistry
+        from tracker_saver.integrations.mlflow.registry import MLflowRegistry
 
         self.target = Target(output_uri=str(tmp_path / "out"), registry=MLflowRegistry(uri, timeout=20))
         self.saver = self.target.saver()

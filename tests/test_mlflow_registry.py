@@ -12,10 +12,10 @@ pytest.importorskip("mlflow", reason="MLflow tests need mlflow: pip install -e '
 from tests.contracts.claims import StreamClaimsContract  # noqa: E402
 from tests.contracts.labels import LabelsContract  # noqa: E402
 from tests.contracts.records import SHA, RecordStoreContract, live, pending  # noqa: E402
-from tracker_saver.errors import ConfigError, RecordNotFoundError, RegistryError  # noqa: E402
-from tracker_saver.records import RecordState  # noqa: E402
+from tracker_saver.core.errors import ConfigError, RecordNotFoundError, RegistryError  # noqa: E402
+from tracker_saver.core.records import RecordState  # noqa: E402
+from tracker_saver.integrations.mlflow.registry import MLflowRegistry  # noqa: E402
 from tracker_saver.registry import open_registry  # noqa: E402
-from tracker_saver.registry.mlflow import MLflowRegistry  # noqa: E402
 
 pytestmark = pytest.mark.mlflow
 
@@ -140,7 +140,9 @@ def test_a_tag_write_whose_pre_read_meets_an_outage_is_retried_not_a_parameter_e
     record = live(reg, "a_1.pt")
     gate.close()
     threading.Timer(1.0, gate.open).start()
-    reg._call(reg._client.set_logged_model_tags, "tagging", record.id, {"t": "1"}, record_id=record.id)
+    reg._transport.call(
+        reg._transport.client.set_logged_model_tags, "tagging", record.id, {"t": "1"}, record_id=record.id
+    )
     assert _model(reg, record.id).tags["t"] == "1"
 
 
@@ -150,7 +152,9 @@ def test_a_tag_write_on_a_deleted_model_is_record_not_found(reg: MLflowRegistry)
     record = live(reg, "a_1.pt")
     MlflowClient(reg.tracking_uri).delete_logged_model(record.id)
     with pytest.raises(RecordNotFoundError, match=record.id):
-        reg._call(reg._client.set_logged_model_tags, "tagging", record.id, {"t": "1"}, record_id=record.id)
+        reg._transport.call(
+            reg._transport.client.set_logged_model_tags, "tagging", record.id, {"t": "1"}, record_id=record.id
+        )
 
 
 def test_the_mlflow_registry_is_a_run_context_that_offers_no_artifact_task(mlflow_uri: str) -> None:
@@ -190,7 +194,7 @@ def test_an_eviction_cut_short_never_leaves_mlflow_offering_the_evicted_record(
     def refuse(*args: object, **kwargs: object) -> None:
         raise MlflowException("refused by the test", error_code="INVALID_STATE")
 
-    monkeypatch.setattr(reg._client, refused, refuse)
+    monkeypatch.setattr(reg._transport.client, refused, refuse)
     with pytest.raises(RegistryError):
         reg.evict(record.id)
     monkeypatch.undo()

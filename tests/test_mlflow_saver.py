@@ -16,7 +16,7 @@ mlflow = pytest.importorskip("mlflow", reason="MLflow tests need mlflow: pip ins
 
 from tests.helpers import ROOT, SCORES, attach, model, trainer_engine  # noqa: E402
 from tracker_saver import ConfigError, TrackerSaver, find_models  # noqa: E402
-from tracker_saver.registry.mlflow import MLflowRegistry  # noqa: E402
+from tracker_saver.integrations.mlflow.registry import MLflowRegistry  # noqa: E402
 
 pytestmark = pytest.mark.mlflow
 

@@ -39,9 +39,9 @@ def test_mlflows_own_models_page_shows_the_semantic_names_scores_and_status(
     from mlflow import MlflowClient
 
     from tracker_saver import find_models
-    from tracker_saver.records import RecordState
-    from tracker_saver.registry.mlflow import MLflowRegistry
-    from tracker_saver.registry.mlflow_codec import STATUS, model_name
+    from tracker_saver.core.records import RecordState
+    from tracker_saver.integrations.mlflow.codec import STATUS, model_name
+    from tracker_saver.integrations.mlflow.registry import MLflowRegistry
 
     registry = MLflowRegistry(mlflow_server, experiment_prefix=f"ui{uuid.uuid4().hex[:8]}-", timeout=20)
     target = Target(output_uri=str(tmp_path / "out"), registry=registry)

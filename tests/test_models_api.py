@@ -27,7 +27,7 @@ from tracker_saver import (
     resolve_model,
     slot_history,
 )
-from tracker_saver.records import MAX_NAME_LENGTH
+from tracker_saver.core.records import MAX_NAME_LENGTH
 from tracker_saver.registry.shared import shared_registry
 from tracker_saver.registry.sqlite import SQLiteRegistry
 
@@ -147,7 +147,10 @@ def test_download_verifies_while_streaming_and_leaves_nothing_half_written(train
     folder.mkdir()
     path = download_model("p/r/best_model@best", folder, registry=reg)
     assert path == folder / record.name and path.stat().st_size == record.size
-    as_file = download_model(record, tmp_path / "new" / "model.pt", registry=reg)
+    with pytest.raises(ConfigError, match=r"its folder '.*/new' does not exist; create it first"):
+        download_model(record, tmp_path / "new" / "model.pt", registry=reg)  # as cp: a typo makes no folders
+    assert not (tmp_path / "new").exists()
+    as_file = download_model(record, tmp_path / "model.pt", registry=reg)
     assert as_file.read_bytes() == path.read_bytes()
     trained.storage().put_stream(record.key, io.BytesIO(b"x" * record.size))  # same size, other bytes
     with pytest.raises(IntegrityError, match="nothing was written"):

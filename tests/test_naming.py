@@ -6,8 +6,8 @@ import math
 
 import pytest
 
-from tracker_saver.errors import ConfigError
-from tracker_saver.naming import (
+from tracker_saver.core.errors import ConfigError
+from tracker_saver.core.naming import (
     check_key,
     check_name,
     key_ext,

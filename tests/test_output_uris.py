@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from tests.helpers import Target, attach, model, trainer_engine
-from tracker_saver.cli import main
-from tracker_saver.errors import RecordNotFoundError
+from tracker_saver.cli.main import main
+from tracker_saver.core.errors import RecordNotFoundError
 from tracker_saver.models import count_models, find_models, resolve_model
 
 

@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any
 
 from tracker_saver import TrackerSaver
-from tracker_saver.records import RecordState, UploadInfo
+from tracker_saver.core.records import RecordState, UploadInfo
 from tracker_saver.registry import Query
 from tracker_saver.registry.sqlite import SQLiteRegistry
 

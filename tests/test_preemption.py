@@ -1,6 +1,6 @@
 """Preemption: a real SIGTERM to a training subprocess, locally and on Ceph, with and without an outage.
 
-``saver.attach(trainer, save_on_sigterm=checkpoint)`` (``tracker_saver.preemption``): the run
+``saver.attach(trainer, save_on_sigterm=checkpoint)`` (``tracker_saver.save.preemption``): the run
 stops after the iteration in progress, the checkpoint handler saves once, the saver flushes,
 stderr says what is durable, and the process exits with status 143 within the grace period.
 During an outage it exits within the saver's ``timeout`` instead, saying what is not durable.
@@ -21,7 +21,7 @@ import torch
 from tests.helpers import ROOT, process_env
 from tracker_saver import RecordState, find_models
 from tracker_saver.models import open_verified
-from tracker_saver.preemption import EXIT_STATUS
+from tracker_saver.save.preemption import EXIT_STATUS
 from tracker_saver.storage import open_storage
 
 GRACE = 20.0

@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import pytest
 
-from tracker_saver.errors import ConfigError
-from tracker_saver.query import Condition, Order, check_key, matches, parse_order, parse_where
+from tracker_saver.core.errors import ConfigError
+from tracker_saver.core.query import Condition, Order, check_key, matches, parse_order, parse_where
 
 
 def test_cli_expressions_parse_to_typed_conditions() -> None:

@@ -14,10 +14,10 @@ from collections.abc import Callable
 import pytest
 
 from tests.helpers import SCORES, Target, attach, model, trainer_engine
-from tracker_saver.cli import main
-from tracker_saver.errors import ConfigError
+from tracker_saver.cli.main import main
+from tracker_saver.core.errors import ConfigError
+from tracker_saver.core.records import UploadInfo
 from tracker_saver.models import count_models, find_models
-from tracker_saver.records import UploadInfo
 
 UNKNOWN = (
     r"unknown where key 'scor' \(did you mean 'score'\?\): it is not a record field, and no record in the registry"

@@ -11,7 +11,7 @@ import uuid
 
 import pytest
 
-from tracker_saver.errors import ConfigError, StorageError
+from tracker_saver.core.errors import ConfigError, StorageError
 from tracker_saver.storage import open_storage
 
 boto3 = pytest.importorskip("boto3")
@@ -267,7 +267,7 @@ def test_gateway_dying_mid_multipart_upload_keeps_the_previous_object(
 ) -> None:
     """radosgw is stopped after a few parts of a 256 MiB upload: the slot's old bytes survive."""
     torch = pytest.importorskip("torch")
-    from tracker_saver.hashing import HashingWriter
+    from tracker_saver.save.hashing import HashingWriter
 
     key = "p/r/model.slot0.pt"
     store = open_storage(

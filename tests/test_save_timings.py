@@ -15,8 +15,8 @@ from ignite.handlers import Checkpoint
 
 from tests.helpers import ROOT, SCORES, Target, attach, model, trainer_engine
 from tracker_saver import CallbackError, RecordNotFoundError, find_models, run_stats
-from tracker_saver.cli import main
-from tracker_saver.records import TIMING_KEYS, RecordState, UploadInfo
+from tracker_saver.cli.main import main
+from tracker_saver.core.records import TIMING_KEYS, RecordState, UploadInfo
 
 SAVED = [RecordState.LIVE, RecordState.EVICTED]
 TYPES = {

@@ -29,11 +29,11 @@ from ignite.handlers import Checkpoint
 
 from tests.helpers import ROOT, process_env
 from tracker_saver import TrackerSaver, find_models
-from tracker_saver.cli import main as cli_main
-from tracker_saver.errors import CallbackError, ConfigError, StorageError, TrackerSaverError
-from tracker_saver.naming import check_key, slot_key
-from tracker_saver.query import is_number, matches, parse_where
-from tracker_saver.records import Record, UploadInfo
+from tracker_saver.cli.main import main as cli_main
+from tracker_saver.core.errors import CallbackError, ConfigError, StorageError, TrackerSaverError
+from tracker_saver.core.naming import check_key, slot_key
+from tracker_saver.core.query import is_number, matches, parse_where
+from tracker_saver.core.records import Record, UploadInfo
 from tracker_saver.registry import Query
 from tracker_saver.registry.sqlite import SQLiteRegistry
 from tracker_saver.storage import Storage, open_storage
@@ -825,15 +825,15 @@ def test_where_values_and_keys_with_sql_metacharacters_match_exactly_and_never_r
     registry, records = sql_registry
     schema = _schema(registry)
     reg = SQLiteRegistry(registry)
-    recording = RecordingConnection(reg._conn)
-    reg._conn = recording  # type: ignore[assignment]
+    recording = RecordingConnection(reg._db._conn)
+    reg._db._conn = recording  # type: ignore[assignment]
     try:
         for where in _wheres():
             found = find_models(project="sql", where=where, registry=reg)
             expected = [r.id for r in records if matches(r.metadata, parse_where(where))]
             assert [r.id for r in found] == expected, where
     finally:
-        reg._conn = recording._conn
+        reg._db._conn = recording._conn
         reg.close()
     assert any(len(find_models(project="sql", where={"note": v}, registry=registry)) == 1 for v in SQL_VALUES)
     for value in SQL_VALUES:  # a range needs a number: refused before any SQL is built

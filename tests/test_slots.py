@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import itertools
 
-from tracker_saver.records import Record, RecordState, StreamId
-from tracker_saver.slots import SlotAllocator
+from tracker_saver.core.records import Record, RecordState, StreamId
+from tracker_saver.save.slots import SlotAllocator
 
 BEST = StreamId("file:///out", "p", "r", "best_model")
 LAST = StreamId("file:///out", "p", "r", "checkpoint")

@@ -10,7 +10,7 @@ from ignite.engine import Engine
 from ignite.handlers import Checkpoint
 
 from tests.helpers import model
-from tracker_saver.snapshot import BufferPool, take_snapshot
+from tracker_saver.save.snapshot import BufferPool, take_snapshot
 
 
 def test_the_copy_keeps_its_values_while_training_changes_the_weights() -> None:

@@ -10,9 +10,9 @@ import threading
 import pytest
 import torch
 
-from tracker_saver.hashing import HASHER, PARALLEL_HASH_BYTES, HashingWriter, hash_alongside
-from tracker_saver.memory import StableMemory
-from tracker_saver.pools import shared_pool
+from tracker_saver.core.pools import shared_pool
+from tracker_saver.save.hashing import HASHER, PARALLEL_HASH_BYTES, HashingWriter, hash_alongside
+from tracker_saver.save.memory import StableMemory
 
 
 class Recorder(io.RawIOBase):

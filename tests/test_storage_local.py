@@ -8,7 +8,7 @@ import os
 import pytest
 
 from tests.contracts.storage import StorageContract
-from tracker_saver.errors import ConfigError, StorageError
+from tracker_saver.core.errors import ConfigError, StorageError
 from tracker_saver.storage import open_storage
 from tracker_saver.storage.local import TEMP_PREFIX, LocalStorage
 

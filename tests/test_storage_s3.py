@@ -11,14 +11,14 @@ from pathlib import Path
 import pytest
 
 from tests.contracts.storage import StorageContract
-from tracker_saver.errors import ConfigError, StorageError, TrackerSaverError
+from tracker_saver.core.errors import ConfigError, StorageError, TrackerSaverError
 from tracker_saver.storage import open_storage
 
 boto3 = pytest.importorskip("boto3")
 
 import botocore.exceptions  # noqa: E402
 
-from tracker_saver.outage import OutageError  # noqa: E402
+from tracker_saver.core.outage import OutageError  # noqa: E402
 from tracker_saver.storage.s3 import KNOWN_OPTIONS, S3Storage  # noqa: E402  (needs boto3)
 from tracker_saver.storage.s3 import options as options_mod  # noqa: E402
 from tracker_saver.storage.s3 import progress as progress_mod  # noqa: E402
@@ -317,7 +317,7 @@ def test_a_writer_failing_in_the_middle_of_a_multipart_upload_aborts_it(s3_outpu
 @pytest.mark.ceph
 def test_a_checkpoint_through_the_pipeline_writer_keeps_its_sha256(s3_output_uri) -> None:
     torch = pytest.importorskip("torch")
-    from tracker_saver.hashing import HashingWriter
+    from tracker_saver.save.hashing import HashingWriter
 
     store = open_storage(s3_output_uri, writer_part_size=8 * MiB)
     state = {"w": torch.arange(6 * MiB, dtype=torch.float32), "step": 3}
@@ -341,8 +341,8 @@ def test_the_writer_sends_stable_tensor_memory_without_copying_and_bounds_its_co
     import tracemalloc
 
     torch = pytest.importorskip("torch")
-    from tracker_saver.hashing import HashingWriter
-    from tracker_saver.memory import StableMemory
+    from tracker_saver.save.hashing import HashingWriter
+    from tracker_saver.save.memory import StableMemory
 
     part, concurrency = 8 * MiB, 2
     store = open_storage(s3_output_uri, writer_part_size=part, writer_concurrency=concurrency)

@@ -29,8 +29,8 @@ from schemathesis.specs.openapi.checks import (
 from tests.conftest_browser import Training
 from tests.helpers import ROOT
 from tracker_saver import models
-from tracker_saver.cli import main as cli_main
-from tracker_saver.errors import ConfigError, RegistryError
+from tracker_saver.cli.main import main as cli_main
+from tracker_saver.core.errors import ConfigError, RegistryError
 from tracker_saver.ui.app import create_app
 from tracker_saver.ui.server import LOOPBACK_HOSTS, serve
 

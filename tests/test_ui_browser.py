@@ -14,7 +14,7 @@ from playwright.sync_api import expect
 from tests.conftest_browser import Page, Training, UiServer
 from tests.helpers import ROOT, SCORES, attach, model, trainer_engine
 from tracker_saver import TrackerSaver, models
-from tracker_saver.console import TIME_FORMAT
+from tracker_saver.cli.console import TIME_FORMAT
 from tracker_saver.ui.app import CHART_STATES
 
 pytestmark = pytest.mark.browser

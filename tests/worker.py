@@ -51,8 +51,8 @@ from ignite.handlers import Checkpoint
 
 from tests.tcp_gate import Gate
 from tracker_saver import TrackerSaver, find_models, resume
+from tracker_saver.core.records import UploadInfo
 from tracker_saver.models import open_verified
-from tracker_saver.records import UploadInfo
 from tracker_saver.registry.sqlite import SQLiteRegistry
 
 STREAMS = ("best_checkpoint", "checkpoint")
@@ -147,7 +147,7 @@ def _unlock() -> None:
     if _gate is not None and not _gate.is_open:
         _gate.open()
         # The server answers again; the registry tries it once half its timeout has passed
-        # (tracker_saver.outage.Outage): wait that out, as a process that lives on would.
+        # (tracker_saver.core.outage.Outage): wait that out, as a process that lives on would.
         time.sleep(_gate_wait_s)
 
 
@@ -179,7 +179,7 @@ def _mlflow(config: dict[str, Any]) -> Any:
     global _gate, _gate_wait_s
     from urllib.parse import urlsplit
 
-    from tracker_saver.registry.mlflow import MLflowRegistry
+    from tracker_saver.integrations.mlflow.registry import MLflowRegistry
 
     server = urlsplit(str(config["registry"]).partition(":")[2])
     _gate = Gate(server.hostname or "127.0.0.1", int(server.port or 80))

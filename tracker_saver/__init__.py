@@ -10,10 +10,11 @@ Examples:
 import importlib
 import typing
 
-from tracker_saver.callbacks import CallbackChain, PostUploadCallback, PreUploadCallback
-from tracker_saver.errors import (
+from tracker_saver.core.errors import (
     CallbackError,
+    ClosedError,
     ConfigError,
+    ConfigTypeError,
     FlushTimeoutError,
     IntegrityError,
     RecordNotFoundError,
@@ -23,6 +24,8 @@ from tracker_saver.errors import (
     StreamBusyError,
     TrackerSaverError,
 )
+from tracker_saver.core.records import Record, RecordState, UploadInfo
+from tracker_saver.core.timings import SaveStats
 from tracker_saver.logs import LogUploader, download_logs, list_logs
 from tracker_saver.models import (
     add_tags,
@@ -41,24 +44,25 @@ from tracker_saver.models import (
     slot_history,
     unpin_model,
 )
-from tracker_saver.records import Record, RecordState, UploadInfo
 from tracker_saver.registry import Query, Registry, open_registry
+from tracker_saver.save.callbacks import CallbackChain, PostUploadCallback, PreUploadCallback
 from tracker_saver.storage import Storage, open_storage
-from tracker_saver.timings import SaveStats
 
 if typing.TYPE_CHECKING:
     from tracker_saver.resume import resume
-    from tracker_saver.saver import TrackerSaver
+    from tracker_saver.save.saver import TrackerSaver
 
 #: Exports imported on first use (they import torch and ignite): name -> module.
-_LAZY = {"TrackerSaver": "tracker_saver.saver", "resume": "tracker_saver.resume"}
+_LAZY = {"TrackerSaver": "tracker_saver.save.saver", "resume": "tracker_saver.resume"}
 
 __version__ = "0.1.0"
 
 __all__ = [
     "CallbackChain",
     "CallbackError",
+    "ClosedError",
     "ConfigError",
+    "ConfigTypeError",
     "FlushTimeoutError",
     "IntegrityError",
     "LogUploader",

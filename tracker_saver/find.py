@@ -1,6 +1,6 @@
 """Find records: filters, where and sort keys checked against the registry, references, runs summed up.
 
-A where or sort key must be *known* (see :mod:`tracker_saver.query`): a record field, a key
+A where or sort key must be *known* (see :mod:`tracker_saver.core.query`): a record field, a key
 every saved record carries, or a metadata key some record in the registry holds. Checking
 costs a look at the registry's keys only when a key might be unknown: a condition on a key
 that no record has never matches, so a where-key is known as soon as something matched, and a
@@ -15,13 +15,13 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from tracker_saver.errors import ConfigError, RecordNotFoundError
-from tracker_saver.query import RECORD_FIELDS, SAVED_KEYS, check_key, parse_order, parse_where
-from tracker_saver.records import DERIVED_ALIASES, LOADABLE_OR_PINNED, Record, RecordState
+from tracker_saver.core.errors import ConfigError, RecordNotFoundError
+from tracker_saver.core.query import RECORD_FIELDS, SAVED_KEYS, check_key, parse_order, parse_where
+from tracker_saver.core.records import DERIVED_ALIASES, LOADABLE_OR_PINNED, Record, RecordState
+from tracker_saver.core.timings import SaveStats, save_stats
 from tracker_saver.registry import Query, Registry
 from tracker_saver.registry.shared import shared_registry
 from tracker_saver.storage import canonical_uri
-from tracker_saver.timings import SaveStats, save_stats
 
 __all__ = [
     "SAVED_STATES",
@@ -193,7 +193,7 @@ def get_model(record_id: str | int, *, registry: RegistryArg = None) -> Record:
     Examples:
         >>> get_model(1, registry=":memory:")  # doctest: +IGNORE_EXCEPTION_DETAIL
         Traceback (most recent call last):
-        tracker_saver.errors.RecordNotFoundError: record 1 does not exist
+        tracker_saver.core.errors.RecordNotFoundError: record 1 does not exist
     """
     return shared_registry(registry, create=False).get(str(record_id))
 
@@ -219,7 +219,7 @@ def resolve_model(
     Examples:
         >>> resolve_model("mnist/r1/best_model@best", registry=":memory:")  # doctest: +IGNORE_EXCEPTION_DETAIL
         Traceback (most recent call last):
-        tracker_saver.errors.RecordNotFoundError: no record is mnist/r1/best_model@best
+        tracker_saver.core.errors.RecordNotFoundError: no record is mnist/r1/best_model@best
     """
     reg = shared_registry(registry, create=False)
     uri = None if output_uri is None else canonical_uri(output_uri)
@@ -292,7 +292,7 @@ def run_stats(
 ) -> list[SaveStats]:
     """What the saves of run ``project/run`` cost: one row per stream, then the run's (``stream=None``).
 
-    Counts the completed saves (:data:`SAVED_STATES`) that carry timings (see :mod:`tracker_saver.timings`).
+    Counts the completed saves (:data:`SAVED_STATES`) that carry timings (see :mod:`tracker_saver.core.timings`).
 
     Raises:
         RecordNotFoundError: the run has no record (at ``output_uri``, when given).
@@ -300,7 +300,7 @@ def run_stats(
     Examples:
         >>> run_stats("mnist", "r1", registry=":memory:")  # doctest: +IGNORE_EXCEPTION_DETAIL
         Traceback (most recent call last):
-        tracker_saver.errors.RecordNotFoundError: run mnist/r1 has no records: see `tracker-saver runs list`
+        tracker_saver.core.errors.RecordNotFoundError: run mnist/r1 has no records: see `tracker-saver runs list`
     """
     found = find_models(project=project, run=run, output_uri=output_uri, registry=registry)
     if not found:

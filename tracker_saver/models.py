@@ -14,11 +14,9 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from tracker_saver.errors import ConfigError, IntegrityError, RegistryError, SerializationError
-from tracker_saver.find import RegistryArg, count_models, find_models, get_model, resolve_model, run_stats
-from tracker_saver.local_view import copy_verified
-from tracker_saver.naming import key_ext, pinned_key, safe_filename
-from tracker_saver.records import (
+from tracker_saver.core.errors import ConfigError, RegistryError, SerializationError
+from tracker_saver.core.naming import key_ext, pinned_key, safe_filename
+from tracker_saver.core.records import (
     LOADABLE,
     LOADABLE_OR_PINNED,
     MAX_NAME_LENGTH,
@@ -29,15 +27,16 @@ from tracker_saver.records import (
     UploadInfo,
     check_display_name,
 )
+from tracker_saver.find import RegistryArg, count_models, find_models, get_model, resolve_model, run_stats
 from tracker_saver.registry import Query
 from tracker_saver.registry.shared import shared_registry
 from tracker_saver.storage import Storage, open_storage
-from tracker_saver.storage.base import sha256_of
-from tracker_saver.wording import plural
+from tracker_saver.storage.verify import Digest, check, copy_checked, digest
 
 __all__ = [
     "MAX_NAME_LENGTH",
     "add_tags",
+    "copy_verified",
     "count_models",
     "download_model",
     "find_models",
@@ -70,7 +69,7 @@ def rename_model(record_id: str | int, name: str, *, registry: RegistryArg = Non
     Examples:
         >>> rename_model(1, "the one we ship", registry=":memory:")  # doctest: +IGNORE_EXCEPTION_DETAIL
         Traceback (most recent call last):
-        tracker_saver.errors.RecordNotFoundError: record 1 does not exist
+        tracker_saver.core.errors.RecordNotFoundError: record 1 does not exist
     """
     check_display_name(str(record_id), name)
     return shared_registry(registry, create=False).rename(str(record_id), name)
@@ -82,7 +81,7 @@ def add_tags(record_id: str | int, tags: Sequence[str], *, registry: RegistryArg
     Examples:
         >>> add_tags(1, ["candidate"], registry=":memory:")  # doctest: +IGNORE_EXCEPTION_DETAIL
         Traceback (most recent call last):
-        tracker_saver.errors.RecordNotFoundError: record 1 does not exist
+        tracker_saver.core.errors.RecordNotFoundError: record 1 does not exist
     """
     return shared_registry(registry, create=False).add_tags(str(record_id), _tags(tags))
 
@@ -93,7 +92,7 @@ def remove_tags(record_id: str | int, tags: Sequence[str], *, registry: Registry
     Examples:
         >>> remove_tags(1, ["candidate"], registry=":memory:")  # doctest: +IGNORE_EXCEPTION_DETAIL
         Traceback (most recent call last):
-        tracker_saver.errors.RecordNotFoundError: record 1 does not exist
+        tracker_saver.core.errors.RecordNotFoundError: record 1 does not exist
     """
     return shared_registry(registry, create=False).remove_tags(str(record_id), _tags(tags))
 
@@ -121,7 +120,7 @@ def set_alias(record_id: str | int, alias: str, *, registry: RegistryArg = None)
     Examples:
         >>> set_alias(1, "production", registry=":memory:")  # doctest: +IGNORE_EXCEPTION_DETAIL
         Traceback (most recent call last):
-        tracker_saver.errors.RecordNotFoundError: record 1 does not exist
+        tracker_saver.core.errors.RecordNotFoundError: record 1 does not exist
     """
     return shared_registry(registry, create=False).set_alias(str(record_id), alias)
 
@@ -135,7 +134,7 @@ def remove_alias(project: str, alias: str, *, registry: RegistryArg = None) -> N
     Examples:
         >>> remove_alias("mnist", "production", registry=":memory:")  # doctest: +IGNORE_EXCEPTION_DETAIL
         Traceback (most recent call last):
-        tracker_saver.errors.RecordNotFoundError: project 'mnist' has no alias 'production'
+        tracker_saver.core.errors.RecordNotFoundError: project 'mnist' has no alias 'production'
     """
     shared_registry(registry, create=False).remove_alias(project, alias)
 
@@ -144,7 +143,7 @@ def slot_history(record: Record, *, registry: RegistryArg = None) -> list[Record
     """Every record that used ``record``'s slot of its stream, oldest first (a pinned one: itself).
 
     Examples:
-        >>> from tracker_saver.records import Record, RecordState
+        >>> from tracker_saver.core.records import Record, RecordState
         >>> pinned = Record("7", "p", "r", "s", "s_1.pt", "s_1.pt", RecordState.PINNED, None, "k", "u")
         >>> [r.id for r in slot_history(pinned, registry=":memory:")]
         ['7']
@@ -203,7 +202,7 @@ def download_model(
     Examples:
         >>> download_model("12", "/tmp", registry=":memory:")  # doctest: +IGNORE_EXCEPTION_DETAIL
         Traceback (most recent call last):
-        tracker_saver.errors.RecordNotFoundError: record 12 does not exist
+        tracker_saver.core.errors.RecordNotFoundError: record 12 does not exist
     """
     record = record_or_ref if isinstance(record_or_ref, Record) else resolve_model(record_or_ref, registry=registry)
     _check_loadable(record)
@@ -212,6 +211,33 @@ def download_model(
     if target.is_dir() or os.fspath(dest).endswith(("/", os.sep)):
         target = target / safe_filename(record.name, key_ext(record.filename))
     return copy_verified(_storage_of(record, storage_options), record, target)
+
+
+def copy_verified(storage: Storage, record: Record, target: Path) -> Path:
+    """Copy a loadable record's object from ``storage`` to the local file ``target``, verified as it streams.
+
+    Nothing half-written or wrong is ever left at ``target`` (:func:`~tracker_saver.storage.verify.copy_checked`).
+
+    Raises:
+        ConfigError: ``target``'s folder does not exist or cannot be written.
+        IntegrityError: the object differs from the record (nothing is written).
+        StorageError: the object cannot be read.
+    """
+    assert record.key is not None
+    with storage.get(record.key) as src:
+        return copy_checked(
+            src, target, _expected(record), what=_what(record), label=record.name, key=record.key, record_id=record.id,
+            fix="the object was probably overwritten or corrupted; nothing was written; download another record",
+        )  # fmt: skip
+
+
+def _expected(record: Record) -> Digest:
+    return Digest(record.size or 0, record.sha256 or "")
+
+
+def _what(record: Record, uri: str | None = None) -> str:
+    """How a verification error names the bytes it read: ``record 5 ('best.pt'): s3://b/p/r/best.slot0.pt``."""
+    return f"record {record.id} ({record.name!r}): {uri or record.uri}"
 
 
 def pin_model(
@@ -232,7 +258,7 @@ def pin_model(
     Examples:
         >>> pin_model(12, registry=":memory:")  # doctest: +IGNORE_EXCEPTION_DETAIL
         Traceback (most recent call last):
-        tracker_saver.errors.RecordNotFoundError: record 12 does not exist
+        tracker_saver.core.errors.RecordNotFoundError: record 12 does not exist
     """
     reg = shared_registry(registry, create=False)
     source = reg.get(str(record_id))
@@ -249,16 +275,12 @@ def pin_model(
         if other.key == key:
             key = pinned_key(source.project, source.run, f"{source.id}-{source.filename}")
     storage.copy(source.key, key)
-    size, sha256 = storage.digest(key)
-    if size != source.size or sha256 != source.sha256:
+    size, sha256 = found = storage.digest(key)
+    if found != _expected(source):
         storage.delete(key)
-        raise IntegrityError(
-            f"record {source.id} ({source.name!r}): the copy at {storage.url(key)} has {plural(size, 'byte')} with sha256 "
-            f"{sha256[:12]}…, the record says {plural(source.size or 0, 'byte')}, {str(source.sha256)[:12]}…: its slot was "
-            "overwritten while pinning (or is corrupted); the copy was deleted; pin another record",
-            key=key,
-            record_id=source.id,
-        )
+        check(found, _expected(source), what=_what(source, f"the copy at {storage.url(key)}"), key=key,
+              record_id=source.id, fix="its slot was overwritten while pinning (or is corrupted); the copy was deleted; "
+              "pin another record")  # fmt: skip
     # A pin is no save: what the source's save cost (TIMING_KEYS) stays the source's.
     own = (*_OWN_METADATA, *TIMING_KEYS)
     metadata: dict[str, MetaValue] = {k: v for k, v in source.metadata.items() if k not in own}
@@ -281,7 +303,7 @@ def unpin_model(
     Examples:
         >>> unpin_model(12, registry=":memory:")  # doctest: +IGNORE_EXCEPTION_DETAIL
         Traceback (most recent call last):
-        tracker_saver.errors.RecordNotFoundError: record 12 does not exist
+        tracker_saver.core.errors.RecordNotFoundError: record 12 does not exist
     """
     reg = shared_registry(registry, create=False)
     record = reg.get(str(record_id))
@@ -314,15 +336,8 @@ def open_verified(
     if storage is None or storage.url(record.key) != record.uri:
         storage = _storage_of(record, storage_options)
     with storage.get(record.key) as src:
-        size, sha256 = sha256_of(src)
-        if size != record.size or sha256 != record.sha256:
-            raise IntegrityError(
-                f"record {record.id} ({record.name!r}): {record.uri} has {plural(size, 'byte')} with sha256 "
-                f"{sha256[:12]}…, the record says {plural(record.size or 0, 'byte')}, {str(record.sha256)[:12]}…: "
-                "the slot was probably overwritten or corrupted; load another record",
-                key=record.key,
-                record_id=record.id,
-            )
+        check(digest(src), _expected(record), what=_what(record), key=record.key, record_id=record.id,
+              fix="the slot was probably overwritten or corrupted; load another record")  # fmt: skip
         src.seek(0)
         yield src
 
@@ -363,7 +378,7 @@ def load_checkpoint(
     Examples:
         >>> load_checkpoint("17", {"model": None}, registry=":memory:")  # doctest: +IGNORE_EXCEPTION_DETAIL
         Traceback (most recent call last):
-        tracker_saver.errors.RecordNotFoundError: record 17 does not exist
+        tracker_saver.core.errors.RecordNotFoundError: record 17 does not exist
     """
     import torch  # here, not at module level: finding and downloading records needs no torch
     from ignite.handlers import Checkpoint

@@ -8,12 +8,12 @@ from typing import Any
 
 from ignite.handlers import Checkpoint
 
-from tracker_saver.distributed import share_outcome
-from tracker_saver.errors import ConfigError
+from tracker_saver.core.errors import ConfigError
+from tracker_saver.core.records import LOADABLE, Record
 from tracker_saver.models import load_checkpoint
-from tracker_saver.records import LOADABLE, Record
 from tracker_saver.registry.base import stream_query
-from tracker_saver.saver import TrackerSaver
+from tracker_saver.save.distributed import share_outcome
+from tracker_saver.save.saver import TrackerSaver
 
 __all__ = ["resume", "stream_of"]
 

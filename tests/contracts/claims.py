@@ -9,9 +9,9 @@ from __future__ import annotations
 
 import pytest
 
-from tracker_saver.claims import new_holder, release_local
-from tracker_saver.errors import StreamBusyError
-from tracker_saver.records import StreamId
+from tracker_saver.core.claims import new_holder, release_local
+from tracker_saver.core.errors import StreamBusyError
+from tracker_saver.core.records import StreamId
 from tracker_saver.registry import StreamClaims
 
 

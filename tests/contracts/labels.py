@@ -11,9 +11,9 @@ from dataclasses import replace
 import pytest
 
 from tests.contracts.records import SHA, live
-from tracker_saver.errors import ConfigError, RecordNotFoundError, RegistryError
-from tracker_saver.query import parse_order, parse_where
-from tracker_saver.records import RecordState, UploadInfo
+from tracker_saver.core.errors import ConfigError, RecordNotFoundError, RegistryError
+from tracker_saver.core.query import parse_order, parse_where
+from tracker_saver.core.records import RecordState, UploadInfo
 from tracker_saver.registry import Query, Registry
 from tracker_saver.registry.base import select
 

@@ -12,9 +12,9 @@ from dataclasses import replace
 
 import pytest
 
-from tracker_saver.errors import RecordNotFoundError, RegistryError
-from tracker_saver.query import parse_order, parse_where
-from tracker_saver.records import Record, RecordState, UploadInfo
+from tracker_saver.core.errors import RecordNotFoundError, RegistryError
+from tracker_saver.core.query import parse_order, parse_where
+from tracker_saver.core.records import Record, RecordState, UploadInfo
 from tracker_saver.registry import Query, RecordStore
 from tracker_saver.registry.base import select
 

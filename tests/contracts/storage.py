@@ -12,7 +12,7 @@ import os
 
 import pytest
 
-from tracker_saver.errors import ConfigError, StorageError
+from tracker_saver.core.errors import ConfigError, StorageError
 from tracker_saver.storage import Storage
 
 

@@ -123,7 +123,7 @@ class Zygote:
         if backend.standin is not None:
             preload += ["clearml", "tracker_saver.integrations.clearml.registry"]
         if backend.mlflow is not None:
-            preload += ["mlflow", "tracker_saver.registry.mlflow"]
+            preload += ["mlflow", "tracker_saver.integrations.mlflow.registry"]
         self._err = tempfile.TemporaryFile(mode="w+")
         self.popen = subprocess.Popen(
             [sys.executable, "-m", "tests.soak.trainer", "--zygote", path, *preload], cwd=ROOT,

@@ -45,9 +45,10 @@ from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint
 
 from tests.soak.plan import N_SAVED, parse_crash, score_of
-from tracker_saver import TrackerSaver, pipeline, resume, slots
-from tracker_saver.records import Record, RecordState, UploadInfo
+from tracker_saver import TrackerSaver, resume
+from tracker_saver.core.records import Record, RecordState, UploadInfo
 from tracker_saver.registry.base import Registry
+from tracker_saver.save import pipeline, slots
 from tracker_saver.storage.base import StagedWrite, Storage
 
 __all__ = ["MUTANTS", "Crash", "Net", "Pad", "main", "zygote"]
@@ -270,7 +271,7 @@ def _open_registry(spec: str, crash: Crash, mutant: str) -> Registry:
         cls = soak_registry(ClearMLRegistry, crash, mutant)
         return cls(project_root=spec.partition(":")[2])  # type: ignore[call-arg]
     if spec.startswith("mlflow:"):
-        from tracker_saver.registry.mlflow import MLflowRegistry
+        from tracker_saver.integrations.mlflow.registry import MLflowRegistry
 
         return soak_registry(MLflowRegistry, crash, mutant)(spec.partition(":")[2])  # type: ignore[call-arg]
     from tracker_saver.registry.sqlite import SQLiteRegistry

@@ -7,10 +7,18 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any, Protocol, runtime_checkable
 
-from tracker_saver.claims import Holder
-from tracker_saver.errors import ConfigError, RegistryError, StreamBusyError
-from tracker_saver.query import RECORD_FIELDS, Condition, Order, is_number, matches, sort_key
-from tracker_saver.records import DERIVED_ALIASES, MetaValue, Record, RecordState, StreamId, UploadInfo, check_alias
+from tracker_saver.core.claims import Holder
+from tracker_saver.core.errors import ConfigError, RegistryError, StreamBusyError
+from tracker_saver.core.query import RECORD_FIELDS, Condition, Order, is_number, matches, sort_key
+from tracker_saver.core.records import (
+    DERIVED_ALIASES,
+    MetaValue,
+    Record,
+    RecordState,
+    StreamId,
+    UploadInfo,
+    check_alias,
+)
 
 __all__ = [
     "RunContext",
@@ -83,12 +91,12 @@ def check_transition(record: Record, state: RecordState, expected: Sequence[Reco
     For a backend without transactions that reads a record before it changes its state.
 
     Examples:
-        >>> from tracker_saver.records import Record
+        >>> from tracker_saver.core.records import Record
         >>> r = Record("7", "p", "r", "s", "s_1.pt", "s_1.pt", RecordState.LIVE, slot=0, key=None, uri=None)
         >>> check_transition(r, RecordState.EVICTED, [RecordState.LIVE])  # allowed: nothing happens
         >>> check_transition(r, RecordState.LIVE, [RecordState.PENDING])
         Traceback (most recent call last):
-        tracker_saver.errors.RegistryError: record 7 is live: it can become live only from pending
+        tracker_saver.core.errors.RegistryError: record 7 is live: it can become live only from pending
     """
     if record.state not in expected:
         raise RegistryError(
@@ -315,10 +323,10 @@ class StreamClaims(ABC):
     """One writer per stream: who holds a stream's claim, and whether that holder is alive.
 
     A backend writes three methods; ``tests/contracts/claims.py`` proves them. A holder that
-    died (see :func:`tracker_saver.claims.is_alive`) holds nothing.
+    died (see :func:`tracker_saver.core.claims.is_alive`) holds nothing.
 
     Examples:
-        >>> from tracker_saver.claims import new_holder
+        >>> from tracker_saver.core.claims import new_holder
         >>> from tracker_saver.registry import open_registry
         >>> class Saver: ...
         >>> reg, saver = open_registry(":memory:"), Saver()
@@ -333,7 +341,7 @@ class StreamClaims(ABC):
         """Make ``holder`` the writer of ``stream`` (renewing its heartbeat if it already is).
 
         Raises:
-            StreamBusyError: another holder is alive (see :func:`tracker_saver.claims.is_alive`).
+            StreamBusyError: another holder is alive (see :func:`tracker_saver.core.claims.is_alive`).
         """
 
     @abstractmethod

@@ -5,8 +5,8 @@ from __future__ import annotations
 import sqlite3
 import time
 
-from tracker_saver.errors import ConfigError
-from tracker_saver.wording import plural
+from tracker_saver.core.errors import ConfigError
+from tracker_saver.core.wording import plural
 
 __all__ = ["MIGRATIONS", "migrate", "statements", "stored_version"]
 

@@ -1,6 +1,6 @@
 """The SQLite registry's connection: WAL, busy timeout, numbered migrations, ``atomic()`` transactions.
 
-:class:`SQLiteConnection` is the base of :class:`tracker_saver.registry.sqlite.SQLiteRegistry`:
+:class:`tracker_saver.registry.sqlite.SQLiteRegistry` holds one :class:`SQLiteConnection`:
 it opens the file, runs the migrations, and is the one place where ``sqlite3`` errors become
 ``RegistryError``. The records, their states, tags, aliases and claims are the registry's.
 """
@@ -16,7 +16,7 @@ from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
-from tracker_saver.errors import ConfigError, RegistryError
+from tracker_saver.core.errors import ConfigError, RegistryError
 from tracker_saver.registry.migrations import migrate
 from tracker_saver.registry.sqlite_check import check_registry_path
 
@@ -49,7 +49,7 @@ class SQLiteConnection:
         if text != ":memory:":
             target = Path(text).expanduser()
             try:
-                target.parent.mkdir(parents=True, exist_ok=True)
+                target.parent.mkdir(exist_ok=True)  # its own folder only: check_registry_path
             except OSError as exc:
                 raise ConfigError(
                     f"registry folder {str(target.parent)!r} cannot be created ({exc.strerror}): "
@@ -114,7 +114,8 @@ class SQLiteConnection:
             )
         return RegistryError(f"registry {self.uri!r}: {text}")
 
-    def _read(self, sql: str, args: Sequence[Any]) -> list[sqlite3.Row]:
+    def read(self, sql: str, args: Sequence[Any]) -> list[sqlite3.Row]:
+        """The rows of one read-only statement (outside any transaction of another thread)."""
         with self._lock:
             try:
                 cur = self._conn.execute(sql, args)

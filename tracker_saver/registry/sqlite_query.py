@@ -8,8 +8,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from tracker_saver.query import RECORD_FIELDS, Condition, is_number
-from tracker_saver.records import DERIVED_ALIASES, MetaValue, encode_value
+from tracker_saver.core.query import RECORD_FIELDS, Condition, is_number
+from tracker_saver.core.records import DERIVED_ALIASES, MetaValue, encode_value
 from tracker_saver.registry.base import Query
 
 __all__ = ["COLUMNS", "LOADABLE_SQL", "count_sql", "encode_row", "select_sql"]

@@ -28,7 +28,7 @@ from fastapi.staticfiles import StaticFiles
 from starlette.background import BackgroundTask
 
 from tracker_saver import models
-from tracker_saver.errors import (
+from tracker_saver.core.errors import (
     ConfigError,
     IntegrityError,
     RecordNotFoundError,
@@ -36,7 +36,7 @@ from tracker_saver.errors import (
     StorageError,
     TrackerSaverError,
 )
-from tracker_saver.records import RecordState
+from tracker_saver.core.records import RecordState
 from tracker_saver.registry import Registry
 from tracker_saver.ui.schema import (
     ALIAS_PATTERN,

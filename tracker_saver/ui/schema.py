@@ -8,8 +8,8 @@ from typing import Annotated
 
 from pydantic import BaseModel, Field
 
-from tracker_saver.masking import strip_userinfo
-from tracker_saver.records import MAX_NAME_LENGTH, TIMING_KEYS, MetaValue, Record, encode_value
+from tracker_saver.core.masking import strip_userinfo
+from tracker_saver.core.records import MAX_NAME_LENGTH, TIMING_KEYS, MetaValue, Record, encode_value
 
 __all__ = [
     "ALIAS_PATTERN",
@@ -48,7 +48,7 @@ class ErrorOut(BaseModel):
 
 
 class TimingsOut(BaseModel):
-    """What the record's save cost (:mod:`tracker_saver.timings`); ``None`` on a record saved before they were kept."""
+    """What the record's save cost (:mod:`tracker_saver.core.timings`); ``None`` on a record saved before they were kept."""
 
     blocked_s: float = Field(description="seconds the training thread spent in the saver for this save")
     durable_s: float = Field(description="seconds from the saver's call until the record was live")
@@ -165,7 +165,7 @@ def _finite(value: MetaValue) -> MetaValue:
 
 
 def timings_out(record: Record) -> TimingsOut | None:
-    """The record's :data:`~tracker_saver.records.TIMING_KEYS` as one value, if it has every one, well typed."""
+    """The record's :data:`~tracker_saver.core.records.TIMING_KEYS` as one value, if it has every one, well typed."""
     values = dict(zip(TimingsOut.model_fields, (record.metadata.get(k) for k in TIMING_KEYS), strict=True))
     try:
         return TimingsOut.model_validate(values, strict=True)

@@ -11,7 +11,7 @@ import sys
 import uvicorn
 
 from tracker_saver import models
-from tracker_saver.errors import ConfigError
+from tracker_saver.core.errors import ConfigError
 from tracker_saver.registry import Registry
 from tracker_saver.ui.app import create_app
 

@@ -25,10 +25,10 @@ def skip_saves_while(predicate: Callable[[], bool]) -> None:
     under its own names. This registers, once per process, a ``WeightsFileHandler``
     pre-callback — the mechanism ClearML's and Ignite's maintainers settled on — that returns
     ``None`` (skip) while any registered predicate holds. tracker_saver passes
-    :func:`tracker_saver.pipeline.is_writing` (see ``tracker_saver.clearml.guard_torch_save_binding``).
+    :func:`tracker_saver.save.pipeline.is_writing` (see ``tracker_saver.clearml.guard_torch_save_binding``).
 
     Examples:
-        >>> from tracker_saver.pipeline import is_writing
+        >>> from tracker_saver.save.pipeline import is_writing
         >>> skip_saves_while(is_writing); skip_saves_while(is_writing)  # idempotent
     """
     from clearml.binding.frameworks import WeightsFileHandler

@@ -1,7 +1,7 @@
 """The ClearML registry's stream claims (one writer per stream): one hidden model per claim.
 
 Stream claims (one writer per stream) are hidden models, one per claim (the codec says how),
-made visible with their tag and holder by one ``models.create``. A claim by a live holder (:func:`tracker_saver.claims.is_alive`) makes the stream busy; dead
+made visible with their tag and holder by one ``models.create``. A claim by a live holder (:func:`tracker_saver.core.claims.is_alive`) makes the stream busy; dead
 holders' claims are deleted; a holder renews its own (the comment's ``heartbeat``). Two
 savers that find a stream free at once both create a claim, look again, and the oldest
 claim (server ``created``, then id) wins; the other deletes its own and raises
@@ -12,11 +12,11 @@ from __future__ import annotations
 
 import time
 
-from tracker_saver.claims import Holder, is_alive
-from tracker_saver.errors import RecordNotFoundError
+from tracker_saver.core.claims import Holder, is_alive
+from tracker_saver.core.errors import RecordNotFoundError
+from tracker_saver.core.records import StreamId
 from tracker_saver.integrations.clearml.codec import ARCHIVED_TAG, claim_comment, claim_tag, read_claim
 from tracker_saver.integrations.clearml.transport import ClearMLTransport
-from tracker_saver.records import StreamId
 from tracker_saver.registry.base import busy
 
 __all__ = ["ClearMLClaims"]

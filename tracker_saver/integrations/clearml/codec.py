@@ -64,13 +64,13 @@ import re
 from collections.abc import Iterable
 from typing import Any, TypeGuard
 
-from tracker_saver.claims import Holder
-from tracker_saver.errors import ConfigError, RecordNotFoundError
+from tracker_saver.core.claims import Holder
+from tracker_saver.core.errors import ConfigError, RecordNotFoundError
+from tracker_saver.core.query import RECORD_FIELDS
+from tracker_saver.core.records import MetaValue, Record, RecordState, StreamId, UploadInfo, clean_metadata
+from tracker_saver.core.records import decode_value as decode_typed
+from tracker_saver.core.records import encode_value as encode_typed
 from tracker_saver.integrations.clearml.keys import escape_key, unescape_key
-from tracker_saver.query import RECORD_FIELDS
-from tracker_saver.records import MetaValue, Record, RecordState, StreamId, UploadInfo, clean_metadata
-from tracker_saver.records import decode_value as decode_typed
-from tracker_saver.records import encode_value as encode_typed
 from tracker_saver.registry.base import Query
 
 __all__ = [

@@ -26,7 +26,7 @@ from collections.abc import Callable, Mapping
 from pathlib import Path
 from typing import Any
 
-from tracker_saver.errors import ConfigError
+from tracker_saver.core.errors import ConfigError
 from tracker_saver.integrations.clearml.binding import skip_saves_while
 from tracker_saver.integrations.clearml.codec import task_run
 from tracker_saver.integrations.clearml.conf import with_clearml_credentials

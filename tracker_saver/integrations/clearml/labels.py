@@ -10,7 +10,8 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
-from tracker_saver.errors import ConfigError, RecordNotFoundError, RegistryError
+from tracker_saver.core.errors import ConfigError, RecordNotFoundError, RegistryError
+from tracker_saver.core.records import MetaValue, Record, RecordState, UploadInfo, check_alias, check_display_name
 from tracker_saver.integrations.clearml.codec import (
     ALIAS_TAG_PREFIX,
     MIN_NAME,
@@ -18,7 +19,6 @@ from tracker_saver.integrations.clearml.codec import (
     check_tags,
 )
 from tracker_saver.integrations.clearml.tasks import ClearMLTasks
-from tracker_saver.records import MetaValue, Record, RecordState, UploadInfo, check_alias, check_display_name
 
 __all__ = ["ClearMLLabels"]
 

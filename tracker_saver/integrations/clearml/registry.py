@@ -45,6 +45,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from tracker_saver.core.records import DERIVED_ALIASES, LOADABLE, Record, StreamId
 from tracker_saver.integrations.clearml.binding import skip_saves_while
 from tracker_saver.integrations.clearml.claims import ClearMLClaims
 from tracker_saver.integrations.clearml.codec import (
@@ -58,13 +59,13 @@ from tracker_saver.integrations.clearml.codec import (
 )
 from tracker_saver.integrations.clearml.codec import decode_value as decode_item
 from tracker_saver.integrations.clearml.conf import with_clearml_credentials
+from tracker_saver.integrations.clearml.journal import offline_journal
 from tracker_saver.integrations.clearml.labels import ClearMLLabels
 from tracker_saver.integrations.clearml.states import ClearMLStates
 from tracker_saver.integrations.clearml.transport import MODEL_FIELDS
-from tracker_saver.records import DERIVED_ALIASES, LOADABLE, Record, StreamId
-from tracker_saver.registry.base import Candidate, Query, derived_aliases, select, with_aliases
+from tracker_saver.registry.base import Candidate, Query, Registry, derived_aliases, select, with_aliases
 
-__all__ = ["CLAIM_TAG_PREFIX", "ClearMLRegistry", "STATE_TAGS", "STREAM_TAG_PREFIX", "task_run"]
+__all__ = ["CLAIM_TAG_PREFIX", "ClearMLRegistry", "STATE_TAGS", "STREAM_TAG_PREFIX", "from_spec", "task_run"]
 
 
 class ClearMLRegistry(ClearMLStates, ClearMLLabels, ClearMLClaims):
@@ -100,7 +101,7 @@ class ClearMLRegistry(ClearMLStates, ClearMLLabels, ClearMLClaims):
         """The ClearML task that runs now (``None`` if none): ``LogUploader(saver=...)`` attaches logs to it."""
         return self._current_task()
 
-    # -- what a TrackerSaver asks of a registry that knows its run (tracker_saver.saver.RunContext)
+    # -- what a TrackerSaver asks of a registry that knows its run (tracker_saver.save.saver.RunContext)
     def run_defaults(self) -> dict[str, str]:
         """The task's project, run (``<task name>.<task id>``) and output_uri, for a ``TrackerSaver`` given none."""
         found = self.task_project_run
@@ -210,3 +211,9 @@ class ClearMLRegistry(ClearMLStates, ClearMLLabels, ClearMLClaims):
             and query.alias in (None, *DERIVED_ALIASES)
         )
         return select(self._aliased(records, records if whole else None), query)
+
+
+def from_spec(project_root: str | None, *, timeout: float) -> Registry:
+    """``registry="clearml[:ROOT]"``: the current task's server, or its local journal in ClearML's offline mode."""
+    journal = offline_journal()
+    return journal if journal is not None else ClearMLRegistry(project_root=project_root, timeout=timeout)

@@ -21,16 +21,16 @@ from typing import Any
 
 import ignite.distributed as idist
 
-from tracker_saver.distributed import check_save_on_rank
-from tracker_saver.errors import ConfigError
+from tracker_saver.core.errors import ConfigError
 from tracker_saver.integrations.clearml.binding import skip_saves_while
 from tracker_saver.integrations.clearml.conf import clearml_s3_options
 from tracker_saver.integrations.clearml.journal import offline_journal
 from tracker_saver.integrations.clearml.registry import ClearMLRegistry, task_run
 from tracker_saver.integrations.clearml.sync import SyncReport, import_offline_session
-from tracker_saver.pipeline import is_writing
-from tracker_saver.registry import Registry, sqlite_path
-from tracker_saver.saver import RunContext, TrackerSaver
+from tracker_saver.registry import Registry, parse_registry
+from tracker_saver.save.distributed import check_save_on_rank
+from tracker_saver.save.pipeline import is_writing
+from tracker_saver.save.saver import RunContext, TrackerSaver
 
 __all__ = ["ClearMLSaver", "SyncReport", "clearml_s3_options", "guard_torch_save_binding", "import_offline_session"]
 
@@ -40,7 +40,7 @@ def guard_torch_save_binding() -> None:
 
     ``Task.init`` patches ``torch.save`` (``auto_connect_frameworks``) and uploads what it sees
     under its own names. This registers, once per process, a ``WeightsFileHandler``
-    pre-callback that returns ``None`` (skip) while :func:`tracker_saver.pipeline.is_writing`,
+    pre-callback that returns ``None`` (skip) while :func:`tracker_saver.save.pipeline.is_writing`,
     so output_uri only ever holds slot objects. ``ClearMLSaver`` and ``registry="clearml"`` do
     it for you; call it yourself when another registry saves under a ClearML task.
 
@@ -149,7 +149,7 @@ def _names_clearml(registry: Any) -> bool:
     """Whether ``registry=`` is a ClearML registry: ``"clearml"``, ``"clearml:ROOT"`` or a tracker's run context."""
     if isinstance(registry, Registry):
         return isinstance(registry, RunContext)
-    return sqlite_path(registry) is None
+    return parse_registry(registry).kind == "clearml"
 
 
 def _temporary_folder(save_on_rank: int) -> str:

@@ -7,7 +7,7 @@ built from the same configuration (``clearml.conf``, ``CLEARML_*``) but with:
 
 * no retries inside the SDK (urllib3 ``total=0``) and no waiting on maintenance;
 * connect and read timeouts of ``timeout/6`` and ``timeout/3`` (instead of 10 s and 300 s);
-* our retry loop in :func:`send` (network errors, 502/503/504), which an :class:`~tracker_saver.outage.Outage` stops once
+* our retry loop in :func:`send` (network errors, 502/503/504), which an :class:`~tracker_saver.core.outage.Outage` stops once
   the server has failed for half of ``timeout``.
 
 Nothing global changes: the user's ``Task`` and the SDK's own calls keep their settings.
@@ -18,8 +18,8 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from tracker_saver.core.outage import Outage, OutageError, request_timeouts
 from tracker_saver.integrations.clearml.internals import bounded_session_class, request_action, sdk_config
-from tracker_saver.outage import Outage, OutageError, request_timeouts
 
 __all__ = ["open_session", "send"]
 

@@ -17,7 +17,8 @@ import logging
 from collections.abc import Sequence
 from typing import Any
 
-from tracker_saver.errors import ConfigError, RegistryError
+from tracker_saver.core.errors import ConfigError, RegistryError
+from tracker_saver.core.records import LOADABLE, MetaValue, Record, RecordState, UploadInfo
 from tracker_saver.integrations.clearml.codec import (
     MIN_NAME,
     check_metadata,
@@ -25,7 +26,6 @@ from tracker_saver.integrations.clearml.codec import (
     with_metadata,
 )
 from tracker_saver.integrations.clearml.tasks import ClearMLTasks
-from tracker_saver.records import LOADABLE, MetaValue, Record, RecordState, UploadInfo
 from tracker_saver.registry.base import check_transition
 
 __all__ = ["ClearMLStates"]

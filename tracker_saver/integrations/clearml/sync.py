@@ -45,7 +45,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tracker_saver.errors import ConfigError
+from tracker_saver.core.errors import ConfigError
+from tracker_saver.core.outage import DEFAULT_TIMEOUT_S
+from tracker_saver.core.records import DERIVED_ALIASES, MetaValue, Record, RecordState
 from tracker_saver.integrations.clearml.codec import (
     ALIAS_TAG_PREFIX,
     ARCHIVED_TAG,
@@ -58,8 +60,6 @@ from tracker_saver.integrations.clearml.codec import (
 from tracker_saver.integrations.clearml.internals import OFFLINE_TASK_FILE
 from tracker_saver.integrations.clearml.journal import JOURNAL
 from tracker_saver.integrations.clearml.registry import ClearMLRegistry
-from tracker_saver.outage import DEFAULT_TIMEOUT_S
-from tracker_saver.records import DERIVED_ALIASES, MetaValue, Record, RecordState
 from tracker_saver.registry.base import Query
 from tracker_saver.registry.sqlite import SQLiteRegistry
 

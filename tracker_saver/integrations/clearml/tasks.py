@@ -11,10 +11,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from tracker_saver.errors import RegistryError
+from tracker_saver.core.errors import RegistryError
+from tracker_saver.core.records import MetaValue, RecordState, UploadInfo
 from tracker_saver.integrations.clearml.codec import mirror, pending_fields, pending_model, task_run, with_metadata
 from tracker_saver.integrations.clearml.transport import ClearMLTransport, TaskNotWritableError
-from tracker_saver.records import MetaValue, RecordState, UploadInfo
 
 __all__ = ["ClearMLTasks"]
 

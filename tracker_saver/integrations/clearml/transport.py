@@ -13,17 +13,17 @@ from collections.abc import Iterable
 from typing import Any
 from urllib.parse import urlsplit
 
-from tracker_saver.errors import ConfigError, RecordNotFoundError, RegistryError
+from tracker_saver.core.errors import ConfigError, RecordNotFoundError, RegistryError
+from tracker_saver.core.extras import missing_extra
+from tracker_saver.core.masking import raise_masked, strip_userinfo
+from tracker_saver.core.outage import DEFAULT_TIMEOUT_S, Outage, OutageError, check_timeout
+from tracker_saver.core.records import MetaValue, Record
 from tracker_saver.integrations.clearml.codec import MIN_NAME, check_id, encode_value, is_record_model, model_record
 from tracker_saver.integrations.clearml.session import open_session, send
-from tracker_saver.masking import raise_masked, strip_userinfo
-from tracker_saver.outage import DEFAULT_TIMEOUT_S, Outage, OutageError, check_timeout
-from tracker_saver.records import MetaValue, Record
 from tracker_saver.registry.base import Registry
 
 __all__ = ["MODEL_FIELDS", "ClearMLTransport", "TaskNotWritableError"]
 
-_INSTALL_HINT = "registry='clearml' needs clearml: pip install 'clearml>=1.16,<3' (the clearml extra)"
 _PAGE = 500  # clearml-server's largest page
 MODEL_FIELDS = ["id", "name", "project", "task", "uri", "tags", "system_tags", "metadata", "created"]
 _NOT_FOUND = (400, 201)  # bad_request / invalid_model_id
@@ -53,7 +53,7 @@ def _import_clearml() -> Any:
     try:
         import clearml
     except ModuleNotFoundError as exc:
-        raise ModuleNotFoundError(_INSTALL_HINT) from exc
+        raise missing_extra("registry='clearml'", "clearml", exc) from exc
     return clearml
 
 

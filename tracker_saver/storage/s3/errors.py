@@ -17,9 +17,9 @@ import boto3.exceptions
 import botocore.exceptions
 import s3transfer.exceptions
 
-from tracker_saver.errors import ConfigError, StorageError, TrackerSaverError
-from tracker_saver.masking import has_userinfo, raise_masked, redact_url, strip_userinfo
-from tracker_saver.outage import OutageError
+from tracker_saver.core.errors import ConfigError, StorageError, TrackerSaverError
+from tracker_saver.core.masking import has_userinfo, raise_masked, redact_url, strip_userinfo
+from tracker_saver.core.outage import OutageError
 
 __all__ = ["ENDPOINT_VARIABLES", "ErrorBoundary", "client_errors", "profile_errors", "redact"]
 
@@ -155,7 +155,7 @@ class ErrorBoundary:
         ...     raise botocore.exceptions.EndpointConnectionError(endpoint_url="http://127.0.0.1:7480")
         Traceback (most recent call last):
         ...
-        tracker_saver.errors.StorageError: uploading to s3://ckpts/team/p/r/s.slot0.pt failed: cannot reach endpoint ...
+        tracker_saver.core.errors.StorageError: uploading to s3://ckpts/team/p/r/s.slot0.pt failed: cannot reach endpoint ...
     """
 
     def __init__(self, uri: str, bucket: str, prefix: str, endpoint: str, session: Any) -> None:

@@ -19,10 +19,10 @@ import botocore.session
 from boto3.s3.transfer import TransferConfig
 from botocore.config import Config
 
-from tracker_saver.errors import ConfigError
-from tracker_saver.masking import has_userinfo, redact_url
-from tracker_saver.naming import check_key
-from tracker_saver.outage import request_timeouts
+from tracker_saver.core.errors import ConfigError
+from tracker_saver.core.masking import has_userinfo, redact_url
+from tracker_saver.core.naming import check_key
+from tracker_saver.core.outage import request_timeouts
 from tracker_saver.storage.s3.errors import ENDPOINT_VARIABLES, client_errors, profile_errors
 
 __all__ = [
@@ -225,7 +225,7 @@ def check_options(
         >>> check_options(**values)
         Traceback (most recent call last):
         ...
-        tracker_saver.errors.ConfigError: storage option retry_mode must be one of 'standard', 'adaptive', got 'legacy'
+        tracker_saver.core.errors.ConfigError: storage option retry_mode must be one of 'standard', 'adaptive', got 'legacy'
     """
     endpoint = _check_str("endpoint_url", endpoint_url)
     if endpoint is not None and "@" in endpoint and not has_userinfo(endpoint):
@@ -312,7 +312,7 @@ def connect(uri: str, options: S3Options) -> tuple[Any, Any]:
         # "standard" (retries throttling and connection errors with backoff). No retry loop here.
         configured = core.get_config_variable("retry_mode")
         retry_mode = configured if configured in _RETRY_MODES else "standard"
-    # The outage clock (tracker_saver.outage, hooked in by S3Storage) stops retries at half the
+    # The outage clock (tracker_saver.core.outage, hooked in by S3Storage) stops retries at half the
     # timeout; the attempts and each one's timeouts are sized so the whole wait stays under it.
     connect_s, read_s = request_timeouts(options.timeout)
     configured_attempts = core.get_config_variable("max_attempts")  # AWS_MAX_ATTEMPTS or the profile

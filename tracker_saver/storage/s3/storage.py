@@ -11,10 +11,10 @@ from typing import Any, BinaryIO
 
 import botocore.exceptions
 
-from tracker_saver.errors import ConfigError, StorageError
-from tracker_saver.masking import redact_url
-from tracker_saver.naming import check_key
-from tracker_saver.outage import DEFAULT_TIMEOUT_S, Outage
+from tracker_saver.core.errors import ConfigError, StorageError
+from tracker_saver.core.masking import redact_url
+from tracker_saver.core.naming import check_key
+from tracker_saver.core.outage import DEFAULT_TIMEOUT_S, Outage
 from tracker_saver.storage.base import (
     DEFAULT_SPOOL_BYTES,
     ObjectStat,
@@ -114,7 +114,7 @@ class S3Storage(Storage):
         >>> S3Storage("s3://ckpts", multipart_chunk_size=8 << 20)  # doctest: +ELLIPSIS
         Traceback (most recent call last):
         ...
-        tracker_saver.errors.ConfigError: unknown storage option 'multipart_chunk_size' for s3://ckpts: use endpoint_url, ...
+        tracker_saver.core.errors.ConfigError: unknown storage option 'multipart_chunk_size' for s3://ckpts: use endpoint_url, ...
     """
 
     def __init__(

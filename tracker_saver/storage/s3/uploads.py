@@ -8,7 +8,7 @@ from typing import Any
 
 import botocore.exceptions
 
-from tracker_saver.outage import OutageError
+from tracker_saver.core.outage import OutageError
 
 __all__ = ["NOT_SENT", "CommitAttempts", "UploadTracker"]
 

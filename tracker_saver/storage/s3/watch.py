@@ -1,4 +1,4 @@
-"""botocore event hooks that feed one S3 client's requests to an :class:`~tracker_saver.outage.Outage`.
+"""botocore event hooks that feed one S3 client's requests to an :class:`~tracker_saver.core.outage.Outage`.
 
 ``before-send`` asks the clock before every attempt (a refused attempt raises ``OutageError``
 without touching the network); ``needs-retry``, registered first, tells it how each attempt
@@ -12,7 +12,7 @@ from __future__ import annotations
 import threading
 from typing import Any
 
-from tracker_saver.outage import Outage, OutageError
+from tracker_saver.core.outage import Outage, OutageError
 
 __all__ = ["watch"]
 
@@ -34,7 +34,7 @@ def watch(client: Any, outage: Outage) -> None:
         >>> client.list_buckets()
         Traceback (most recent call last):
         ...
-        tracker_saver.outage.OutageError: no answer for 7.0 s (timeout 10 s); last error: EndpointConnectionError; next try in 5.0 s
+        tracker_saver.core.outage.OutageError: no answer for 7.0 s (timeout 10 s); last error: EndpointConnectionError; next try in 5.0 s
     """
     started = threading.local()
 

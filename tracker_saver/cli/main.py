@@ -1,0 +1,332 @@
+"""The ``tracker-saver`` command: a thin layer over the public API; the only reader of CLI env vars.
+
+Start-up cost is the point of this module's shape: at module level it imports only the
+standard library and the error classes, and each command imports the API it calls when it
+runs. So ``--help`` and ``models list`` never import torch or ignite (only ``demo`` does), and
+tables are drawn by :mod:`tracker_saver.cli.console` without rich (the fsck report uses it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import sys
+from collections.abc import Callable, Sequence
+from typing import Any, NoReturn
+
+from tracker_saver.cli.models import add_models_commands
+from tracker_saver.cli.shared import URI_HELP, add_filters, dump, open_cli_registry, wants_json
+from tracker_saver.core.errors import TrackerSaverError
+from tracker_saver.core.extras import missing_extra
+
+__all__ = ["build_parser", "main", "package_version"]
+
+PROG = "tracker-saver"
+
+#: Modules whose absence means the ``ui`` extra is not installed (not a bug in the UI).
+_UI_MODULES = ("fastapi", "uvicorn", "starlette", "tracker_saver.ui")
+
+
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors: ``tracker-saver models list: error: … (see --help)``."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see `{self.prog} --help`)\n")
+
+
+class _Version(argparse.Action):
+    """``--version``: looked up only when asked, so other commands do not pay for it."""
+
+    def __init__(self, option_strings: Sequence[str], dest: str, help: str | None = None) -> None:
+        super().__init__(option_strings, dest=argparse.SUPPRESS, default=argparse.SUPPRESS, nargs=0, help=help)
+
+    def __call__(self, parser: argparse.ArgumentParser, *args: Any) -> NoReturn:
+        print(f"{PROG} {package_version()}")  # on stdout, as argparse's own version action
+        parser.exit()
+
+
+def package_version() -> str:
+    """The installed distribution's version, else the package's ``__version__`` (a source tree).
+
+    Examples:
+        >>> package_version() == __import__("tracker_saver").__version__
+        True
+    """
+    from importlib.metadata import PackageNotFoundError, version
+
+    try:
+        return version("tracker-saver")
+    except PackageNotFoundError:
+        import tracker_saver
+
+        return str(getattr(tracker_saver, "__version__", "unknown"))
+
+
+# -- the commands ----------------------------------------------------------------------------
+
+
+def _cmd_runs_list(args: argparse.Namespace) -> int:
+    from tracker_saver.find import find_models, run_summaries
+
+    rows = run_summaries(
+        find_models(project=args.project, output_uri=args.output_uri, registry=open_cli_registry(args))
+    )
+    if wants_json(args):
+        dump(rows)
+        return 0
+    from tracker_saver.cli.console import print_runs
+
+    print_runs(rows)
+    return 0
+
+
+def _project_run(text: str) -> tuple[str, str]:
+    project, _, run = text.rpartition("/")
+    if not project or not run:
+        raise argparse.ArgumentTypeError(f"{text!r} is not PROJECT/RUN, e.g. mnist/r1")
+    return project, run
+
+
+def _cmd_runs_logs(args: argparse.Namespace) -> int:
+    from tracker_saver.logs.upload import download_logs, list_logs
+
+    project, run = args.project_run
+    # With --output-uri the registry is not needed to find the logs.
+    where: dict[str, Any] = {"output_uri": args.output_uri, "registry": None}
+    if args.output_uri is None:
+        where["registry"] = open_cli_registry(args)
+    if args.download is not None:
+        paths = download_logs(project, run, args.download, **where)
+        if wants_json(args):
+            dump([str(p) for p in paths])
+        else:
+            print("\n".join(map(str, paths)) or f"{project}/{run} has no logs")
+        return 0
+    logs = list_logs(project, run, **where)
+    if wants_json(args):
+        dump([{"name": o.name, "key": o.key, "size": o.size, "modified": o.modified} for o in logs])
+        return 0
+    from tracker_saver.cli.console import print_logs
+
+    if logs:
+        print_logs(logs)
+    else:
+        print(f"{project}/{run} has no logs")
+    return 0
+
+
+# -- fsck, repair, demo, ui ----------------------------------------------------------------------
+
+
+def _fsck_scope(args: argparse.Namespace) -> dict[str, Any]:
+    return {"project": args.project, "run": args.run, "stream": args.stream, "deep": args.deep}
+
+
+def _cmd_fsck(args: argparse.Namespace) -> int:
+    from tracker_saver.fsck import check
+
+    report = check(open_cli_registry(args), **_fsck_scope(args))
+    if wants_json(args):
+        dump(report.to_dict())
+    else:
+        from tracker_saver.cli.console import print_report
+
+        print_report(report)
+    return 1 if report.problems else 0
+
+
+def _cmd_repair(args: argparse.Namespace) -> int:
+    from tracker_saver.fsck import repair
+
+    as_json = wants_json(args)
+    report = repair(
+        open_cli_registry(args),
+        **_fsck_scope(args),
+        delete_orphans=args.delete_orphans,
+        stale_after_s=args.stale_after,
+        dry_run=args.dry_run,
+        echo=(lambda _: None) if as_json else print,
+    )
+    if as_json:
+        dump(report.to_dict())
+    else:
+        from tracker_saver.cli.console import print_repair
+
+        print_repair(report, dry_run=args.dry_run)
+    return 1 if report.problems else 0  # a dry run exits as fsck does
+
+
+def _cmd_demo(args: argparse.Namespace) -> int:
+    from tracker_saver.cli.demo import run_demo
+
+    run_demo(args.output_dir, epochs=args.epochs, registry=getattr(args, "registry", None))
+    return 0
+
+
+def _cmd_ui(args: argparse.Namespace) -> int:
+    try:
+        from tracker_saver.ui import serve
+    except ModuleNotFoundError as exc:
+        if exc.name is not None and not exc.name.startswith(_UI_MODULES):
+            raise  # a bug inside the UI, not a missing extra
+        raise missing_extra("tracker-saver ui", "ui", exc) from exc
+    serve(registry=open_cli_registry(args), host=args.host, port=args.port)
+    return 0
+
+
+# -- the parser --------------------------------------------------------------------------------
+
+
+def _port(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        value = -1
+    if not 0 < value < 65536:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a TCP port: use a number from 1 to 65535")
+    return value
+
+
+def _global_options() -> tuple[_Parser, _Parser]:
+    """``--registry`` and ``--json`` as parents of every command, so they go before or after it.
+
+    ``default=SUPPRESS`` leaves an option unset unless typed: a subcommand's parser then never
+    overwrites the value typed before the subcommand with its own default.
+    """
+    registry = _Parser(add_help=False, argument_default=argparse.SUPPRESS)
+    registry.add_argument(
+        "--registry",
+        metavar="REGISTRY",
+        help="a SQLite path, sqlite:///PATH, 'clearml' or 'mlflow[:URI]' (default: $TRACKER_SAVER_REGISTRY, "
+        "else ~/.tracker_saver/registry.db); it must exist",
+    )
+    as_json = _Parser(add_help=False, argument_default=argparse.SUPPRESS)
+    as_json.add_argument("--json", action="store_true", help="print JSON instead of text or a table")
+    return registry, as_json
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (every command has help; a test checks it).
+
+    Examples:
+        >>> build_parser().parse_args(["models", "list", "--registry", "r.db", "--limit", "5"]).registry
+        'r.db'
+    """
+    registry, as_json = _global_options()
+    both = [registry, as_json]
+    parser = _Parser(
+        prog=PROG,
+        description="Browse, query, download and manage checkpoint records.",
+        parents=both,
+        epilog="--registry and --json go before or after the command. Docs: docs/cli.md",
+    )
+    parser.add_argument("--version", action=_Version, help="print the version of tracker-saver and exit")
+    commands = parser.add_subparsers(
+        dest="command", required=True, metavar="COMMAND", parser_class=_Parser, help="what to work on"
+    )
+
+    def command(
+        group: Any, name: str, help: str, func: Callable[[argparse.Namespace], int], parents: list[Any]
+    ) -> argparse.ArgumentParser:
+        sub: argparse.ArgumentParser = group.add_parser(name, help=help, description=help, parents=parents)
+        sub.set_defaults(func=func)
+        return sub
+
+    add_models_commands(commands, command, both)
+
+    runs = commands.add_parser("runs", help="list runs, their save costs and logs", description="Runs.", parents=both)
+    run_cmds = runs.add_subparsers(dest="runs_command", required=True, metavar="SUBCOMMAND", help="what to do")
+    runs_ls = command(
+        run_cmds, "list", "one row per run and output_uri: streams, records, live, last save", _cmd_runs_list, both
+    )
+    runs_ls.add_argument("--project", help="only this project")
+    runs_ls.add_argument("--output-uri", metavar="URI", help=f"only runs at this output_uri {URI_HELP}")
+    from tracker_saver.cli.stats import STATS_HELP, add_stats_arguments, cmd_stats  # light: no torch
+
+    add_stats_arguments(command(run_cmds, "stats", STATS_HELP, cmd_stats, both), _project_run)
+    logs = command(run_cmds, "logs", "list a run's uploaded logs, or download them", _cmd_runs_logs, both)
+    logs.add_argument("project_run", metavar="PROJECT/RUN", type=_project_run, help="the run, e.g. mnist/r1")
+    logs.add_argument("--download", metavar="DEST", help="download every log file into this folder")
+    logs.add_argument(
+        "--output-uri", metavar="URI", help="where the run's logs are (default: its checkpoints' output_uri)"
+    )
+
+    fsck = command(
+        commands, "fsck", "check records against output_uri: lies, orphans, unfinished saves", _cmd_fsck, both
+    )
+    repair = command(commands, "repair", "fix what fsck finds without losing a valid checkpoint", _cmd_repair, both)
+    for sub in (fsck, repair):
+        add_filters(sub)
+        sub.add_argument("--deep", action="store_true", help="hash every live object, not only where sizes agree")
+    repair.add_argument("--dry-run", action="store_true", help="print what would be done; change nothing")
+    repair.add_argument("--delete-orphans", action="store_true", help="also delete slot objects no record claims")
+    from tracker_saver.fsck import STALE_AFTER_S  # light: no torch, no storage backend
+
+    repair.add_argument(
+        "--stale-after",
+        type=float,
+        default=STALE_AFTER_S,
+        metavar="SECONDS",
+        help=f"remove temp files and multipart uploads older than this (default: {STALE_AFTER_S:.0f})",
+    )
+
+    demo = command(
+        commands, "demo", "train a small CNN on synthetic data and show what was saved", _cmd_demo, [registry]
+    )
+    demo.add_argument(
+        "--output-dir",
+        default="demo-output",
+        help="folder for checkpoints and the demo registry (default: demo-output)",
+    )
+    demo.add_argument("--epochs", type=int, default=6, help="epochs to train (default: 6)")
+
+    from tracker_saver.cli.sync import SYNC_HELP, add_sync_arguments, cmd_sync  # light: clearml loads when it runs
+
+    add_sync_arguments(command(commands, "sync", SYNC_HELP, cmd_sync, [as_json]))
+    ui = command(commands, "ui", "serve the web UI for browsing records (the ui extra)", _cmd_ui, [registry])
+    ui.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")
+    ui.add_argument("--port", type=_port, default=8765, help="port to listen on (default: 8765)")
+    return parser
+
+
+# -- main --------------------------------------------------------------------------------------
+
+
+def _one_line(exc: BaseException) -> str:
+    """An error as one line: ClearML's multi-line 'not configured' text becomes its fix."""
+    # The ClearML SDK's MissingConfigError is a paragraph with links; its fix fits one line.
+    if "MissingConfigError" in str(exc):
+        return (
+            "ClearML is not configured on this machine: run `clearml-init`, or set CLEARML_API_HOST, "
+            "CLEARML_API_ACCESS_KEY and CLEARML_API_SECRET_KEY"
+        )
+    return " ".join(str(exc).split())
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Run the CLI; errors become one line on stderr and exit status 2.
+
+    Examples:
+        >>> main(["runs", "list", "--registry", ":memory:", "--json"])
+        []
+        0
+    """
+    argv = list(sys.argv[1:] if argv is None else argv)
+    # `--sort -score` reads naturally, but argparse takes "-score" for an option: glue it.
+    for i in range(len(argv) - 2, -1, -1):
+        if argv[i] == "--sort" and argv[i + 1].startswith("-"):
+            argv[i : i + 2] = [f"--sort={argv[i + 1]}"]
+    args = build_parser().parse_args(argv)
+    try:
+        status = int(args.func(args))
+        sys.stdout.flush()  # a reader that went away (`| head`) shows here, not as a traceback at exit
+        return status
+    except BrokenPipeError:
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
+        return 141  # 128 + SIGPIPE, as a tool killed by the closed pipe exits
+    except (TrackerSaverError, ModuleNotFoundError) as exc:
+        print(f"{PROG}: error: {_one_line(exc)}", file=sys.stderr)
+        return 2
+    except KeyboardInterrupt:
+        print(f"{PROG}: interrupted", file=sys.stderr)
+        return 130

@@ -1,0 +1,239 @@
+"""The CLI's models commands (``tracker-saver models list`` and the rest): show, get, edit, pin, history.
+
+Standard library only at module level, as :mod:`tracker_saver.cli.main`: each command imports the
+API it calls when it runs.
+
+Examples:
+    >>> from tracker_saver.cli.main import build_parser
+    >>> build_parser().parse_args(["models", "tag", "7", "prod"]).tags
+    ['prod']
+"""
+
+from __future__ import annotations
+
+import argparse
+from collections.abc import Callable
+from typing import TYPE_CHECKING, Any
+
+from tracker_saver.cli.shared import (
+    URI_HELP,
+    add_filters,
+    count,
+    dump,
+    label,
+    open_cli_registry,
+    print_record,
+    resolve,
+    wants_json,
+)
+from tracker_saver.core.wording import plural
+
+if TYPE_CHECKING:
+    from tracker_saver.core.records import Record
+
+__all__ = ["add_models_commands"]
+
+#: How a command is added: ``command(group, name, help, func, parents)`` (see :func:`tracker_saver.cli.main.build_parser`).
+AddCommand = Callable[[Any, str, str, Callable[[argparse.Namespace], int], list[Any]], argparse.ArgumentParser]
+
+
+def _filters(args: argparse.Namespace) -> dict[str, Any]:
+    return {
+        "output_uri": args.output_uri,
+        "project": args.project,
+        "run": args.run,
+        "stream": args.stream,
+        "filename": args.filename,
+        "name": args.name,
+        "tag": args.tag,
+        "alias": args.alias,
+        "where": args.where,
+        "live": True if args.live else None,
+        "states": args.state,
+    }
+
+
+def _cmd_models_list(args: argparse.Namespace) -> int:
+    from tracker_saver.models import count_models, find_models
+
+    registry = open_cli_registry(args)
+    filters = _filters(args)
+    records = find_models(**filters, order_by=args.sort, limit=args.limit, offset=args.offset, registry=registry)
+    if wants_json(args):
+        dump([r.to_dict() for r in records])
+        return 0
+    from tracker_saver.cli.console import print_records
+
+    print_records(records)
+    if args.limit is not None and len(records) == args.limit:
+        shown = args.offset + len(records)
+        total = count_models(**filters, registry=registry)
+        if total > shown:
+            print(f"records {args.offset + 1}-{shown} of {total}: --offset {shown} for more")
+    return 0
+
+
+def _cmd_models_show(args: argparse.Namespace) -> int:
+    record = resolve(args, open_cli_registry(args))
+    if wants_json(args):
+        dump(record.to_dict())
+        return 0
+    from tracker_saver.cli.console import print_record
+
+    print_record(record)
+    return 0
+
+
+def _cmd_models_get(args: argparse.Namespace) -> int:
+    from tracker_saver.models import download_model
+
+    registry = open_cli_registry(args)
+    record = resolve(args, registry)
+    path = download_model(record, args.dest, registry=registry)
+    if wants_json(args):
+        dump({"record": record.to_dict(), "path": str(path)})
+    else:
+        print(f"{label(record)}: {plural(record.size or 0, 'byte')}, sha256 verified, written to {path}")
+    return 0
+
+
+#: The four edits of one record: ``(models function, argument it takes, text printed after)``.
+_EDITS: dict[str, tuple[str, str, Callable[[argparse.Namespace, Record], str]]] = {
+    "rename": ("rename_model", "name", lambda args, r: f"record {r.id} is now named {r.name!r}"),
+    "tag": ("add_tags", "tags", lambda args, r: f"{label(r)} tags: {', '.join(r.tags) or '-'}"),
+    "untag": ("remove_tags", "tags", lambda args, r: f"{label(r)} tags: {', '.join(r.tags) or '-'}"),
+    "alias": ("set_alias", "alias_name", lambda args, r: f"{r.project}@{args.alias_name} is now {label(r)}"),
+}
+
+
+def _cmd_models_edit(args: argparse.Namespace) -> int:
+    """``models rename|tag|untag|alias``: resolve REF, apply the edit, print the record."""
+    from tracker_saver import models
+
+    function, argument, text = _EDITS[args.models_command]
+    registry = open_cli_registry(args)
+    record = getattr(models, function)(resolve(args, registry).id, getattr(args, argument), registry=registry)
+    return print_record(args, record, text(args, record))
+
+
+def _cmd_models_unalias(args: argparse.Namespace) -> int:
+    from tracker_saver.models import remove_alias
+
+    remove_alias(args.project_name, args.alias_name, registry=open_cli_registry(args))
+    if wants_json(args):
+        dump({"project": args.project_name, "alias": args.alias_name, "removed": True})
+    else:
+        print(f"alias {args.project_name}@{args.alias_name} removed")
+    return 0
+
+
+def _cmd_models_pin(args: argparse.Namespace) -> int:
+    from tracker_saver.models import pin_model
+
+    registry = open_cli_registry(args)
+    source = resolve(args, registry)
+    pinned = pin_model(source.id, registry=registry)
+    return print_record(args, pinned, f"{label(source)} pinned as record {pinned.id} at {pinned.uri}")
+
+
+def _cmd_models_unpin(args: argparse.Namespace) -> int:
+    from tracker_saver.models import unpin_model
+
+    registry = open_cli_registry(args)
+    record = resolve(args, registry)
+    unpin_model(record.id, registry=registry)
+    if wants_json(args):
+        dump({"id": record.to_dict()["id"], "unpinned": True, "deleted": record.uri})
+    else:
+        print(f"{label(record)} unpinned: {record.uri} deleted")
+    return 0
+
+
+def _cmd_models_history(args: argparse.Namespace) -> int:
+    from tracker_saver.models import slot_history
+
+    registry = open_cli_registry(args)
+    records = slot_history(resolve(args, registry), registry=registry)
+    if wants_json(args):
+        dump([r.to_dict() for r in records])
+        return 0
+    from tracker_saver.cli.console import print_records
+
+    print_records(records)
+    return 0
+
+
+def add_models_commands(commands: Any, command: AddCommand, both: list[Any]) -> None:
+    """Add ``models`` and its subcommands to the CLI's subparsers ``commands``."""
+    models = commands.add_parser(
+        "models", help="list, show, download and manage model records", description="Model records.", parents=both
+    )
+    model_cmds = models.add_subparsers(
+        dest="models_command", required=True, metavar="SUBCOMMAND", help="what to do with records"
+    )
+
+    ls = command(model_cmds, "list", "list records, filtered and sorted by metadata", _cmd_models_list, both)
+    add_filters(ls)
+    ls.add_argument("--filename", help="only records with this Ignite filename (e.g. best_model_6_val_acc=0.9500.pt)")
+    ls.add_argument("--name", help="only records with this display name")
+    ls.add_argument("--tag", help="only records with this tag")
+    ls.add_argument("--alias", help="only the record(s) this alias names (latest, best, or a user alias)")
+    ls.add_argument(
+        "--where",
+        action="append",
+        metavar="EXPR",
+        help="conditions on metadata or record fields, joined by 'and': 'score>0.9', 'prefix=best and name!=x', "
+        "'global_step in 10,20' (repeatable; an unknown key is an error; grammar: docs/cli.md)",
+    )
+    ls.add_argument(
+        "--sort", action="append", metavar="KEY", help="sort key, '-' for descending, e.g. -score (repeatable)"
+    )
+    ls.add_argument("--output-uri", metavar="URI", help=f"only records stored at this output_uri {URI_HELP}")
+    which = ls.add_mutually_exclusive_group()
+    which.add_argument("--live", action="store_true", help="only loadable records (live, revived, pinned)")
+    which.add_argument("--state", action="append", metavar="STATE", help="only this state, e.g. pinned (repeatable)")
+    which.add_argument("--all", action="store_true", help="every record, evicted and failed included (the default)")
+    ls.add_argument("--limit", type=count, metavar="N", help="at most N records")
+    ls.add_argument(
+        "--offset", type=count, default=0, metavar="N", help="skip the first N records (with --limit: a page)"
+    )
+
+    ref_help = "a record id, PROJECT/RUN/STREAM[@ALIAS] (e.g. mnist/r1/best_model@best) or PROJECT@ALIAS"
+    show = command(model_cmds, "show", "show one record: fields, aliases, lineage, metadata", _cmd_models_show, both)
+    get = command(model_cmds, "get", "download a record's checkpoint, verifying its sha256", _cmd_models_get, both)
+    for sub in (show, get):
+        sub.add_argument("ref", metavar="REF", help=ref_help)
+        sub.add_argument("--output-uri", metavar="URI", help=f"the record REF names at this output_uri {URI_HELP}")
+    get.add_argument(
+        "dest", metavar="DEST", help="a file to write, or a folder: the file is then the record's name as a safe slug "
+        "with the checkpoint's extension (the one we ship -> the_one_we_ship.pt)"
+    )  # fmt: skip
+
+    rename = command(model_cmds, "rename", "give a record a name that later saves keep", _cmd_models_edit, both)
+    rename.add_argument("ref", metavar="REF", help=ref_help)
+    rename.add_argument("name", metavar="NAME", help="the new display name")
+
+    tag = command(model_cmds, "tag", "add tags to a record", _cmd_models_edit, both)
+    untag = command(model_cmds, "untag", "remove tags from a record", _cmd_models_edit, both)
+    for sub in (tag, untag):
+        sub.add_argument("ref", metavar="REF", help=ref_help)
+        sub.add_argument("tags", nargs="+", metavar="TAG", help="tags")
+
+    alias = command(
+        model_cmds, "alias", "point a project's alias (e.g. production) at a record", _cmd_models_edit, both
+    )
+    alias.add_argument("ref", metavar="REF", help=ref_help)
+    alias.add_argument("alias_name", metavar="NAME", help="the alias: letters, digits, '_.-'; not latest or best")
+    unalias = command(model_cmds, "unalias", "remove a project's alias", _cmd_models_unalias, both)
+    unalias.add_argument("project_name", metavar="PROJECT", help="the project")
+    unalias.add_argument("alias_name", metavar="NAME", help="the alias")
+
+    pin = command(model_cmds, "pin", "copy a record to a stable key that eviction never touches", _cmd_models_pin, both)
+    pin.add_argument("ref", metavar="REF", help=ref_help)
+    unpin = command(model_cmds, "unpin", "delete a pinned record and its object", _cmd_models_unpin, both)
+    unpin.add_argument("ref", metavar="REF", help="a pinned record's id or reference")
+
+    history = command(
+        model_cmds, "history", "every record that used a record's slot, oldest first", _cmd_models_history, both
+    )
+    history.add_argument("ref", metavar="REF", help=ref_help)

@@ -1,0 +1,367 @@
+"""The data that flows through a save: ``UploadInfo``, ``Record`` and ``RecordState``; no I/O."""
+
+from __future__ import annotations
+
+import enum
+import math
+import re
+import unicodedata
+from dataclasses import dataclass, field
+from typing import Any
+
+from tracker_saver.core.errors import ConfigError
+
+__all__ = [
+    "ALIAS_PATTERN",
+    "DERIVED_ALIASES",
+    "LOADABLE",
+    "LOADABLE_OR_PINNED",
+    "MAX_NAME_LENGTH",
+    "MetaValue",
+    "Record",
+    "RecordState",
+    "StreamId",
+    "TIMING_KEYS",
+    "UploadInfo",
+    "check_alias",
+    "check_display_name",
+    "clean_metadata",
+    "decode_value",
+    "encode_value",
+]
+
+#: A metadata value is typed: int (step, slot, size), float (score) or str; ``None`` is absent.
+MetaValue = int | float | str | bool | None
+
+
+class RecordState(str, enum.Enum):
+    """Where a record is in its life; see the state diagram in ``docs/concepts.md``.
+
+    ``pending → live`` when the bytes are committed; ``live → evicted`` right before a new save
+    commits into its slot (and back to ``live`` if that save fails first); ``evicted → revived``
+    at start-up when the slot still holds its bytes; ``pending → failed`` when a write never
+    completed. Every transition is a compare-and-set on the state it leaves.
+
+    ``pinned`` is a copy of a loadable record at a stable key (``<project>/<run>/pinned/<name>``),
+    outside the stream's slots: loadable, but eviction, slots, resume and recovery never touch it.
+    """
+
+    PENDING = "pending"
+    LIVE = "live"
+    EVICTED = "evicted"
+    REVIVED = "revived"
+    FAILED = "failed"
+    PINNED = "pinned"
+
+    @property
+    def loadable(self) -> bool:
+        """Whether the record's object (its slot, or its pinned key) is known to hold its bytes."""
+        return self in LOADABLE_OR_PINNED
+
+
+#: The states whose record's slot is known to hold its bytes: the ones slots and eviction manage.
+LOADABLE = (RecordState.LIVE, RecordState.REVIVED)
+#: Every state whose record can be loaded: the slot states and ``pinned``.
+LOADABLE_OR_PINNED = (*LOADABLE, RecordState.PINNED)
+
+#: Metadata keys the saver writes on every record when it becomes live: what that save cost
+#: (seconds the training thread was blocked, seconds until durable, bytes, MB/s, background?).
+#: Reserved: only the saver writes them. A pre-upload callback that sets one gets ``CallbackError``
+#: (it would forge what the save cost); the saver's values replace any a post-upload callback set.
+#: See :mod:`tracker_saver.core.timings`.
+TIMING_KEYS = ("save_blocked_s", "save_durable_s", "save_bytes", "save_mb_s", "save_background")
+
+#: The aliases the registry derives from record states; users cannot set them.
+DERIVED_ALIASES = ("best", "latest")
+#: What a user alias looks like (``production``, ``v1.2``).
+ALIAS_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
+#: The longest display name a record may get.
+MAX_NAME_LENGTH = 255
+
+
+def check_alias(alias: object) -> str:
+    """Return ``alias`` if a user may set it, else raise ``ConfigError`` naming it and the rule.
+
+    Examples:
+        >>> check_alias("production")
+        'production'
+        >>> check_alias("best")
+        Traceback (most recent call last):
+        ...
+        tracker_saver.core.errors.ConfigError: alias 'best' is derived by the registry (best, latest): choose another name, e.g. 'production'
+    """
+    if isinstance(alias, str) and alias in DERIVED_ALIASES:
+        raise ConfigError(
+            f"alias {alias!r} is derived by the registry ({', '.join(DERIVED_ALIASES)}): "
+            "choose another name, e.g. 'production'"
+        )
+    if not isinstance(alias, str) or not ALIAS_PATTERN.fullmatch(alias):
+        raise ConfigError(
+            f"alias {alias!r} is not a valid alias: use 1-64 letters, digits, '_', '.' or '-', "
+            "starting with a letter or digit (e.g. 'production')"
+        )
+    return alias
+
+
+def check_display_name(record_id: str, name: object) -> str:
+    """Return ``name`` if it can be a record's display name, else raise ``ConfigError``.
+
+    A name is non-empty, at most :data:`MAX_NAME_LENGTH` characters, without control characters.
+
+    Examples:
+        >>> check_display_name("3", "the one we ship")
+        'the one we ship'
+        >>> check_display_name("3", "x" * 300)  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        tracker_saver.core.errors.ConfigError: new name 'xxx...' for record 3 is 300 characters long: give a name of at most 255
+    """
+    if not isinstance(name, str) or not name.strip():
+        raise ConfigError(f"new name {name!r} for record {record_id} is empty: give a non-empty name")
+    if len(name) > MAX_NAME_LENGTH:
+        raise ConfigError(
+            f"new name {name[:40] + '...'!r} for record {record_id} is {len(name)} characters long: "
+            f"give a name of at most {MAX_NAME_LENGTH}"
+        )
+    if any(unicodedata.category(c) == "Cc" for c in name):
+        raise ConfigError(
+            f"new name {name!r} for record {record_id} contains control characters: use printable characters only"
+        )
+    return name
+
+
+@dataclass(frozen=True)
+class StreamId:
+    """One stream: the checkpoints of one ``Checkpoint`` handler in one run at one output_uri.
+
+    A stream has one writer at a time; records at another output_uri are another stream.
+
+    Examples:
+        >>> StreamId("file:///ckpt", "mnist", "r1", "best_model").label
+        'mnist/r1/best_model at file:///ckpt'
+    """
+
+    output_uri: str
+    project: str
+    run: str
+    stream: str
+
+    @property
+    def label(self) -> str:
+        """How messages name the stream."""
+        return f"{self.project}/{self.run}/{self.stream} at {self.output_uri}"
+
+
+def clean_metadata(metadata: dict[str, Any]) -> dict[str, MetaValue]:
+    """Return ``metadata`` with every value checked to be an int, float, str, bool or None.
+
+    NaN becomes ``None``: a score that is not a number is *absent*, so it never matches a range
+    query and sorts last. ``±inf`` is kept exactly: Ignite compares priorities, and a resumed run
+    must rank an infinite score as Ignite did.
+
+    Examples:
+        >>> clean_metadata({"score": float("nan"), "priority": float("inf"), "global_step": 3})
+        {'score': None, 'priority': inf, 'global_step': 3}
+    """
+    out: dict[str, MetaValue] = {}
+    for key, value in metadata.items():
+        if not isinstance(key, str) or not key:
+            raise ConfigError(f"metadata key {key!r} is not a non-empty string: name metadata keys with text")
+        if hasattr(value, "item") and callable(value.item):  # numpy / torch scalars
+            value = value.item()
+        if isinstance(value, float) and math.isnan(value):
+            value = None
+        if value is not None and not isinstance(value, (int, float, str, bool)):
+            raise ConfigError(
+                f"metadata[{key!r}] = {value!r} has type {type(value).__name__}, which a record cannot hold: "
+                "use an int, float, str or bool (json.dumps(value) for a structure)"
+            )
+        out[key] = value
+    return out
+
+
+def encode_value(value: MetaValue) -> tuple[str, str | None]:
+    """``(type, text)`` of a metadata value, as every registry stores it: the one typed encoding.
+
+    Examples:
+        >>> encode_value(3), encode_value(0.5), encode_value(True), encode_value(None)
+        (('int', '3'), ('float', '0.5'), ('bool', 'True'), ('none', None))
+    """
+    if value is None:
+        return ("none", None)
+    if isinstance(value, bool):
+        return ("bool", str(value))
+    if isinstance(value, int):
+        return ("int", str(value))
+    if isinstance(value, float):
+        return ("float", repr(value))
+    return ("str", str(value))
+
+
+def decode_value(kind: str, text: str | None) -> MetaValue:
+    """The value :func:`encode_value` stored; an unreadable number stays text, NaN is absent.
+
+    Examples:
+        >>> decode_value("float", "inf"), decode_value("float", "nan"), decode_value("int", "x")
+        (inf, None, 'x')
+    """
+    kind = kind.lower()
+    if text is None or kind in ("none", "nonetype") or (kind == "" and text == ""):
+        return None
+    try:
+        if kind == "int":
+            return int(text)
+        if kind == "float":
+            number = float(text)
+            return None if math.isnan(number) else number  # ±inf is a priority Ignite compares
+        if kind == "bool":
+            return text.strip().lower() in ("true", "1", "yes")
+    except ValueError:
+        pass
+    return text
+
+
+@dataclass
+class UploadInfo:
+    """What the pre-upload callbacks see before a checkpoint is written.
+
+    Callbacks may change ``name``, ``metadata`` and ``tags``, or return ``None`` to skip the
+    upload. ``project``, ``run``, ``stream``, ``filename``, ``slot``, ``key`` and
+    ``output_uri`` belong to the slot allocator: changing them is a ``CallbackError`` and
+    nothing is written.
+
+    Attributes:
+        project: the project (namespace) of the run.
+        run: the run the checkpoint belongs to.
+        stream: Ignite's basename, ``{filename_prefix}_{name}`` (e.g. ``best_model``).
+        filename: Ignite's semantic filename (e.g. ``best_model_17_val_acc=0.9312.pt``).
+        name: the record's display name; starts as ``filename``.
+        metadata: typed metadata (global_step, score, priority, …); callbacks may add keys.
+        tags: tags for the record.
+        slot: the slot index chosen by the slot allocator (the first pre-upload callback).
+        key: the storage key under output_uri, derived from ``slot``.
+        output_uri: the storage root the key is under.
+
+    Examples:
+        >>> info = UploadInfo("mnist", "r1", "best_model", "best_model_3_val_acc=0.5000.pt")
+        >>> info.name
+        'best_model_3_val_acc=0.5000.pt'
+    """
+
+    project: str
+    run: str
+    stream: str
+    filename: str
+    name: str = ""
+    metadata: dict[str, MetaValue] = field(default_factory=dict)
+    tags: list[str] = field(default_factory=list)
+    slot: int | None = None
+    key: str | None = None
+    output_uri: str = ""
+
+    #: The fields a callback must leave as the allocator set them.
+    READ_ONLY = ("project", "run", "stream", "filename", "slot", "key", "output_uri")
+
+    def __post_init__(self) -> None:
+        if not self.name:
+            self.name = self.filename
+
+    @property
+    def stream_id(self) -> StreamId:
+        """The stream this checkpoint belongs to."""
+        return StreamId(self.output_uri, self.project, self.run, self.stream)
+
+
+@dataclass(frozen=True)
+class Record:
+    """One registry entry per checkpoint ever saved.
+
+    Attributes:
+        id: registry id (an integer string for SQLite, a model id for ClearML).
+        project: project of the run.
+        run: the run.
+        stream: Ignite's basename, e.g. ``checkpoint`` or ``best_model``.
+        filename: Ignite's filename, as Ignite knows it (never changes).
+        name: display name: the semantic filename until a user renames it.
+        state: see :class:`RecordState`.
+        slot: slot index inside the stream.
+        key: storage key relative to output_uri.
+        uri: full storage URI of the slot object (stale once evicted).
+        output_uri: the storage root the record's stream writes to.
+        sha256: hex digest of the object's bytes (``None`` until live).
+        size: object size in bytes (``None`` until live).
+        metadata: typed metadata.
+        tags: tags.
+        created_at: creation time, seconds since the epoch.
+        error: why a failed record failed.
+        output_uri: the storage root of the record's stream.
+        aliases: sorted names that point at this record: the derived ``latest`` (the stream's
+            live/revived record created last) and ``best`` (its live/revived record with the
+            highest ``score``, ties to the later one), and user aliases such as ``production``.
+            Filled by the registry on every read.
+    """
+
+    id: str
+    project: str
+    run: str
+    stream: str
+    filename: str
+    name: str
+    state: RecordState
+    slot: int | None
+    key: str | None
+    uri: str | None
+    sha256: str | None = None
+    size: int | None = None
+    metadata: dict[str, MetaValue] = field(default_factory=dict)
+    tags: tuple[str, ...] = ()
+    created_at: float = 0.0
+    error: str | None = None
+    output_uri: str | None = None
+    aliases: tuple[str, ...] = ()
+
+    @property
+    def stream_id(self) -> StreamId:
+        """The stream this record belongs to."""
+        return StreamId(self.output_uri or "", self.project, self.run, self.stream)
+
+    @property
+    def score(self) -> float | None:
+        """The checkpoint's score, if it has one."""
+        value = self.metadata.get("score")
+        return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else None
+
+    @property
+    def global_step(self) -> int | None:
+        """The checkpoint's global step, if known."""
+        value = self.metadata.get("global_step")
+        return value if isinstance(value, int) and not isinstance(value, bool) else None
+
+    def to_dict(self) -> dict[str, Any]:
+        """A JSON-ready dict (used by ``--json``): ``id`` a string, as in the UI's API, whatever the
+        registry (a ClearML id is not a number); ``created_at`` seconds since the epoch.
+
+        Examples:
+            >>> Record("12", "p", "r", "s", "s_1.pt", "s_1.pt", RecordState.LIVE, 0, "k", "u").to_dict()["id"]
+            '12'
+        """
+        return {
+            "id": self.id,
+            "project": self.project,
+            "run": self.run,
+            "stream": self.stream,
+            "filename": self.filename,
+            "name": self.name,
+            "state": self.state.value,
+            "slot": self.slot,
+            "key": self.key,
+            "uri": self.uri,
+            "sha256": self.sha256,
+            "size": self.size,
+            "metadata": dict(self.metadata),
+            "tags": list(self.tags),
+            "created_at": self.created_at,
+            "error": self.error,
+            "output_uri": self.output_uri,
+            "aliases": list(self.aliases),
+        }

@@ -1,0 +1,101 @@
+"""The MLflow registry's stream claims (one writer per stream): experiment tags, oldest wins.
+
+A claim is the experiment tag ``tracker_saver.claim.<stream digest>.<holder token>`` holding
+the holder, its heartbeat and when it claimed. MLflow has no compare-and-set, so as with
+ClearML: a saver that finds no live claim writes its own, reads the stream's claims again,
+and the oldest live one (claim time, then token) wins; a loser deletes its tag and raises
+``StreamBusyError``. Dead holders' tags are deleted; a holder renews its own heartbeat.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import time
+
+from tracker_saver.core.claims import Holder, is_alive
+from tracker_saver.core.records import StreamId
+from tracker_saver.integrations.mlflow.codec import PREFIX, digest
+from tracker_saver.integrations.mlflow.store import MLflowStore
+from tracker_saver.integrations.mlflow.transport import MLflowTransport
+from tracker_saver.registry.base import busy
+
+__all__ = ["MLflowClaims"]
+
+
+def _prefix(stream: StreamId) -> str:
+    return f"{PREFIX}claim.{digest(repr(stream))}."
+
+
+class MLflowClaims:
+    """Claim, renew, look up and release a stream's writer, as experiment tags through ``transport``."""
+
+    def __init__(self, transport: MLflowTransport, store: MLflowStore) -> None:
+        self._transport = transport
+        self._store = store
+
+    def _claims(self, exp_id: str, stream: StreamId) -> list[tuple[str, Holder, float, float]]:
+        """``(tag, holder, heartbeat, claimed)`` of the stream's claims, oldest first."""
+        exp = self._transport.call(
+            self._transport.client.get_experiment, f"reading the claims on stream {stream.label}", exp_id
+        )
+        found = []
+        for key, value in (exp.tags or {}).items():
+            if key.startswith(_prefix(stream)):
+                data = json.loads(value)
+                found.append((key, Holder(**data["holder"]), float(data["heartbeat"]), float(data["claimed"])))
+        return sorted(found, key=lambda c: (c[3], c[1].token))
+
+    def _write_claim(self, exp_id: str, stream: StreamId, holder: Holder, claimed: float) -> None:
+        value = json.dumps({"holder": dataclasses.asdict(holder), "heartbeat": time.time(), "claimed": claimed})
+        self._transport.call(
+            self._transport.client.set_experiment_tag,
+            f"claiming stream {stream.label}",
+            exp_id,
+            _prefix(stream) + holder.token,
+            value,
+        )
+
+    def _drop(self, exp_id: str, key: str) -> None:
+        self._transport.call(self._transport.client.delete_experiment_tag, "deleting a stream claim", exp_id, key)
+
+    def _winner(self, exp_id: str, stream: StreamId, holder: Holder) -> tuple[Holder | None, float | None]:
+        """The holder of the oldest live claim (dead ones deleted), and ``holder``'s claim time."""
+        winner: Holder | None = None
+        mine: float | None = None
+        for key, other, heartbeat, claimed in self._claims(exp_id, stream):
+            if other.token == holder.token:
+                mine = claimed
+            elif not is_alive(other, heartbeat=heartbeat):
+                self._drop(exp_id, key)
+                continue
+            winner = winner or other
+        return winner, mine
+
+    def claim(self, stream: StreamId, holder: Holder) -> None:
+        exp = self._store.experiment(stream.project, create=True)
+        exp_id = str(exp.experiment_id)
+        winner, mine = self._winner(exp_id, stream, holder)
+        if winner is None or winner.token == holder.token:
+            self._write_claim(exp_id, stream, holder, mine if mine is not None else time.time())
+            if mine is None:  # two savers may both have found it free: the oldest claim wins
+                winner, mine = self._winner(exp_id, stream, holder)
+        if winner is not None and winner.token != holder.token:
+            if mine is not None:
+                self._drop(exp_id, _prefix(stream) + holder.token)
+            raise busy(stream, winner)
+
+    def holder(self, stream: StreamId) -> Holder | None:
+        exp = self._store.experiment(stream.project, create=False)
+        if exp is None:
+            return None
+        claims = self._claims(str(exp.experiment_id), stream)
+        return next((h for _, h, beat, _ in claims if is_alive(h, heartbeat=beat)), None)
+
+    def release(self, stream: StreamId, holder: Holder) -> None:
+        exp = self._store.experiment(stream.project, create=False)
+        if exp is None:
+            return
+        for key, other, _, _ in self._claims(str(exp.experiment_id), stream):
+            if other.token == holder.token:
+                self._drop(str(exp.experiment_id), key)

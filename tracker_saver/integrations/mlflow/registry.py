@@ -1,0 +1,335 @@
+"""The MLflow registry: one MLflow 3 LoggedModel per checkpoint, linked to the run that saved it.
+
+See :mod:`tracker_saver.integrations.mlflow.codec` for the mapping (name, tags, status, metrics)
+and docs/mlflow.md for what MLflow's UI shows. MLflow has no transaction and no
+compare-and-set: each state change reads the record, checks its state, then writes the
+``tracker_saver.state`` tag (the truth every reader uses) and MLflow's status, in the order that
+never shows a record as more loadable than it is: a status that leaves ``READY`` goes first, one
+that becomes ``READY`` last.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import replace
+from typing import Any
+
+from tracker_saver.core.claims import Holder
+from tracker_saver.core.errors import ConfigError, RecordNotFoundError, RegistryError
+from tracker_saver.core.outage import DEFAULT_TIMEOUT_S
+from tracker_saver.core.records import (
+    LOADABLE,
+    LOADABLE_OR_PINNED,
+    MetaValue,
+    Record,
+    RecordState,
+    StreamId,
+    UploadInfo,
+    check_alias,
+)
+from tracker_saver.integrations.mlflow.claims import MLflowClaims
+from tracker_saver.integrations.mlflow.codec import PREFIX, encode, model_name, read_record, record_tags, status_of
+from tracker_saver.integrations.mlflow.store import MLflowStore
+from tracker_saver.integrations.mlflow.transport import MLflowTransport
+from tracker_saver.registry.base import Query, Registry, check_transition, derived_aliases, select, with_aliases
+
+__all__ = ["MLflowRegistry", "from_spec", "tracking_uri"]
+
+_ALIAS = PREFIX + "alias."
+#: The metric and param names MLflow takes; other metadata keys live in the metadata tag only.
+_LEGAL_KEY = re.compile(r"^[\w\-. :/]{1,250}$")
+
+
+def tracking_uri(uri: str | None = None) -> str:
+    """The tracking server to use: ``uri``, else ``$MLFLOW_TRACKING_URI``; ``ConfigError`` if neither.
+
+    Examples:
+        >>> tracking_uri("http://127.0.0.1:5000")
+        'http://127.0.0.1:5000'
+    """
+    found = uri or os.environ.get("MLFLOW_TRACKING_URI") or ""
+    if not found.startswith(("http://", "https://")):
+        raise ConfigError(
+            f"registry 'mlflow' needs a tracking server URI, got {found or 'none'!r}: set MLFLOW_TRACKING_URI="
+            "http://HOST:PORT or pass registry='mlflow:http://HOST:PORT' (start one with `mlflow server`)"
+        )
+    return found
+
+
+class MLflowRegistry(Registry):
+    """Records as MLflow LoggedModels on the tracking server at ``uri`` (default ``$MLFLOW_TRACKING_URI``).
+
+    Examples:
+        >>> MLflowRegistry("http://127.0.0.1:1").uri  # connects on the first call only
+        'mlflow:http://127.0.0.1:1'
+    """
+
+    def __init__(
+        self, uri: str | None = None, *, timeout: float = DEFAULT_TIMEOUT_S, experiment_prefix: str = ""
+    ) -> None:
+        self._transport = MLflowTransport(tracking_uri(uri), timeout=timeout)
+        self._store = MLflowStore(self._transport, experiment_prefix=experiment_prefix)
+        self._claims = MLflowClaims(self._transport, self._store)
+        self.uri = self._transport.uri
+        #: The tracking server, the experiments' name prefix, and the bound on one call's wait (seconds).
+        self.tracking_uri, self.experiment_prefix, self.timeout = (
+            self._transport.tracking_uri,
+            experiment_prefix,
+            timeout,
+        )
+
+    # --- StreamClaims: experiment tags (tracker_saver.integrations.mlflow.claims) ---------
+    def claim(self, stream: StreamId, holder: Holder) -> None:
+        self._claims.claim(stream, holder)
+
+    def holder(self, stream: StreamId) -> Holder | None:
+        return self._claims.holder(stream)
+
+    def release(self, stream: StreamId, holder: Holder) -> None:
+        self._claims.release(stream, holder)
+
+    # --- RunContext: what the active MLflow run knows -------------------------------------
+    def run_defaults(self) -> dict[str, str]:
+        """``project`` (the active run's experiment) and ``run`` (its name); ``ConfigError`` without an active run."""
+        import mlflow
+
+        active = mlflow.active_run()
+        if active is None:
+            raise ConfigError(
+                f"registry {self.uri} has no active MLflow run to save under: save inside `with mlflow.start_run():` "
+                "or pass project= and run= to TrackerSaver"
+            )
+        exp = self._transport.call(
+            self._transport.client.get_experiment, "reading the active run's experiment", active.info.experiment_id
+        )
+        return {"project": str(exp.name).removeprefix(self.experiment_prefix), "run": str(active.info.run_name)}
+
+    def storage_options_for(self, output_uri: str, options: Mapping[str, Any]) -> dict[str, Any]:
+        """``options`` unchanged: MLflow holds no storage credentials for tracker_saver."""
+        return dict(options)
+
+    def artifact_task(self) -> None:
+        """``None``: a run's logs go to its output_uri only, never into MLflow's artifact store."""
+        return None
+
+    def guard_writes(self, is_writing: Callable[[], bool]) -> None:
+        """Nothing to guard: MLflow does not hook ``torch.save``."""
+
+    # --- writes ---------------------------------------------------------------------------
+    def _create(self, info: UploadInfo, *, uri: str, state: RecordState, extra: dict[str, Any]) -> Record:
+        exp = self._store.experiment(info.project, create=True)
+        exp_id = str(exp.experiment_id)
+        run_id = self._store.run_id(exp_id, info.run)
+        name = model_name(info.filename)
+        same = self._transport.call(
+            self._transport.client.search_logged_models,
+            "checking the model name",
+            [exp_id],
+            filter_string=f"name = '{name}'",
+        )
+        taken = any((m.tags or {}).get(PREFIX + "filename") != encode(info.filename) for m in same)
+        tags = record_tags(info, uri=uri, created_at=time.time())
+        tags.update({PREFIX + k: encode(v) for k, v in {**extra, "state": state.value}.items()})
+        params = {k: str(v) for k, v in info.metadata.items() if v is not None and _LEGAL_KEY.match(k)}
+        model = self._transport.call(
+            self._transport.client.create_logged_model,
+            f"creating the logged model of {info.filename}",
+            exp_id,
+            name=model_name(info.filename, taken=taken),
+            source_run_id=run_id,
+            tags=tags,
+            params=params,
+        )
+        self._metrics(str(model.model_id), run_id, info.metadata)
+        self._link(str(model.model_id), run_id, info.metadata.get("global_step"))
+        if state is not RecordState.PENDING:
+            self._transport.call(
+                self._transport.client.finalize_logged_model, "finalizing a model", model.model_id, status_of(state)
+            )
+            return self.get(str(model.model_id))
+        created = read_record(model)  # as just written: a pending record has no alias, so no read-back
+        return created if created is not None else self.get(str(model.model_id))
+
+    def _metrics(self, model_id: str, run_id: str, metadata: Mapping[str, MetaValue]) -> None:
+        from mlflow.entities import Metric
+
+        now = int(time.time() * 1000)
+        metrics = [
+            Metric(k, float(v), now, 0, model_id=model_id)
+            for k, v in metadata.items()
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and _LEGAL_KEY.match(k)
+        ]
+        if metrics:
+            self._transport.call(
+                self._transport.client.log_batch, f"logging the metrics of model {model_id}", run_id, metrics=metrics
+            )
+
+    def _link(self, model_id: str, run_id: str, step: MetaValue) -> None:
+        """The model among the run's outputs, so the run's page in MLflow's UI lists it."""
+        from mlflow.entities import LoggedModelOutput
+
+        output = LoggedModelOutput(model_id, step if isinstance(step, int) and not isinstance(step, bool) else 0)
+        self._transport.call(
+            self._transport.client.log_outputs, f"linking model {model_id} to its run", run_id, [output]
+        )
+
+    def create_pending(self, info: UploadInfo, *, uri: str) -> Record:
+        return self._create(info, uri=uri, state=RecordState.PENDING, extra={})
+
+    def create_pinned(self, info: UploadInfo, *, uri: str, sha256: str, size: int) -> Record:
+        return self._create(info, uri=uri, state=RecordState.PINNED, extra={"sha256": sha256, "size": int(size)})
+
+    def _write(self, record: Record, fields: Mapping[str, Any], state: RecordState | None = None) -> None:
+        """Write ``fields`` and the state tag in one request, and MLflow's status when it changes:
+        after the tag when the status becomes ``READY``, before it otherwise (see the module doc)."""
+        tags = {PREFIX + k: encode(v) for k, v in fields.items()}
+        status = status_of(state) if state is not None and status_of(state) != status_of(record.state) else None
+        if status is not None and status != "READY":  # MLflow stops offering it before the tag says so
+            self._status(record.id, status)
+        if state is not None:
+            tags[PREFIX + "state"] = encode(state.value)
+        if tags:
+            what = f"moving model {record.id} to {state.value}" if state is not None else f"updating model {record.id}"
+            self._transport.call(
+                self._transport.client.set_logged_model_tags, what, record.id, tags, record_id=record.id
+            )
+        if status == "READY":
+            self._status(record.id, status)
+
+    def _status(self, record_id: str, status: str) -> None:
+        self._transport.call(self._transport.client.finalize_logged_model, f"setting the status of model {record_id} to {status}",
+                   record_id, status, record_id=record_id)  # fmt: skip
+
+    def make_live(
+        self, record_id: str, *, sha256: str, size: int, metadata: dict[str, MetaValue] | None = None
+    ) -> Record:
+        model, record = self._store.read(record_id)
+        if record.state is not RecordState.PENDING:
+            raise RegistryError(
+                f"record {record_id} is {record.state.value}, not pending: it cannot become live", record_id=record_id
+            )
+        meta = {k: v for k, v in record.metadata.items() if k not in ("slot", "created_at")} | dict(metadata or {})
+        self._write(record, {"sha256": sha256, "size": int(size), "metadata": meta}, RecordState.LIVE)
+        changed = {k: v for k, v in (metadata or {}).items() if record.metadata.get(k) != v}
+        self._metrics(record_id, str(model.source_run_id), changed)  # the rest were logged at creation
+        return self.get(record_id)
+
+    def set_state(
+        self, record_id: str, state: RecordState, *, expected: Sequence[RecordState], error: str | None = None
+    ) -> Record:
+        state = RecordState(state)
+        _, record = self._store.read(record_id)
+        check_transition(record, state, expected)
+        self._write(record, {"error": error} if error is not None else {}, state)
+        return self.get(record_id)
+
+    def supersede(self, record_id: str, *, sha256: str, size: int, replaces: str | None) -> None:
+        """Check both records, note the staged digest, then evict ``replaces`` (no transaction in MLflow)."""
+        _, record = self._store.read(record_id)
+        if record.state is not RecordState.PENDING:
+            raise RegistryError(
+                f"record {record_id} is {record.state.value}, no longer pending: its save cannot commit",
+                record_id=record_id,
+            )
+        old = self._store.read(replaces)[1] if replaces is not None else None
+        if old is not None and old.state not in LOADABLE:
+            raise RegistryError(
+                f"record {old.id}, which record {record_id} replaces in its slot, is {old.state.value}, no longer "
+                "live: another writer changed the slot",
+                record_id=old.id,
+            )
+        self._write(record, {"sha256": sha256, "size": int(size)})
+        if old is not None:
+            self._write(old, {}, RecordState.EVICTED)
+
+    def rename(self, record_id: str, name: str) -> Record:
+        if not isinstance(name, str) or not name.strip():
+            raise ConfigError(f"a record's name must be a non-empty string, got {name!r}: e.g. 'baseline'")
+        _, record = self._store.read(record_id)
+        self._write(record, {"name": name})
+        return self.get(record_id)
+
+    def _retag(self, record_id: str, change: Callable[[set[str]], set[str]]) -> Record:
+        _, record = self._store.read(record_id)
+        self._write(record, {"tags": sorted(change(set(record.tags)))})
+        return self.get(record_id)
+
+    def add_tags(self, record_id: str, tags: Iterable[str]) -> Record:
+        new = set(tags)
+        return self._retag(record_id, lambda have: have | new)
+
+    def remove_tags(self, record_id: str, tags: Iterable[str]) -> Record:
+        gone = set(tags)
+        return self._retag(record_id, lambda have: have - gone)
+
+    def set_alias(self, record_id: str, alias: str) -> Record:
+        check_alias(alias)
+        _, record = self._store.read(record_id)
+        if not record.state.loadable:
+            raise RegistryError(
+                f"record {record_id} is {record.state.value}: an alias names a loadable record (live, revived or "
+                "pinned); pick a live record (tracker-saver models list --live)",
+                record_id=record_id,
+            )
+        exp = self._store.experiment(record.project, create=True)
+        self._transport.call(self._transport.client.set_experiment_tag, f"setting alias {alias!r}", exp.experiment_id,
+                   _ALIAS + alias, record_id)  # fmt: skip
+        return self.get(record_id)
+
+    def remove_alias(self, project: str, alias: str) -> None:
+        exp = self._store.experiment(project, create=False)
+        if exp is None or _ALIAS + alias not in (exp.tags or {}):
+            raise RecordNotFoundError(
+                f"project {project!r} has no alias {alias!r} in {self.uri}: see `tracker-saver models list`"
+            )
+        self._transport.call(
+            self._transport.client.delete_experiment_tag, f"removing alias {alias!r}", exp.experiment_id, _ALIAS + alias
+        )
+
+    def delete_pinned(self, record_id: str) -> None:
+        _, record = self._store.read(record_id)
+        if record.state is not RecordState.PINNED:
+            raise RegistryError(
+                f"record {record_id} is {record.state.value}, not pinned: only pinned records can be deleted",
+                record_id=record_id,
+            )
+        exp = self._store.experiment(record.project, create=False)
+        for key, value in ((exp.tags or {}) if exp is not None else {}).items():
+            if key.startswith(_ALIAS) and value == record_id:
+                self._transport.call(
+                    self._transport.client.delete_experiment_tag, "removing an alias", exp.experiment_id, key
+                )
+        self._transport.call(
+            self._transport.client.delete_logged_model, f"deleting model {record_id}", record_id, record_id=record_id
+        )
+
+    # --- reads ----------------------------------------------------------------------------
+    def get(self, record_id: str) -> Record:
+        _, record = self._store.read(record_id)
+        stream = Query(project=record.project, run=record.run, stream=record.stream, output_uri=record.output_uri)
+        found = [r for r in self.query(stream) if r.id == record_id]
+        return found[0] if found else replace(record, aliases=())
+
+    def query(self, query: Query) -> list[Record]:
+        experiments = self._store.experiments(query.project)
+        # Pushed down: the stream-level fields, so every stream found is whole (``best``/``latest``).
+        filters = {k: getattr(query, k) for k in ("project", "run", "stream", "output_uri")}
+        # The states too, with every loadable one: ``best``/``latest`` (and user aliases) name those.
+        states = (*LOADABLE_OR_PINNED, *(s for s in query.states or () if s not in LOADABLE_OR_PINNED))
+        pushed = states if query.states is not None or query.alias is not None else ()
+        records = self._store.search(experiments, {k: v for k, v in filters.items() if v is not None}, pushed)
+        derived = derived_aliases((r.id, r.stream_id, r.created_at, r.score) for r in records if r.state in LOADABLE)
+        user: dict[str, list[str]] = {}
+        for exp in experiments:
+            for key, value in (exp.tags or {}).items():
+                if key.startswith(_ALIAS):
+                    user.setdefault(value, []).append(key[len(_ALIAS) :])
+        return select(with_aliases(records, derived, user), query)
+
+
+def from_spec(uri: str | None, *, timeout: float) -> MLflowRegistry:
+    """``registry="mlflow[:URI]"``: the tracking server at ``URI`` (default ``$MLFLOW_TRACKING_URI``)."""
+    return MLflowRegistry(uri, timeout=timeout)

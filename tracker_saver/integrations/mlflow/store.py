@@ -1,0 +1,136 @@
+"""The MLflow registry's entities: experiments (projects), runs, and reading LoggedModels back.
+
+A record's project is an MLflow experiment of that name; its run is the MLflow run named so in
+it (the active run when it matches, else one created with the ``tracker_saver.run`` tag). A
+deleted experiment is an error naming the fix, never silently re-created.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from tracker_saver.core.errors import RecordNotFoundError, RegistryError
+from tracker_saver.core.records import Record, RecordState
+from tracker_saver.integrations.mlflow.codec import PREFIX, encode, read_record, state_filter
+from tracker_saver.integrations.mlflow.transport import MLflowTransport
+
+__all__ = ["MLflowStore"]
+
+#: Logged models per ``search_logged_models`` page (the server has no cap; 1000 took 2.2 s for 2000
+#: records where 100 took 7.3 s, benchmarks/bench_mlflow.py).
+PAGE = 1000
+
+
+class MLflowStore:
+    """Find or create an experiment and a run; fetch and search LoggedModels as records.
+
+    Args:
+        transport: the registry's transport, through which every call goes.
+        experiment_prefix: prepended to a project to name its experiment (``""``: the experiment is the project).
+    """
+
+    def __init__(self, transport: MLflowTransport, *, experiment_prefix: str = "") -> None:
+        self._transport = transport
+        self.experiment_prefix = experiment_prefix
+        self._run_ids: dict[tuple[str, str], str] = {}  # (experiment id, run name) -> MLflow run id
+
+    def experiment(self, project: str, *, create: bool) -> Any:
+        """The experiment of ``project`` (``None`` when absent and not ``create``)."""
+        project = self.experiment_prefix + project
+        exp = self._transport.call(
+            self._transport.client.get_experiment_by_name, f"looking up experiment {project!r}", project
+        )
+        if exp is not None and exp.lifecycle_stage == "deleted":
+            raise RegistryError(
+                f"MLflow registry {self._transport.uri}: experiment {project!r} (id {exp.experiment_id}) is deleted: restore "
+                f"it (`mlflow experiments restore --experiment-id {exp.experiment_id}`) or save under another project"
+            )
+        if exp is None and create:
+            exp_id = self._transport.call(
+                self._transport.client.create_experiment, f"creating experiment {project!r}", project
+            )
+            exp = self._transport.call(self._transport.client.get_experiment, f"reading experiment {project!r}", exp_id)
+        return exp
+
+    def run_id(self, experiment_id: str, run: str) -> str:
+        """The id of the MLflow run called ``run`` in the experiment: the active run when it is that one
+        (then tagged ``tracker_saver.run``), else the run with that tag (created if there is none)."""
+        import mlflow
+
+        active = mlflow.active_run()
+        key = (experiment_id, run)
+        if active is not None and (active.info.experiment_id, active.info.run_name) == key:
+            if self._run_ids.get(key) != active.info.run_id:  # tagged, so a later process finds it
+                self._transport.call(
+                    self._transport.client.set_tag, f"tagging run {run!r}", active.info.run_id, PREFIX + "run", run
+                )
+                self._run_ids[key] = str(active.info.run_id)
+            return str(active.info.run_id)
+        if key not in self._run_ids:
+            found = self._transport.call(
+                self._transport.client.search_runs,
+                f"looking up run {run!r}",
+                [experiment_id],
+                filter_string=f"tags.`{PREFIX}run` = '{_quote(run)}'",
+                max_results=1,
+            )
+            if found:
+                self._run_ids[key] = str(found[0].info.run_id)
+            else:
+                created = self._transport.call(self._transport.client.create_run, f"creating run {run!r}", experiment_id, run_name=run,
+                                     tags={PREFIX + "run": run})  # fmt: skip
+                self._run_ids[key] = str(created.info.run_id)
+        return self._run_ids[key]
+
+    def model(self, record_id: str) -> Any:
+        return self._transport.call(
+            self._transport.client.get_logged_model, f"reading logged model {record_id}", record_id, record_id=record_id
+        )
+
+    def read(self, record_id: str) -> tuple[Any, Record]:
+        model = self.model(record_id)
+        record = read_record(model)
+        if record is None or str(getattr(model.status, "name", model.status)) == "DELETED":
+            raise RecordNotFoundError(
+                f"record {record_id} does not exist in {self._transport.uri} (the logged model is not one tracker_saver "
+                "wrote): see `tracker-saver models list` for ids",
+                record_id=record_id,
+            )
+        return model, record
+
+    def experiments(self, project: str | None) -> list[Any]:
+        if project is not None:
+            exp = self.experiment(project, create=False)
+            return [] if exp is None else [exp]
+        found = self._transport.call(self._transport.client.search_experiments, "listing experiments")
+        return [e for e in found if str(e.name).startswith(self.experiment_prefix)]
+
+    def search(
+        self, experiments: list[Any], filters: dict[str, Any], states: tuple[RecordState, ...] = ()
+    ) -> list[Record]:
+        """Every record in ``experiments`` whose ``tracker_saver.*`` tags equal ``filters`` (and in ``states``)."""
+        clauses = [f"tags.`{PREFIX}{k}` = '{_quote(encode(v))}'" for k, v in filters.items()]
+        where = " AND ".join([*clauses, state_filter(states)] if states else clauses)
+        out: list[Record] = []
+        ids = [str(e.experiment_id) for e in experiments]
+        for start in range(0, len(ids), 100):
+            token: str | None = None
+            while True:
+                page = self._transport.call(
+                    self._transport.client.search_logged_models,
+                    "searching logged models",
+                    ids[start : start + 100],
+                    filter_string=where or None,
+                    max_results=PAGE,
+                    page_token=token,
+                )
+                out.extend(r for m in page if (r := read_record(m)) is not None)
+                token = page.token
+                if not token:
+                    break
+        return out
+
+
+def _quote(text: str) -> str:
+    """``text`` inside a single-quoted MLflow filter string."""
+    return text.replace("\\", "\\\\").replace("'", "\\'")

@@ -1,0 +1,358 @@
+"""DESIGN's path of one checkpoint: the one place that touches storage and registry together.
+
+Save: claim the stream → slot allocator → pre-upload callbacks → record ``pending`` →
+serialize and hash into the staged write → at the commit point, the digest is noted and the
+slot's previous record leaves live, in one registry transaction → commit → post-upload
+callbacks → record ``live``. A failure before the commit point puts nothing in the slot and
+leaves the previous record live; one after it is settled by what the slot holds
+(``recovery``). Remove: Ignite's ``remove`` only marks the slot as the next to replace.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import errno
+import inspect
+import logging
+import threading
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+import torch
+
+from tracker_saver.core.claims import LEASE_S, Holder
+from tracker_saver.core.errors import (
+    CallbackError,
+    ConfigError,
+    IntegrityError,
+    SerializationError,
+    StorageError,
+    StreamBusyError,
+    TrackerSaverError,
+)
+from tracker_saver.core.naming import key_ext, run_prefix, slot_key
+from tracker_saver.core.records import LOADABLE, Record, RecordState, StreamId, UploadInfo
+from tracker_saver.core.timings import SaveClock
+from tracker_saver.registry.base import Query, Registry, stream_query
+from tracker_saver.save.callbacks import CallbackChain
+from tracker_saver.save.hashing import HashingWriter, hash_alongside
+from tracker_saver.save.local_view import LocalView
+from tracker_saver.save.memory import StableMemory
+from tracker_saver.save.recovery import Action, leftovers, owner_of, recover_slot, recover_stream
+from tracker_saver.save.slots import Choice, SlotAllocator
+from tracker_saver.storage.base import StagedWrite, Storage
+
+__all__ = ["Pipeline", "check_save_kwargs", "is_writing", "kept_filenames", "writing"]
+
+log = logging.getLogger(__name__)
+
+#: errno values that mean "the device is full" (no space left, disk quota exceeded).
+_FULL = (errno.ENOSPC, errno.EDQUOT)
+
+_local = threading.local()
+
+
+def check_save_kwargs(save_kwargs: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``save_kwargs`` as a dict, if ``torch.save(checkpoint, f, **save_kwargs)`` accepts them.
+
+    Examples:
+        >>> check_save_kwargs({"pickle_protocol": 4})
+        {'pickle_protocol': 4}
+    """
+    kwargs = dict(save_kwargs or {})
+    # torch.serialization.save: ClearML's binding replaces torch.save with a (*args, **kwargs) wrapper.
+    accepted = [p for p in inspect.signature(torch.serialization.save).parameters if p not in ("obj", "f")]
+    unknown = sorted(k for k in kwargs if k not in accepted)
+    if unknown:
+        raise ConfigError(
+            f"save_kwargs {unknown} are not keywords of torch.save: pass only {accepted} "
+            "(the checkpoint and the file are the saver's)"
+        )
+    return kwargs
+
+
+def is_writing() -> bool:
+    """Whether this thread is inside a pipeline's ``torch.save`` (for framework bindings).
+
+    ClearML patches ``torch.save`` to upload whatever it sees; the saver hands this to the
+    ClearML binding guard so it skips our writes, and there is never a second copy.
+    """
+    return bool(getattr(_local, "writing", False))
+
+
+@contextlib.contextmanager
+def writing() -> Iterator[None]:
+    """Mark this thread as writing a slot (what :func:`is_writing` reports)."""
+    _local.writing = True
+    try:
+        yield
+    finally:
+        _local.writing = False
+
+
+def kept_filenames(checkpoint: Mapping[str, Any]) -> list[str]:
+    """The filenames Ignite keeps, from the ``checkpointer`` entry ``include_self=True`` adds.
+
+    Ignite writes its own ``state_dict()`` (``{"_saved": [(priority, filename), ...]}``) into the
+    checkpoint after updating ``_saved``: after ``Checkpoint.load_objects`` restored it, this is
+    the only way the saver learns which earlier records Ignite still keeps.
+    """
+    state = checkpoint.get("checkpointer") if isinstance(checkpoint, Mapping) else None
+    saved = state.get("_saved") if isinstance(state, Mapping) else None
+    if not isinstance(saved, (list, tuple)):
+        return []
+    return [
+        item[1] for item in saved if isinstance(item, (list, tuple)) and len(item) == 2 and isinstance(item[1], str)
+    ]
+
+
+class Pipeline:
+    """Runs DESIGN's path of one checkpoint against a storage and a registry, one writer per stream.
+
+    Args:
+        storage: where slot objects are written.
+        registry: where records and stream claims are kept.
+        callbacks: the user's pre/post-upload callbacks, run after the slot allocator.
+        holder: this saver's claim on the streams it writes.
+        save_kwargs: keywords for ``torch.save`` (``pickle_protocol``, …), as ``DiskSaver(**kwargs)``.
+        view: the saver's ``dirname``, which follows each save once its record is live.
+    """
+
+    def __init__(
+        self,
+        storage: Storage,
+        registry: Registry,
+        callbacks: CallbackChain,
+        holder: Holder,
+        *,
+        save_kwargs: Mapping[str, Any] | None = None,
+        view: LocalView | None = None,
+    ) -> None:
+        self.storage = storage
+        self.registry = registry
+        self.callbacks = callbacks
+        self.holder = holder
+        self.save_kwargs = dict(save_kwargs or {})
+        self.view = view
+        self.slots = SlotAllocator()
+        self._claimed: dict[StreamId, float] = {}  # stream -> when the claim was last renewed
+        # ``open`` runs on the async worker and on the caller's thread (``TrackerSaver.adopt``):
+        # one at a time, so a stream is settled and loaded once.
+        self._lock = threading.RLock()
+
+    def open(self, stream: StreamId) -> None:
+        """Claim ``stream`` (renewed every quarter lease) and, on first use, settle and load it.
+
+        Raises:
+            StreamBusyError: another live saver writes the stream.
+        """
+        with self._lock:
+            now = time.monotonic()
+            if now - self._claimed.get(stream, -LEASE_S) >= LEASE_S / 4:
+                self.registry.claim(stream, self.holder)
+                self._claimed[stream] = now
+            if not self.slots.loaded(stream):
+                # We hold the claim: every pending record of the stream is a dead writer's (or ours,
+                # from a save that failed), and every unfinished write to its slots is one that an
+                # outage or a kill left (a retried CreateMultipartUpload the server ran late, say).
+                for action in recover_stream(self.storage, self.registry, stream):
+                    log.warning("%s: %s", stream.label, action)
+                for item in leftovers(self.storage, stream):
+                    self.storage.abort_staged(item)
+                    log.warning("%s: removed unfinished write %s", stream.label, item.ref)
+                self.slots.load(stream, self.registry.query(stream_query(stream, states=LOADABLE)))
+
+    def recover(self, project: str, run: str) -> list[Action]:
+        """Start-up recovery: settle what killed writers left in this run at this output_uri.
+
+        Pending records are settled, and unfinished writes (temp files, multipart uploads a
+        dead writer or an outage left) removed. Streams that another live saver holds are its
+        own business and left alone.
+        """
+        query = Query(output_uri=self.storage.uri, project=project, run=run, states=(RecordState.PENDING,))
+        streams = {r.stream_id for r in self.registry.query(query)}
+        if unfinished := self.storage.staged(run_prefix(project, run)):
+            # every staged write has a record of its stream (step 4 comes first)
+            everything = self.registry.query(Query(output_uri=self.storage.uri, project=project, run=run))
+            known = {r.stream_id for r in everything}
+            streams |= {s for item in unfinished if (s := owner_of(item.key, known)) is not None}
+        actions: list[Action] = []
+        for stream in sorted(streams, key=lambda s: s.stream):
+            try:
+                self.registry.claim(stream, self.holder)
+            except StreamBusyError:
+                continue
+            try:
+                actions += recover_stream(self.storage, self.registry, stream)
+                for item in leftovers(self.storage, stream):  # we hold the claim: no one else writes it
+                    self.storage.abort_staged(item)
+                    log.warning("start-up recovery in %s: removed unfinished write %s", stream.label, item.ref)
+            finally:
+                with self._lock:
+                    self.registry.release(stream, self.holder)
+                    self._claimed.pop(stream, None)
+        for action in actions:
+            log.warning("start-up recovery in %s/%s: %s", project, run, action)
+        return actions
+
+    def close(self) -> None:
+        """Give up every stream claim this pipeline holds."""
+        with self._lock:
+            for stream in list(self._claimed):
+                self.registry.release(stream, self.holder)
+                del self._claimed[stream]
+
+    def save(self, checkpoint: Mapping[str, Any], info: UploadInfo, clock: SaveClock | None = None) -> Record | None:
+        """Write ``checkpoint`` into the slot chosen for ``info``; return its live record.
+
+        DESIGN's steps: choose the slot → pre-upload callbacks → record ``pending`` → serialize,
+        hash and stage the bytes → at the commit point, note the digest and take the slot's
+        previous record out of live → commit → post-upload callbacks → record ``live``, with
+        what the save cost (``clock``'s :data:`~tracker_saver.core.records.TIMING_KEYS`; a clock
+        started here when none is given) in the metadata of that one commit.
+        A failure before the commit point leaves the previous record live and raises.
+        """
+        clock = clock or SaveClock.start()
+        stream = info.stream_id
+        self.open(stream)
+        self.slots.adopt(stream, [f for f in kept_filenames(checkpoint) if f != info.filename])
+        choice = self.slots.choose(stream, info.filename)
+        info.slot = choice.slot
+        info.key = slot_key(info.project, info.run, info.stream, choice.slot, key_ext(info.filename))
+        try:
+            final = self.callbacks.run_pre(info)
+            if final is None:
+                self.slots.abandon(stream, choice)
+                log.debug("upload of %s skipped by a pre-upload callback", info.filename)
+                return None
+            record = self.registry.create_pending(final, uri=self.storage.url(info.key))
+        except BaseException:
+            self.slots.abandon(stream, choice)
+            raise
+        # CPU tensors' storages outlive torch.save's writes: their hash and upload may trail them.
+        stable = StableMemory.of(checkpoint)
+        writer = HashingWriter(stable=stable, parallel=hash_alongside(background=clock.background))
+        staged: StagedWrite | None = None
+        superseded = False
+        writing_since = time.perf_counter()
+        try:
+            staged = self.storage.stage(info.key, stable=stable)
+            self._serialize(checkpoint, staged, writer)  # step 5: the bytes are staged
+            replaces = choice.replaces.id if choice.replaces is not None else None
+            self.registry.supersede(record.id, sha256=writer.sha256, size=writer.size, replaces=replaces)  # step 6
+            superseded = True
+            staged.commit()  # step 7: the commit point
+            self._check_size(info.key, writer.size)
+        except BaseException as exc:
+            reached = staged.abort() if staged is not None else False
+            self._undo(stream, choice, record, exc, superseded=superseded, reached=reached)
+            raise
+        write_s = time.perf_counter() - writing_since
+        final.metadata.update(sha256=writer.sha256, size=writer.size, uri=record.uri)
+        post_error: CallbackError | None = None
+        try:
+            try:
+                self.callbacks.run_post(final)  # step 8
+            except CallbackError as exc:
+                post_error = exc  # the bytes are committed: the record still becomes live
+            # Last, so no callback can forge them; durable ends here, before the commit's round-trip.
+            final.metadata.update(clock.metadata(size=writer.size, write_s=write_s))
+            live = self.registry.make_live(  # step 9
+                record.id, sha256=writer.sha256, size=writer.size, metadata=final.metadata
+            )
+        except BaseException:
+            # The bytes are in the slot, the record is pending with their digest: start-up
+            # recovery (or the next save's) promotes it. Reload the slots from the registry.
+            self.slots.abandon(stream, choice)
+            self.slots.forget(stream)
+            raise
+        self.slots.committed(stream, choice, live)
+        if self.view is not None:
+            self.view.committed(live, choice.replaces)
+        if post_error is not None:
+            raise post_error
+        return live
+
+    def _undo(
+        self, stream: StreamId, choice: Choice, record: Record, exc: BaseException, *, superseded: bool, reached: bool
+    ) -> None:
+        """After a failed save: the previous record back to live, the new one failed.
+
+        ``superseded``: step 6 ran (the slot's previous record left live); ``reached``: the
+        staged write's commit may have changed the slot (its ``abort`` said so).
+        """
+        self.slots.abandon(stream, choice)
+        if isinstance(exc, StorageError):
+            # An outage may leave unfinished writes it could not abort: the stream's next save
+            # reopens it, which removes them (``open``).
+            self.slots.forget(stream)
+        why = f"{type(exc).__name__}: {exc}"
+        try:
+            if not reached:  # the slot's bytes are provably untouched: no need to read them
+                if superseded and choice.replaces is not None:
+                    self.registry.restore(choice.replaces.id, RecordState.LIVE)
+                    self.slots.forget(stream)
+                self.registry.fail(record.id, why)
+                return
+            # The commit may have reached the store: what the slot holds now decides.
+            self.slots.forget(stream)
+            for action in recover_slot(self.storage, self.registry, stream, choice.slot, restored=RecordState.LIVE):
+                log.info("%s after a failed save: %s", stream.label, action)
+        except TrackerSaverError:
+            # The original error is raised; the next save's recovery (or start-up's) settles the records.
+            self.slots.forget(stream)
+            log.warning("could not settle the records of %s after a failed save", stream.label, exc_info=True)
+
+    def _serialize(self, checkpoint: Mapping[str, Any], staged: StagedWrite, writer: HashingWriter) -> None:
+        """``torch.save`` through ``writer`` into ``staged``, then ``finish`` it; errors made ours."""
+        key = staged.key
+        try:
+            writer.target = staged.file
+            with writing():
+                torch.save(checkpoint, writer, **self.save_kwargs)  # type: ignore[arg-type]
+            staged.finish()
+        except TrackerSaverError:
+            raise
+        except Exception as exc:
+            cause = staged.failure or writer.error or exc
+            if isinstance(cause, TrackerSaverError):  # the storage's own (torch.save re-wraps it)
+                raise cause from cause.__cause__
+            if isinstance(cause, OSError):
+                fix = ": free space there, or pass an output_uri with room" if cause.errno in _FULL else ""
+                raise StorageError(f"writing {self.storage.url(key)} failed: {cause}{fix}", key=key) from cause
+            # TypeError (e.g. "cannot pickle '_thread.lock'") must not escape as such:
+            # Ignite would retry the handler without metadata and hide this failure.
+            raise SerializationError(
+                f"torch.save could not serialize the checkpoint for {key!r}: {exc!r}; "
+                "put only state_dict()-able objects in Checkpoint's to_save"
+            ) from exc
+
+    def _check_size(self, key: str, size: int) -> None:
+        """The committed object holds every byte written (a store that cut it short is caught here)."""
+        stat = self.storage.stat(key)
+        if stat is None or stat.size != size:
+            raise IntegrityError(
+                f"{self.storage.url(key)} holds {stat.size if stat else 'no'} bytes after writing "
+                f"{size}: the write did not complete",
+                key=key,
+            )
+
+    def remove(self, filename: str, *, project: str, run: str) -> None:
+        """Ignite's ``remove``: the record stays live; its slot is the next its stream replaces.
+
+        Ignite does not say the stream: a record of an earlier process (a restored ``_saved``)
+        is found in the registry by filename, and its stream opened.
+        """
+        if self.slots.remove(filename):
+            return
+        query = Query(output_uri=self.storage.uri, project=project, run=run, filename=filename, states=LOADABLE)
+        found = self.registry.query(query)
+        if not found:
+            log.debug("remove(%r): no live record of that name; nothing to do", filename)
+            return
+        stream = found[-1].stream_id
+        if self.slots.loaded(stream):
+            return  # loaded, yet not live there: nothing to do
+        self.open(stream)
+        self.slots.remove(filename)
