@@ -11,7 +11,7 @@ repeats ``--outages`` outages, cycling through ``--kinds`` (and, per kind, throu
   holds the gateway-use lock of ``tests/conftest_ceph.py`` exclusively (no test in another process
   is using it then); an outage that cannot get it within ``--lock-wait`` seconds is skipped. radosgw is always left running and unfrozen.
 * ``clearml-stopped``, ``clearml-hanging``, ``clearml-500``, ``clearml-503``: the ClearML registry
-  on the in-process stand-in (``tests/clearml_standin.py``), a local output folder. The SDK talks to
+  on the in-process stand-in (``tests/clearml_standin/``), a local output folder. The SDK talks to
   the stand-in through a small TCP proxy here: *stopped* closes its port and every connection (the
   stand-in keeps its data, as a server's database would), *hanging* accepts and reads but forwards
   nothing until the outage ends (then forwards what it held, as a SIGSTOPped server would);

@@ -8,7 +8,7 @@ plain call for the two baselines:
 * ``torch.save+fsync``: the same, then ``fsync`` of the file and of its folder (durable);
 * ``DiskSaver``: ignite's ``DiskSaver`` (atomic: temp file + ``os.replace``, no fsync);
 * ``ClearMLSaver``: ignite's ``ClearMLSaver`` with the real clearml SDK, a task whose output_uri
-  is a local folder, against the in-repo API stand-in (``tests/clearml_standin.py``);
+  is a local folder, against the in-repo API stand-in (``tests/clearml_standin/``);
 * ``sync-local`` / ``sync-s3``: ``TrackerSaver`` to a local folder / to ``s3://`` (needs
   ``AWS_ENDPOINT_URL``; skipped with a note otherwise), SQLite registry;
 * ``async-local`` / ``async-s3``: the same with ``TrackerSaver(..., async_upload=True)``;

@@ -11,6 +11,8 @@ Load with ``pytest_plugins = ["tests.conftest_clearml"]`` in ``tests/conftest.py
 * ``clearml_standin``: the stand-in itself; skips when a live server is in use.
 * ``clearml_project``: a fresh project name per test (live servers keep their data).
 * ``clearml_task``: a ``Task.init`` in that project, closed after the test.
+* ``clearml_api``: raw requests to that server (:class:`ClearMLApi`), to send what the SDK would
+  not: the web UI's calls, the requests the stand-in's rules are measured on.
 
 Mark tests that need a server with ``@pytest.mark.clearml``.
 """
@@ -32,7 +34,10 @@ try:
 except ImportError:  # tests/ is on sys.path but is not a package
     from clearml_standin import ACCESS_KEY, SECRET_KEY, ClearMLStandIn  # type: ignore[no-redef]
 
-__all__ = ["ClearMLServer", "clearml_config_text", "init_task", "live_server_configured"]
+__all__ = ["VERSION", "ClearMLApi", "ClearMLServer", "clearml_config_text", "init_task", "live_server_configured"]
+
+#: The API level clearml 2.1's SDK sends its requests at.
+VERSION = "2.23"
 
 
 def pytest_configure(config: pytest.Config) -> None:
@@ -209,3 +214,38 @@ def clearml_task(clearml_project: str, tmp_path: Path) -> Iterator[Any]:
         yield task
     finally:
         task.close()
+
+
+class ClearMLApi:
+    """Raw requests to the ClearML API the SDK is pointed at, as ``(code, subcode, message, data)``."""
+
+    def __init__(self) -> None:
+        import requests
+
+        self._requests = requests
+        self.host = os.environ["CLEARML_API_HOST"].rstrip("/")
+        keys = (os.environ["CLEARML_API_ACCESS_KEY"], os.environ["CLEARML_API_SECRET_KEY"])
+        answer = requests.post(f"{self.host}/auth.login", auth=keys, timeout=30).json()
+        self.token = answer["data"]["token"]
+
+    def __call__(self, endpoint: str, **data: Any) -> tuple[int, int, str, Any]:
+        reply = self._requests.post(
+            f"{self.host}/v{VERSION}/{endpoint}",
+            json=data,
+            headers={"Authorization": f"Bearer {self.token}"},
+            timeout=30,
+        ).json()
+        meta = reply["meta"]
+        return meta["result_code"], meta["result_subcode"], meta["result_msg"], reply.get("data")
+
+    def ok(self, endpoint: str, **data: Any) -> Any:
+        """The answer's data; fails the test unless the server answered 200."""
+        code, subcode, msg, answer = self(endpoint, **data)
+        assert (code, subcode) == (200, 0), f"{endpoint}: {code}/{subcode} {msg}"
+        return answer
+
+
+@pytest.fixture
+def clearml_api(clearml_server: ClearMLServer) -> ClearMLApi:
+    """Raw requests to the server of this test session (the stand-in or a live one)."""
+    return ClearMLApi()

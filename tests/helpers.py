@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import tempfile
+import traceback
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -113,7 +114,7 @@ def process_spec(target: Target, *, run: str, **config: Any) -> dict[str, Any]:
     if str(getattr(target.registry, "uri", "")).startswith("mlflow:"):  # the server, and this test's experiments
         registry = f"mlflow:{target.registry.tracking_uri}"
         config.setdefault("experiment_prefix", target.registry.experiment_prefix)
-        config.setdefault("timeout", target.registry._outage.timeout)  # the outage bound the test chose
+        config.setdefault("timeout", target.registry.timeout)  # the outage bound the test chose
     return {
         "output_uri": target.output_uri,
         "registry": registry,
@@ -224,3 +225,20 @@ class Worker:
         else:
             self.proc.kill()
             self.proc.wait()
+
+
+def chained(exc: BaseException) -> list[BaseException]:
+    """``exc`` and every exception reachable from it: ``__cause__``, ``__context__``, its args and attributes."""
+    found: list[BaseException] = []
+    stack: list[Any] = [exc]
+    while stack:
+        each = stack.pop()
+        if isinstance(each, BaseException) and all(each is not e for e in found):
+            found.append(each)
+            stack += [each.__cause__, each.__context__, *each.args, *vars(each).values()]
+    return found
+
+
+def exception_texts(exc: BaseException) -> str:
+    """Everything one exception shows: str, repr, args, attributes, and its formatted traceback."""
+    return "\n".join([str(exc), repr(exc), repr(exc.args), repr(vars(exc)), *traceback.format_exception(exc)])

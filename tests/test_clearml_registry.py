@@ -435,7 +435,16 @@ def test_stage_changes_nothing_when_the_slot_changed_under_it(run_task) -> None:
         registry.supersede(new.id, sha256=SHA, size=10, replaces=old.id)
     assert registry.get(old.id).state is RecordState.LIVE and Model(old.id).url
     with pytest.raises(RecordNotFoundError, match="0123abcd"):
-        registry.supersede(new.id, sha256=SHA, size=10, replaces="0123abcd")
+        registry.supersede("0123abcd", sha256=SHA, size=10, replaces=old.id)
+
+
+def test_a_replaced_record_deleted_by_another_client_is_logged_and_its_slot_reused(run_task, caplog) -> None:
+    _, registry = run_task
+    new = registry.create_pending(_info(_run(registry), "best_model_3.pt"), uri="file:///x.pt")
+    with caplog.at_level("WARNING"):
+        registry.supersede(new.id, sha256=SHA, size=10, replaces="0123abcd")  # deleted in the web UI, say
+    assert "record 0123abcd, which record" in caplog.text and "no longer exists" in caplog.text
+    assert registry.make_live(new.id, sha256=SHA, size=10).state is RecordState.LIVE
 
 
 def test_infinite_scores_are_kept_exactly_and_nan_is_absent(run_task) -> None:
@@ -685,7 +694,9 @@ def test_the_stand_in_joins_tag_filters_like_clearml_server(clearml_project) -> 
 
         assert names(["a"]) == {"has-a", "has-a-b"}
         assert names(["-b"]) == {"has-a", "none-of"}
-        assert names(["a", "-b"]) == {"has-a", "has-a-b", "none-of"}  # OR: "has a" or "lacks b"
+        assert names(["a", "-b"]) == {"has-a"}  # clearml-server 2.0: AND, "has a" and "lacks b"
+        assert names(["__$any", "a", "-b"]) == {"has-a", "has-a-b"}  # '-b' is a tag after an operator
+        assert names(["__$any", "a", "__$not", "b"]) == {"has-a", "has-a-b", "none-of"}  # OR: "has a" or "lacks b"
         assert names(["__$all", "a", "__$not", "b"]) == {"has-a"}
     finally:
         task.close()

@@ -122,7 +122,7 @@ def test_an_unreachable_server_is_a_registry_error_ended_by_the_timeout() -> Non
     # Retried until the outage clock passed half the timeout, and that ended the wait (no clock read here).
     with pytest.raises(RegistryError, match=r"does not answer \(no answer for .* \(timeout 2 s\).*mlflow server"):
         pending(reg, "a_1.pt")
-    assert reg._outage.exhausted()
+    assert reg._transport._outage.exhausted()
 
 
 def test_a_tag_write_whose_pre_read_meets_an_outage_is_retried_not_a_parameter_error(mlflow_server: str) -> None:
@@ -138,8 +138,10 @@ def test_a_tag_write_whose_pre_read_meets_an_outage_is_retried_not_a_parameter_e
     reg = _registry(gate.uri)
     record = live(reg, "a_1.pt")
     gate.close()
-    failed = on_first_failure(reg._outage, gate.open)
-    reg._call(reg._client.set_logged_model_tags, "tagging", record.id, {"t": "1"}, record_id=record.id)
+    failed = on_first_failure(reg._transport._outage, gate.open)
+    reg._transport.call(
+        reg._transport.client.set_logged_model_tags, "tagging", record.id, {"t": "1"}, record_id=record.id
+    )
     assert failed and _model(reg, record.id).tags["t"] == "1"
 
 
@@ -149,7 +151,9 @@ def test_a_tag_write_on_a_deleted_model_is_record_not_found(reg: MLflowRegistry)
     record = live(reg, "a_1.pt")
     MlflowClient(reg.tracking_uri).delete_logged_model(record.id)
     with pytest.raises(RecordNotFoundError, match=record.id):
-        reg._call(reg._client.set_logged_model_tags, "tagging", record.id, {"t": "1"}, record_id=record.id)
+        reg._transport.call(
+            reg._transport.client.set_logged_model_tags, "tagging", record.id, {"t": "1"}, record_id=record.id
+        )
 
 
 def test_the_mlflow_registry_is_a_run_context_that_offers_no_artifact_task(mlflow_uri: str) -> None:
@@ -189,7 +193,7 @@ def test_an_eviction_cut_short_never_leaves_mlflow_offering_the_evicted_record(
     def refuse(*args: object, **kwargs: object) -> None:
         raise MlflowException("refused by the test", error_code="INVALID_STATE")
 
-    monkeypatch.setattr(reg._client, refused, refuse)
+    monkeypatch.setattr(reg._transport.client, refused, refuse)
     with pytest.raises(RegistryError):
         reg.evict(record.id)
     monkeypatch.undo()

@@ -102,8 +102,8 @@ def test_rename_refuses_empty_long_and_control_character_names(trained: Target) 
     for bad, message in (
         ("  ", "is empty"),
         ("x" * (MAX_NAME_LENGTH + 1), f"is {MAX_NAME_LENGTH + 1} characters long: give a name of at most 255"),
-        ("a\nb", "contains control characters"),
-        ("tab\there", "contains control characters"),
+        ("a\nb", r"holds U\+000A \(LF\) at character 2, a control character"),
+        ("tab\there", r"holds U\+0009 \(TAB\) at character 4, a control character"),
     ):
         with pytest.raises(ConfigError, match=message):
             rename_model(record.id, bad, registry=trained.registry)
@@ -150,7 +150,10 @@ def test_download_verifies_while_streaming_and_leaves_nothing_half_written(train
     folder.mkdir()
     path = download_model("p/r/best_model@best", folder, registry=reg)
     assert path == folder / record.name and path.stat().st_size == record.size
-    as_file = download_model(record, tmp_path / "new" / "model.pt", registry=reg)
+    with pytest.raises(ConfigError, match=r"its folder '.*/new' does not exist; create it first"):
+        download_model(record, tmp_path / "new" / "model.pt", registry=reg)  # as cp: a typo makes no folders
+    assert not (tmp_path / "new").exists()
+    as_file = download_model(record, tmp_path / "model.pt", registry=reg)
     assert as_file.read_bytes() == path.read_bytes()
     trained.storage().put_stream(record.key, io.BytesIO(b"x" * record.size))  # same size, other bytes
     with pytest.raises(IntegrityError, match="nothing was written"):

@@ -35,7 +35,9 @@ def test_the_table_changes_when_a_module_is_added_or_its_first_line_changes(tmp_
     assert "| `a.py` | Does a \\| b. |" in first and first.endswith(f"{module_table.END}\n\nafter\n")
     (package / "sub" / "b.py").write_text('"""Does b.\n\nMore."""\n')
     added = module_table.render(first, package)
-    assert added != first and added.index("`a.py`") < added.index("| `sub/b.py` | Does b. |")
+    assert added != first and added.index("`a.py`") < added.index("**`sub/`**") < added.index(
+        "| `sub/b.py` | Does b. |"
+    )
     (package / "a.py").write_text('"""Does only a."""\n')
     assert "| `a.py` | Does only a. |" in module_table.render(added, package)
     assert module_table.render(module_table.render(added, package), package) == module_table.render(added, package)

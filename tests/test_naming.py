@@ -73,9 +73,15 @@ def test_names_that_slug_alike_get_different_segments() -> None:
     assert key_segment("resnet-lr0.1") == "resnet-lr0.1"  # a safe name is its own key segment
 
 
-@pytest.mark.parametrize("bad", ["", "  ", None, 3, "x\x00", "a" * 1001])
+@pytest.mark.parametrize("bad", ["", "  ", None, 3, "a" * 1001])
 def test_unusable_names_are_refused_with_the_rule(bad) -> None:
     with pytest.raises(ConfigError, match="not a usable name"):
+        check_name("run", bad)
+
+
+@pytest.mark.parametrize("bad", ["x\x00", "x\x1b[1A", "p\ud800", "gpj.\u202eexe"])
+def test_a_name_that_breaks_the_text_rule_is_refused_naming_the_character(bad) -> None:
+    with pytest.raises(ConfigError, match=r"^run '.*' holds U\+[0-9A-F]{4}.* at character \d+, "):
         check_name("run", bad)
 
 

@@ -150,10 +150,10 @@ def test_migrating_a_version_4_registry_keeps_records_metadata_and_tags_and_admi
     indexes = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'index'")}
     assert {"records_stream", "records_filename", "records_output_uri", "aliases_record"} <= indexes
     conn.close()
-    assert reg._conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
+    assert reg._db._conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
     reg.delete_pinned(pinned.id)
     with reg.atomic() as c:  # deleting a record takes its metadata, tags and aliases with it
         c.execute("DELETE FROM records WHERE id = 7")
-    counts = [reg._conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("metadata", "tags", "aliases")]
+    counts = [reg._db._conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("metadata", "tags", "aliases")]
     assert counts == [0, 0, 0]
     reg.close()

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import ast
 import importlib
+import inspect
+import textwrap
 from pathlib import Path
 
 import pytest
@@ -305,16 +307,35 @@ def _base_classes(tree: ast.Module, node: ast.ClassDef) -> list[type]:
     return found
 
 
+def _instance_names(klass: type | ast.ClassDef) -> set[str]:
+    """The ``self.<name>`` attributes a class's own methods store (``self._atomic = atomic``)."""
+    if isinstance(klass, ast.ClassDef):
+        tree: ast.AST = klass
+    else:
+        try:
+            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+        except (OSError, TypeError, SyntaxError):  # a builtin, or no source shipped
+            return set()
+    return {
+        n.attr
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Attribute) and isinstance(n.ctx, ast.Store)
+        if isinstance(n.value, ast.Name) and n.value.id == "self"
+    }
+
+
 def _overridden_privates(trees: dict[str, ast.Module]) -> dict[str, list[str]]:
-    """Per module, each private name a class body defines that a third-party base class already
-    has: an override of that library's internals (``class _Bounded(Session): def _load_vaults``)."""
+    """Per module, each private name a class defines (in its body, or as ``self._x = …``) that a
+    third-party base class already has: an override of that library's internals
+    (``class _Bounded(Session): def _load_vaults``; ``class S(DiskSaver): self._atomic = True``)."""
     found: dict[str, list[str]] = {}
     for path, tree in trees.items():
         hits = []
         for node in ast.walk(tree):
             if not isinstance(node, ast.ClassDef):
                 continue
-            theirs = {name for cls in _base_classes(tree, node) for klass in cls.__mro__ for name in vars(klass)}
+            klasses = {klass for cls in _base_classes(tree, node) for klass in cls.__mro__}
+            theirs = {name for klass in klasses for name in {*vars(klass), *_instance_names(klass)}}
             mine = {
                 n.id if isinstance(n, ast.Name) else n.name
                 for statement in node.body
@@ -322,7 +343,7 @@ def _overridden_privates(trees: dict[str, ast.Module]) -> dict[str, list[str]]:
                     [statement] if not isinstance(statement, (ast.Assign, ast.AnnAssign)) else ast.walk(statement)
                 )
                 if isinstance(n, (ast.Name, ast.FunctionDef, ast.AsyncFunctionDef))
-            }
+            } | _instance_names(node)
             hits += [f"{node.lineno}: {node.name}.{name}" for name in sorted(mine & theirs) if _private(name)]
         if hits:
             found[path] = hits
@@ -339,7 +360,8 @@ def test_the_override_check_finds_an_overridden_internal() -> None:
         "import argparse\nfrom ignite.handlers import DiskSaver\n"
         "class Mine(DiskSaver):\n    def _check_and_setup(self): ...\n    def _own_helper(self): ...\n"
         "class Formatter(argparse.HelpFormatter):\n    def _fill_text(self, text, width, indent): ...\n"
+        "class Atomic(DiskSaver):\n    def __init__(self):\n        self._atomic = True\n        self._mine = 1\n"
     )
     assert _overridden_privates({"bad.py": ast.parse(source)}) == {
-        "bad.py": ["3: Mine._check_and_setup", "6: Formatter._fill_text"]
+        "bad.py": ["3: Mine._check_and_setup", "6: Formatter._fill_text", "8: Atomic._atomic"]
     }

@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import hashlib
+import http.server
 import os
 import sqlite3
+import threading
 import time
 from pathlib import Path
 
@@ -260,3 +262,79 @@ def test_the_details_panel_never_covers_the_created_column(browser_page, ui_serv
         centre = {"x": box["x"] + box["width"] / 2, "y": box["y"] + box["height"] / 2}
         assert cell.evaluate("(el, p) => el.contains(document.elementFromPoint(p.x, p.y))", centre)
     assert browser_page.errors == []
+
+
+class OtherSite:
+    """A page on another site (``http://localhost:PORT``, the UI being at ``http://127.0.0.1:PORT``), served for real."""
+
+    def __init__(self) -> None:
+        class Page(http.server.BaseHTTPRequestHandler):
+            def do_GET(self) -> None:
+                body = b"<!doctype html><title>another site</title><p>nothing to see</p>"
+                self.send_response(200)
+                self.send_header("Content-Type", "text/html")
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def log_message(self, *args: object) -> None:
+                pass
+
+        self.server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Page)
+        self.url = f"http://localhost:{self.server.server_address[1]}/"
+        threading.Thread(target=self.server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self.server.shutdown()
+        self.server.server_close()
+
+
+def test_a_page_on_another_site_can_neither_rename_nor_pin_nor_download(browser_page, ui_server, ui_training):
+    record = models.find_models(stream="best_model", states=["live"], registry=ui_training.registry)[0]
+    target = f"{ui_server.url}/api/models/{record.id}"
+    other = OtherSite()
+    page = browser_page.page
+    answered: dict[str, int] = {}
+    page.on("response", lambda r: answered.update({f"{r.request.method} {r.url}": r.status}))
+    downloads: list[object] = []
+    page.on("download", lambda d: downloads.append(d))
+    try:
+        page.goto(other.url)
+        # A rename needs a PATCH with JSON: the browser asks first (CORS preflight), the UI never allows it.
+        tried = page.evaluate(
+            """async (url) => {
+                try {
+                    const r = await fetch(url, {method: "PATCH", headers: {"Content-Type": "application/json"},
+                                                body: JSON.stringify({name: "owned"})});
+                    return r.status;
+                } catch (e) { return String(e); }
+            }""",
+            target,
+        )
+        assert "Failed to fetch" in str(tried)
+        # What a page can send without asking: a no-cors POST, and a form's POST. The server refuses both.
+        page.evaluate(
+            """(url) => fetch(url + "/tags", {method: "POST", mode: "no-cors", headers: {"Content-Type": "text/plain"},
+                                              body: '{"tags": ["owned"]}'})""",
+            target,
+        )
+        with page.expect_navigation() as pinned:
+            page.evaluate(
+                """(url) => { const f = document.createElement("form"); f.method = "POST"; f.action = url + "/pin";
+                              document.body.append(f); f.submit(); }""",
+                target,
+            )
+        assert pinned.value is not None and pinned.value.status == 403
+        assert answered[f"POST {target}/tags"] == 403
+        # A link to the download (the browser sends Sec-Fetch-Site: cross-site and the other site as Referer).
+        page.goto(other.url)
+        with page.expect_navigation() as fetched:
+            page.evaluate("(url) => { location.href = url + '/download'; }", target)
+        assert fetched.value is not None and fetched.value.status == 403
+        assert "cross-origin request refused" in page.text_content("body")
+    finally:
+        other.close()
+    assert downloads == []
+    after = models.get_model(record.id, registry=ui_training.registry)
+    assert (after.name, after.tags) == (record.name, record.tags)
+    assert models.count_models(states=["pinned"], registry=ui_training.registry) == 0

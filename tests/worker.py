@@ -148,7 +148,7 @@ def _unlock() -> None:
         _gate.open()
         # The server answers again; the registry tries it once half its timeout has passed
         # (tracker_saver.core.outage.Outage): the next epoch comes later, as in a process that lives on.
-        let_time_pass(_gated._outage)
+        let_time_pass(_gated._transport._outage)
 
 
 def _killing(base: type) -> type:

@@ -12,7 +12,9 @@ import typing
 
 from tracker_saver.core.errors import (
     CallbackError,
+    ClosedError,
     ConfigError,
+    ConfigTypeError,
     FlushTimeoutError,
     IntegrityError,
     RecordNotFoundError,
@@ -58,7 +60,9 @@ __version__ = "0.1.0"
 __all__ = [
     "CallbackChain",
     "CallbackError",
+    "ClosedError",
     "ConfigError",
+    "ConfigTypeError",
     "FlushTimeoutError",
     "IntegrityError",
     "LogUploader",

@@ -18,6 +18,7 @@ from typing import Any
 from tracker_saver.core.errors import ConfigError, RecordNotFoundError
 from tracker_saver.core.query import RECORD_FIELDS, SAVED_KEYS, check_key, parse_order, parse_where
 from tracker_saver.core.records import DERIVED_ALIASES, LOADABLE_OR_PINNED, Record, RecordState
+from tracker_saver.core.text import check_filters, check_text
 from tracker_saver.core.timings import SaveStats, save_stats
 from tracker_saver.registry import Query, Registry
 from tracker_saver.registry.shared import shared_registry
@@ -57,6 +58,7 @@ def _query(
     offset: int = 0,
     limit: int | None = None,
 ) -> Query:
+    check_filters(project=project, run=run, stream=stream, filename=filename, name=name, tag=tag, alias=alias)
     wanted: tuple[RecordState, ...] | None = None
     if states is not None:
         try:
@@ -66,7 +68,7 @@ def _query(
     elif live is not None:
         wanted = LOADABLE_OR_PINNED if live else tuple(s for s in RecordState if not s.loadable)
     return Query(
-        output_uri=None if output_uri is None else canonical_uri(output_uri),
+        output_uri=_uri_filter(output_uri),
         project=project,
         run=run,
         stream=stream,
@@ -80,6 +82,13 @@ def _query(
         offset=offset,
         limit=limit,
     )
+
+
+def _uri_filter(output_uri: str | os.PathLike[str] | None) -> str | None:
+    """An output_uri filter as records hold it (a local path's odd bytes are %-escaped there), checked."""
+    uri = None if output_uri is None else canonical_uri(output_uri)
+    check_filters(output_uri=uri)
+    return uri
 
 
 def _check_keys(registry: Registry, query: Query, matched: bool, page: Sequence[Record] = ()) -> None:
@@ -195,7 +204,7 @@ def get_model(record_id: str | int, *, registry: RegistryArg = None) -> Record:
         Traceback (most recent call last):
         tracker_saver.core.errors.RecordNotFoundError: record 1 does not exist
     """
-    return shared_registry(registry, create=False).get(str(record_id))
+    return shared_registry(registry, create=False).get(check_text("record id", str(record_id)))
 
 
 def resolve_model(
@@ -222,9 +231,9 @@ def resolve_model(
         tracker_saver.core.errors.RecordNotFoundError: no record is mnist/r1/best_model@best
     """
     reg = shared_registry(registry, create=False)
-    uri = None if output_uri is None else canonical_uri(output_uri)
+    uri = _uri_filter(output_uri)
     at_uri = "" if uri is None else f" at {uri}"
-    text = str(ref).strip()
+    text = check_text("model reference", str(ref).strip())
     if not text:
         raise RecordNotFoundError(
             "empty model reference: give a record id, PROJECT/RUN/STREAM[@ALIAS] or PROJECT@ALIAS"

@@ -21,7 +21,6 @@ Examples:
 
 from __future__ import annotations
 
-import re
 import time
 from collections import defaultdict
 from collections.abc import Callable, Mapping
@@ -31,11 +30,12 @@ from typing import Any
 from tracker_saver.core.claims import new_holder, release_local
 from tracker_saver.core.errors import ConfigError, StorageError, StreamBusyError
 from tracker_saver.core.masking import strip_userinfo
-from tracker_saver.core.naming import run_prefix, slot_key
+from tracker_saver.core.naming import parse_slot_key, run_prefix
 from tracker_saver.core.records import LOADABLE, Record, RecordState, StreamId
+from tracker_saver.core.text import check_filters
 from tracker_saver.core.wording import plural
 from tracker_saver.registry.base import Query, Registry, busy, stream_query
-from tracker_saver.save.recovery import plan_slot, recover_slot
+from tracker_saver.save.recovery import owner_of, plan_slot, recover_slot
 from tracker_saver.storage import Storage, open_storage
 from tracker_saver.storage.base import ObjectStat, Staged
 
@@ -46,8 +46,6 @@ __all__ = ["STALE_AFTER_S", "Finding", "Report", "check", "repair"]
 #: writer on any host still owns it.
 STALE_AFTER_S = 3600.0
 
-#: What an object key of a slot looks like (``<stream>.slot<k><ext>``): only these can be orphans.
-_SLOT_OBJECT = re.compile(r"\.slot\d+\.(pt|pth|ckpt|bin|tar)$")
 
 #: Finding kinds that are problems (``busy`` only says a stream was skipped).
 PROBLEMS = ("lie", "pending", "revivable", "orphan", "staged", "over-slots", "unreachable")
@@ -107,11 +105,6 @@ def _in_folder(key: str, prefix: str) -> bool:
     return "/" not in key[len(prefix) :]
 
 
-def _stream_prefix(stream: StreamId) -> str:
-    """``<project>/<run>/<stream>.slot``: what every key of the stream starts with."""
-    return slot_key(stream.project, stream.run, stream.stream, 0, ".pt").rsplit(".slot", 1)[0] + ".slot"
-
-
 def _record_finding(kind: str, label: str, record: Record, why: str, fix: str) -> Finding:
     what = f"{record.state.value} record {record.id} ({record.name!r}): {why}"
     return Finding(kind, label, what, fix, record.key, record.id, record.slot)
@@ -159,7 +152,7 @@ def _check_stream(
     for record in records:
         if record.key:
             by_key[record.key].append(record)
-    mine = [k for k in objects if k.startswith(_stream_prefix(stream))]
+    mine = [k for k in objects if owner_of(k, [stream]) is not None]
     loadable = 0
     for key in sorted(set(by_key) | set(mine)):
         found = objects.get(key)
@@ -247,7 +240,8 @@ def _check_run(
     report, places = Report(), {}
     prefix = run_prefix(project, run)
     # Only the run's own folder: a project "a/b" lives under project "a"'s folder.
-    objects = {o.key: o for o in storage.list(prefix) if _SLOT_OBJECT.search(o.key) and _in_folder(o.key, prefix)}
+    # slot objects only (``<stream>.slot<k><ext>``): only these can be orphans
+    objects = {o.key: o for o in storage.list(prefix) if parse_slot_key(o.key) and _in_folder(o.key, prefix)}
     staged = [s for s in storage.staged(prefix) if _in_folder(s.key, prefix)]
     known: set[str] = set()
     for sid, records in sorted(streams.items(), key=lambda kv: kv[0].label):
@@ -258,10 +252,9 @@ def _check_run(
             detail = f"written by {holder.describe()} now: its unfinished saves are not checked"
             report.findings.append(Finding("busy", sid.label, detail, "none: run repair when it has stopped"))
         report.findings += _check_stream(storage, sid, records, objects, busy=holder is not None, deep=deep)
-        stream_prefix = _stream_prefix(sid)
-        known |= {k for k in objects if k.startswith(stream_prefix)}
+        known |= {k for k in objects if owner_of(k, [sid]) is not None}
         for item in staged:
-            if item.key.startswith(stream_prefix) and (holder is None or now - item.started >= stale_after_s):
+            if owner_of(item.key, [sid]) is not None and (holder is None or now - item.started >= stale_after_s):
                 report.findings.append(_staged_finding(sid.label, item, now, stale_after_s))
     if query.stream is None:  # slot objects and staged writes of no stream the registry knows
         where = f"{storage.uri}/{prefix}"
@@ -270,7 +263,7 @@ def _check_run(
             report.findings.append(Finding("orphan", where, f"{plural(objects[key].size, 'byte')} of no known stream",
                                            "delete it with --delete-orphans", key))  # fmt: skip
         for item in staged:
-            if not any(item.key.startswith(_stream_prefix(s)) for s in streams):
+            if owner_of(item.key, streams) is None:
                 report.findings.append(_staged_finding(where, item, now, stale_after_s))
     return report, places
 
@@ -292,6 +285,7 @@ def check(
         deep: hash every loadable record's object, not only where sizes leave a doubt.
         storage_options: options for opening each output_uri (S3: ``endpoint_url``, ``profile``…).
     """
+    check_filters(project=project, run=run, stream=stream)
     return _check(registry, Query(project=project, run=run, stream=stream), deep, storage_options or {})[0]
 
 
@@ -324,6 +318,7 @@ def repair(
         The check made afterwards (with ``dry_run``: the check before, so its problems are
         what ``check`` reports), with the actions taken (``would …`` with ``dry_run``).
     """
+    check_filters(project=project, run=run, stream=stream)
     query = Query(project=project, run=run, stream=stream)
     before, places = _check(registry, query, deep, storage_options or {}, stale_after_s)
     actions: list[str] = []

@@ -14,8 +14,8 @@ from collections.abc import Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from tracker_saver.core.errors import ConfigError, IntegrityError, RegistryError, SerializationError
-from tracker_saver.core.naming import key_ext, pinned_key, safe_filename
+from tracker_saver.core.errors import ConfigError, RegistryError, SerializationError
+from tracker_saver.core.naming import check_name, key_ext, pinned_key, safe_filename
 from tracker_saver.core.records import (
     LOADABLE,
     LOADABLE_OR_PINNED,
@@ -26,18 +26,19 @@ from tracker_saver.core.records import (
     RecordState,
     UploadInfo,
     check_display_name,
+    check_tags,
 )
-from tracker_saver.core.wording import plural
+from tracker_saver.core.text import check_text
 from tracker_saver.find import RegistryArg, count_models, find_models, get_model, resolve_model, run_stats
 from tracker_saver.registry import Query
 from tracker_saver.registry.shared import shared_registry
-from tracker_saver.save.local_view import copy_verified
 from tracker_saver.storage import Storage, open_storage
-from tracker_saver.storage.base import sha256_of
+from tracker_saver.storage.verify import Digest, check, copy_checked, digest
 
 __all__ = [
     "MAX_NAME_LENGTH",
     "add_tags",
+    "copy_verified",
     "count_models",
     "download_model",
     "find_models",
@@ -63,8 +64,8 @@ def rename_model(record_id: str | int, name: str, *, registry: RegistryArg = Non
     """Give a record a display name that later saves never overwrite.
 
     Raises:
-        ConfigError: ``name`` is empty, longer than :data:`MAX_NAME_LENGTH` characters, or has
-            control characters.
+        ConfigError: ``name`` is empty, longer than :data:`MAX_NAME_LENGTH` characters, or breaks the
+            text rule (a control character, a bidirectional control, text that is not UTF-8).
         RecordNotFoundError: no record has that id.
 
     Examples:
@@ -84,7 +85,7 @@ def add_tags(record_id: str | int, tags: Sequence[str], *, registry: RegistryArg
         Traceback (most recent call last):
         tracker_saver.core.errors.RecordNotFoundError: record 1 does not exist
     """
-    return shared_registry(registry, create=False).add_tags(str(record_id), _tags(tags))
+    return shared_registry(registry, create=False).add_tags(str(record_id), check_tags(tags, f"record {record_id}"))
 
 
 def remove_tags(record_id: str | int, tags: Sequence[str], *, registry: RegistryArg = None) -> Record:
@@ -95,16 +96,7 @@ def remove_tags(record_id: str | int, tags: Sequence[str], *, registry: Registry
         Traceback (most recent call last):
         tracker_saver.core.errors.RecordNotFoundError: record 1 does not exist
     """
-    return shared_registry(registry, create=False).remove_tags(str(record_id), _tags(tags))
-
-
-def _tags(tags: Sequence[str]) -> list[str]:
-    if isinstance(tags, str):
-        tags = [tags]
-    bad = [t for t in tags if not isinstance(t, str) or not t.strip()]
-    if bad:
-        raise ConfigError(f"tags {bad!r} are not non-empty strings: give tags as text, e.g. ['candidate']")
-    return list(tags)
+    return shared_registry(registry, create=False).remove_tags(str(record_id), check_tags(tags, f"record {record_id}"))
 
 
 def set_alias(record_id: str | int, alias: str, *, registry: RegistryArg = None) -> Record:
@@ -137,7 +129,7 @@ def remove_alias(project: str, alias: str, *, registry: RegistryArg = None) -> N
         Traceback (most recent call last):
         tracker_saver.core.errors.RecordNotFoundError: project 'mnist' has no alias 'production'
     """
-    shared_registry(registry, create=False).remove_alias(project, alias)
+    shared_registry(registry, create=False).remove_alias(check_name("project", project), check_text("alias", alias))
 
 
 def slot_history(record: Record, *, registry: RegistryArg = None) -> list[Record]:
@@ -214,6 +206,33 @@ def download_model(
     return copy_verified(_storage_of(record, storage_options), record, target)
 
 
+def copy_verified(storage: Storage, record: Record, target: Path) -> Path:
+    """Copy a loadable record's object from ``storage`` to the local file ``target``, verified as it streams.
+
+    Nothing half-written or wrong is ever left at ``target`` (:func:`~tracker_saver.storage.verify.copy_checked`).
+
+    Raises:
+        ConfigError: ``target``'s folder does not exist or cannot be written.
+        IntegrityError: the object differs from the record (nothing is written).
+        StorageError: the object cannot be read.
+    """
+    assert record.key is not None
+    with storage.get(record.key) as src:
+        return copy_checked(
+            src, target, _expected(record), what=_what(record), label=record.name, key=record.key, record_id=record.id,
+            fix="the object was probably overwritten or corrupted; nothing was written; download another record",
+        )  # fmt: skip
+
+
+def _expected(record: Record) -> Digest:
+    return Digest(record.size or 0, record.sha256 or "")
+
+
+def _what(record: Record, uri: str | None = None) -> str:
+    """How a verification error names the bytes it read: ``record 5 ('best.pt'): s3://b/p/r/best.slot0.pt``."""
+    return f"record {record.id} ({record.name!r}): {uri or record.uri}"
+
+
 def pin_model(
     record_id: str | int, *, registry: RegistryArg = None, storage_options: Mapping[str, Any] | None = None
 ) -> Record:
@@ -249,16 +268,12 @@ def pin_model(
         if other.key == key:
             key = pinned_key(source.project, source.run, f"{source.id}-{source.filename}")
     storage.copy(source.key, key)
-    size, sha256 = storage.digest(key)
-    if size != source.size or sha256 != source.sha256:
+    size, sha256 = found = storage.digest(key)
+    if found != _expected(source):
         storage.delete(key)
-        raise IntegrityError(
-            f"record {source.id} ({source.name!r}): the copy at {storage.url(key)} has {plural(size, 'byte')} with sha256 "
-            f"{sha256[:12]}…, the record says {plural(source.size or 0, 'byte')}, {str(source.sha256)[:12]}…: its slot was "
-            "overwritten while pinning (or is corrupted); the copy was deleted; pin another record",
-            key=key,
-            record_id=source.id,
-        )
+        check(found, _expected(source), what=_what(source, f"the copy at {storage.url(key)}"), key=key,
+              record_id=source.id, fix="its slot was overwritten while pinning (or is corrupted); the copy was deleted; "
+              "pin another record")  # fmt: skip
     # A pin is no save: what the source's save cost (TIMING_KEYS) stays the source's.
     own = (*_OWN_METADATA, *TIMING_KEYS)
     metadata: dict[str, MetaValue] = {k: v for k, v in source.metadata.items() if k not in own}
@@ -314,15 +329,8 @@ def open_verified(
     if storage is None or storage.url(record.key) != record.uri:
         storage = _storage_of(record, storage_options)
     with storage.get(record.key) as src:
-        size, sha256 = sha256_of(src)
-        if size != record.size or sha256 != record.sha256:
-            raise IntegrityError(
-                f"record {record.id} ({record.name!r}): {record.uri} has {plural(size, 'byte')} with sha256 "
-                f"{sha256[:12]}…, the record says {plural(record.size or 0, 'byte')}, {str(record.sha256)[:12]}…: "
-                "the slot was probably overwritten or corrupted; load another record",
-                key=record.key,
-                record_id=record.id,
-            )
+        check(digest(src), _expected(record), what=_what(record), key=record.key, record_id=record.id,
+              fix="the slot was probably overwritten or corrupted; load another record")  # fmt: skip
         src.seek(0)
         yield src
 

@@ -199,7 +199,7 @@ class Backend:
         shown = "archived" not in (model.get("system_tags") or []) and bool(model.get("uri"))
         return Row(
             str(model["id"]), str(meta.get("stream")), str(meta.get("filename")), str(meta["state"]),
-            _int(meta.get("slot")), _str(meta.get("key")), _str(meta.get("sha256")), _int(meta.get("size")),
+            _int(meta.get("slot")), _str(meta.get("slot_key")), _str(meta.get("sha256")), _int(meta.get("size")),
             float(meta.get("created_at") or 0.0), _float(meta.get("priority")), shown,
         )  # fmt: skip
 
@@ -299,8 +299,8 @@ class KillingStandIn(ClearMLStandIn):
         with self._rule_lock:
             self._rule = None
 
-    def _dispatch(self, endpoint: str, data: Any) -> tuple[int, int, str, Any]:
-        answer = super()._dispatch(endpoint, data)
+    def _dispatch(self, endpoint: str, data: Any, version: str | None = None) -> tuple[int, int, str, Any]:
+        answer = super()._dispatch(endpoint, data, version)
         with self._rule_lock:
             rule = self._rule
             if rule is not None and endpoint == rule[0] and answer[0] == 200:

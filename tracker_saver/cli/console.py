@@ -1,7 +1,9 @@
 """Records, runs and fsck reports as text and rich tables, for the command line and the demo.
 
 rich is imported inside the functions that draw a table, so a command that prints JSON or
-plain text never pays for it.
+plain text never pays for it. Every text a record or a report holds goes through
+:func:`tracker_saver.core.text.escape` on its way to the terminal: a name that another writer
+filled with ESC, CR or a bidirectional override is shown escaped, never obeyed.
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ import time
 from collections.abc import Iterable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tracker_saver.core.text import escape
 from tracker_saver.core.wording import plural
 
 if TYPE_CHECKING:
@@ -132,12 +135,10 @@ def rate_text(mb_s: float | None) -> str:
 
 
 def _plain(value: object) -> str:
-    """A metadata value as people write it: text without quotes (unless it holds what a terminal
-    would act on: then escaped, as repr does), ``yes``/``no`` for a flag."""
+    """A metadata value as people write it: text without quotes, ``yes``/``no`` for a flag (what a
+    terminal would act on is :func:`escape`'s, on the way out)."""
     if isinstance(value, bool):
         return "yes" if value else "no"
-    if isinstance(value, str):
-        return value if value.isprintable() else repr(value)
     return fmt(value)
 
 
@@ -175,7 +176,7 @@ def table_lines(
         │  1 │ a.pt │
         └────┴──────┘
     """
-    body = [list(row) for row in rows]
+    body = [[escape(cell) for cell in row] for row in rows]
     widths = [max([len(c), *(len(row[i]) for row in body)]) for i, c in enumerate(columns)]
     aligned = set(right)
 
@@ -324,7 +325,7 @@ def print_record(record: Record) -> None:
             value = ", ".join(map(str, value)) or None
         elif key == "created_at":
             value = _when(value)
-        print(f"{key:<{width}}  {fmt(value)}")
+        print(f"{key:<{width}}  {escape(fmt(value))}")
     lineage = [key for key in LINEAGE_KEYS if key in record.metadata]
     timings = [key for key in _TIMING_LABELS if key in record.metadata]
     # Keys the record shows as its own fields above (slot, size, sha256…) are not repeated.
@@ -336,11 +337,11 @@ def print_record(record: Record) -> None:
     if lineage:  # what people read as text (a commit, a host, a command): without Python's quotes
         print("lineage:")
         for key in lineage:
-            print(f"  {key:<{width}}  {_plain(record.metadata[key])}")
+            print(f"  {escape(key):<{width}}  {escape(_plain(record.metadata[key]))}")
     if rest:  # a callback's own keys keep repr: "3" (text) and 3 (a number) stay told apart
         print("metadata:")
         for key in rest:
-            print(f"  {key:<{width}}  {record.metadata[key]!r}")
+            print(f"  {escape(key):<{width}}  {escape(repr(record.metadata[key]))}")
 
 
 def print_report(report: Report, console: Console | None = None) -> None:
@@ -354,7 +355,8 @@ def print_report(report: Report, console: Console | None = None) -> None:
             table.add_column(column)
         styles = {"lie": "red", "orphan": "yellow", "pending": "yellow", "busy": "dim"}
         for f in report.findings:
-            table.add_row(f.kind, f.stream, fmt(f.key), fmt(f.record_id), f.detail, f.fix, style=styles.get(f.kind))
+            cells = (f.kind, f.stream, fmt(f.key), fmt(f.record_id), f.detail, f.fix)
+            table.add_row(*map(escape, cells), style=styles.get(f.kind))
         console.print(table, markup=False, highlight=False)
     problems = len(report.problems)
     found = plural(problems, "problem") if problems else "no problems"

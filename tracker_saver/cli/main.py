@@ -20,13 +20,12 @@ from typing import Any, NoReturn
 from tracker_saver.cli.models import add_models_commands
 from tracker_saver.cli.shared import URI_HELP, add_filters, dump, open_cli_registry, wants_json
 from tracker_saver.core.errors import RecordNotFoundError, TrackerSaverError
+from tracker_saver.core.extras import missing_extra
+from tracker_saver.core.text import escape
 
 __all__ = ["build_parser", "main", "package_version"]
 
 PROG = "tracker-saver"
-
-#: The message for ``tracker-saver ui`` without the ``ui`` extra installed.
-UI_HINT = "tracker-saver ui needs fastapi and uvicorn: pip install 'fastapi>=0.110' 'uvicorn>=0.30' (the ui extra)"
 
 #: Modules whose absence means the ``ui`` extra is not installed (not a bug in the UI).
 _UI_MODULES = ("fastapi", "uvicorn", "starlette", "tracker_saver.ui")
@@ -60,7 +59,7 @@ class _Parser(argparse.ArgumentParser):
     command gets the closest one (``did you mean 'models'?``)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {did_you_mean(message)} (see `{self.prog} --help`)\n")
+        self.exit(2, f"{self.prog}: error: {escape(did_you_mean(message))} (see `{self.prog} --help`)\n")
 
 
 class _Version(argparse.Action):
@@ -129,7 +128,7 @@ def _cmd_runs_logs(args: argparse.Namespace) -> int:
         if wants_json(args):
             dump([str(p) for p in paths])
         else:
-            print("\n".join(map(str, paths)) or f"{project}/{run} has no logs")
+            print("\n".join(escape(p) for p in paths) or escape(f"{project}/{run} has no logs"))
         return 0
     logs = list_logs(project, run, **where)
     if wants_json(args):
@@ -140,7 +139,7 @@ def _cmd_runs_logs(args: argparse.Namespace) -> int:
     if logs:
         print_logs(logs)
     else:
-        print(f"{project}/{run} has no logs")
+        print(escape(f"{project}/{run} has no logs"))
     return 0
 
 
@@ -188,7 +187,7 @@ def _cmd_repair(args: argparse.Namespace) -> int:
         delete_orphans=args.delete_orphans,
         stale_after_s=args.stale_after,
         dry_run=args.dry_run,
-        echo=(lambda _: None) if as_json else print,
+        echo=(lambda _: None) if as_json else (lambda line: print(escape(line))),
     )
     _matched_nothing(args, report.streams)
     if as_json:
@@ -213,8 +212,8 @@ def _cmd_ui(args: argparse.Namespace) -> int:
     except ModuleNotFoundError as exc:
         if exc.name is not None and not exc.name.startswith(_UI_MODULES):
             raise  # a bug inside the UI, not a missing extra
-        raise ModuleNotFoundError(UI_HINT) from exc
-    serve(registry=open_cli_registry(args), host=args.host, port=args.port)
+        raise missing_extra("tracker-saver ui", "ui", exc) from exc
+    serve(registry=open_cli_registry(args), host=args.host, port=args.port, allow_hosts=args.allow_host or ())
     return 0
 
 
@@ -330,6 +329,13 @@ def build_parser() -> argparse.ArgumentParser:
     ui = command(commands, "ui", "serve the web UI for browsing records (the ui extra)", _cmd_ui, [registry])
     ui.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")
     ui.add_argument("--port", type=_port, default=8765, help="port to listen on (default: 8765)")
+    ui.add_argument(
+        "--allow-host",
+        action="append",
+        metavar="NAME",
+        help="also answer requests for this host name, e.g. a reverse proxy's (repeatable; the names --host "
+        "binds are always answered, any other gets 400)",
+    )
     return parser
 
 
@@ -369,7 +375,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
         return 141  # 128 + SIGPIPE, as a tool killed by the closed pipe exits
     except (TrackerSaverError, ModuleNotFoundError) as exc:
-        print(f"{PROG}: error: {_one_line(exc)}", file=sys.stderr)
+        print(f"{PROG}: error: {escape(_one_line(exc))}", file=sys.stderr)
         return 2
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)

@@ -1,7 +1,7 @@
 """The CLI's models commands (``tracker-saver models list`` and the rest): show, get, edit, pin, history.
 
-Standard library only at module level, as :mod:`tracker_saver.cli.main`: each command imports the
-API it calls when it runs.
+Standard library and the pure core (errors, text) only at module level, as :mod:`tracker_saver.cli.main`:
+each command imports the API it calls when it runs.
 
 Examples:
     >>> from tracker_saver.cli.main import build_parser
@@ -26,6 +26,7 @@ from tracker_saver.cli.shared import (
     resolve,
     wants_json,
 )
+from tracker_saver.core.text import escape
 from tracker_saver.core.wording import plural
 
 if TYPE_CHECKING:
@@ -101,7 +102,7 @@ def _cmd_models_get(args: argparse.Namespace) -> int:
     if wants_json(args):
         dump({"record": record.to_dict(), "path": str(path)})
     else:
-        print(f"{label(record)}: {plural(record.size or 0, 'byte')}, sha256 verified, written to {path}")
+        print(escape(f"{label(record)}: {plural(record.size or 0, 'byte')}, sha256 verified, written to {path}"))
     return 0
 
 
@@ -131,7 +132,7 @@ def _cmd_models_unalias(args: argparse.Namespace) -> int:
     if wants_json(args):
         dump({"project": args.project_name, "alias": args.alias_name, "removed": True})
     else:
-        print(f"alias {args.project_name}@{args.alias_name} removed")
+        print(escape(f"alias {args.project_name}@{args.alias_name} removed"))
     return 0
 
 
@@ -153,7 +154,7 @@ def _cmd_models_unpin(args: argparse.Namespace) -> int:
     if wants_json(args):
         dump({"id": record.to_dict()["id"], "unpinned": True, "deleted": record.uri})
     else:
-        print(f"{label(record)} unpinned: {record.uri} deleted")
+        print(escape(f"{label(record)} unpinned: {record.uri} deleted"))
     return 0
 
 

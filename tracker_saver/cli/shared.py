@@ -1,6 +1,7 @@
 """What the CLI's commands share: the registry ``--registry`` names, a record by reference, JSON out.
 
-Standard library only at module level, as :mod:`tracker_saver.cli.main` (start-up cost).
+Standard library and the pure core (errors, text) only at module level, as :mod:`tracker_saver.cli.main`
+(start-up cost).
 
 Examples:
     >>> import argparse
@@ -13,6 +14,8 @@ from __future__ import annotations
 import argparse
 import json
 from typing import TYPE_CHECKING, Any
+
+from tracker_saver.core.text import escape
 
 if TYPE_CHECKING:
     from tracker_saver.core.records import Record
@@ -79,15 +82,15 @@ def resolve(args: argparse.Namespace, registry: Registry) -> Record:
 
 def label(record: Record) -> str:
     """A record as text: ``record 3 ('best')``."""
-    return f"record {record.id} ({record.name!r})"
+    return f"record {escape(record.id)} ({record.name!r})"
 
 
 def print_record(args: argparse.Namespace, record: Record, text: str) -> int:
-    """Print a record as JSON with ``--json``, else ``text``; the command's exit status (0)."""
+    """Print a record as JSON with ``--json``, else ``text`` (escaped); the command's exit status (0)."""
     if wants_json(args):
         dump(record.to_dict())
     else:
-        print(text)
+        print(escape(text))
     return 0
 
 

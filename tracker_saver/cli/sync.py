@@ -12,6 +12,8 @@ import dataclasses
 import json
 import sys
 
+from tracker_saver.core.text import escape
+
 __all__ = ["SYNC_HELP", "add_sync_arguments", "cmd_sync"]
 
 SYNC_HELP = "import an offline ClearML session and push its checkpoint records, once (safe to rerun)"
@@ -51,7 +53,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
             task_id=args.task_id,
             project_root=args.project_root,
             timeout=args.timeout,
-            progress=None if as_json else (lambda r: print(f"  {r.state.value:8} {r.name}", file=out)),
+            progress=None if as_json else (lambda r: print(escape(f"  {r.state.value:8} {r.name}"), file=out)),
         )
     if as_json:
         print(json.dumps({**dataclasses.asdict(report), "records": report.records}, indent=2))

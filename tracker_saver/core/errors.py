@@ -4,8 +4,8 @@
 
     TrackerSaverError
      ├── ConfigError (ValueError)     bad argument or environment, raised before any work
- │    └── ConfigTypeError (TypeError)  an argument of the wrong kind (e.g. a callback not callable)
- ├── ClosedError (RuntimeError)   a saver or log uploader used after close()
+     │    └── ConfigTypeError (TypeError)  an argument of the wrong kind (e.g. a callback not callable)
+     ├── ClosedError (RuntimeError)   a saver or log uploader used after close()
      ├── StorageError                 an object could not be written, read, listed or deleted
      │    └── IntegrityError          bytes do not match the record (size or sha256)
      ├── RegistryError                a record could not be created, changed or found

@@ -31,13 +31,15 @@ import re
 import unicodedata
 from numbers import Number
 from pathlib import PurePath
-from typing import Any
+from typing import Any, NamedTuple
 
 from tracker_saver.core.errors import ConfigError
 from tracker_saver.core.records import MetaValue
+from tracker_saver.core.text import check_text
 
 __all__ = [
     "KEY_EXTENSIONS",
+    "SlotKey",
     "check_key",
     "check_name",
     "check_segment",
@@ -48,11 +50,13 @@ __all__ = [
     "log_key",
     "logs_prefix",
     "parse_filename",
+    "parse_slot_key",
     "pinned_key",
     "run_prefix",
     "safe_filename",
     "slot_key",
     "split_basename",
+    "stream_path",
 ]
 
 _SEGMENT = re.compile(r"[A-Za-z0-9_][A-Za-z0-9 ._=+-]{0,199}")
@@ -77,17 +81,20 @@ def check_segment(what: str, value: str) -> str:
 
 
 def check_name(what: str, value: object) -> str:
-    """Return ``value`` if it can name a project, run or stream (a non-empty string), else raise.
+    """Return ``value`` if it can name a project, run or stream, else raise.
+
+    A name is a non-empty string of at most 1000 characters that the text rule allows
+    (:func:`tracker_saver.core.text.check_text`: no NUL or other control character).
 
     Examples:
         >>> check_name("run", "resnet (lr=0.1) [v2]: run #3, final")
         'resnet (lr=0.1) [v2]: run #3, final'
     """
-    if not isinstance(value, str) or not value.strip() or "\x00" in value or len(value) > 1000:
+    if not isinstance(value, str) or not value.strip() or len(value) > 1000:
         raise ConfigError(
             f"{what} {value!r} is not a usable name: pass a non-empty string of at most 1000 characters, without NUL"
         )
-    return value
+    return check_text(what, value)
 
 
 def key_segment(name: str) -> str:
@@ -188,6 +195,46 @@ def slot_key(project: str, run: str, stream: str, slot: int, ext: str) -> str:
     if ext not in KEY_EXTENSIONS:
         raise ConfigError(f"extension {ext!r} is not one of {', '.join(KEY_EXTENSIONS)}")
     return check_key(f"{key_path(project)}/{key_segment(run)}/{key_segment(stream)}.slot{slot}{ext}")
+
+
+class SlotKey(NamedTuple):
+    """A slot key read back: the stream's path (``<project>/<run>/<stream>``, slugged), the slot, the extension."""
+
+    stream_path: str
+    slot: int
+    ext: str
+
+
+#: ``<stream path>.slot<k><ext>``: the stream's path may itself hold ``.slot`` (a stream named ``a.slot1``).
+_SLOT_KEY = re.compile(r"(?P<path>.+)\.slot(?P<slot>0|[1-9]\d*)(?P<ext>\.[a-z]+)")
+
+
+def parse_slot_key(key: str) -> SlotKey | None:
+    """What :func:`slot_key` built ``key`` from, or ``None`` when ``key`` is no slot key.
+
+    The one reading of a slot key: the pipeline, recovery and fsck decide by it which stream a
+    leftover write or an object belongs to.
+
+    Examples:
+        >>> parse_slot_key("mnist/r1/best_model.slot1.pt")
+        SlotKey(stream_path='mnist/r1/best_model', slot=1, ext='.pt')
+        >>> parse_slot_key("mnist/r1/a.slot1.pt.slot0.ckpt").stream_path, parse_slot_key("mnist/r1/pinned/x.pt")
+        ('mnist/r1/a.slot1.pt', None)
+    """
+    found = _SLOT_KEY.fullmatch(key)
+    if found is None or found["ext"] not in KEY_EXTENSIONS:
+        return None
+    return SlotKey(found["path"], int(found["slot"]), found["ext"])
+
+
+def stream_path(project: str, run: str, stream: str) -> str:
+    """The part every slot key of a stream starts with, up to ``.slot``: ``<project>/<run>/<stream>``.
+
+    Examples:
+        >>> stream_path("mnist", "r1", "best_model")
+        'mnist/r1/best_model'
+    """
+    return slot_key(project, run, stream, 0, ".pt").rsplit(".slot", 1)[0]
 
 
 def pinned_key(project: str, run: str, filename: str) -> str:

@@ -32,6 +32,7 @@ from typing import Any
 
 from tracker_saver.core.errors import ConfigError
 from tracker_saver.core.records import TIMING_KEYS, MetaValue
+from tracker_saver.core.text import METADATA_VALUE_ALLOWS, check_text
 
 __all__ = [
     "OPS",
@@ -89,11 +90,15 @@ class Condition:
 
     def __post_init__(self) -> None:
         # Any key a record can hold (records.clean_metadata): backends bind it as a parameter.
-        if not isinstance(self.key, str) or not self.key or len(self.key) > 1000 or "\x00" in self.key:
+        if not isinstance(self.key, str) or not self.key or len(self.key) > 1000:
             raise ConfigError(
                 f"where key {self.key!r} is not a metadata key: use the key's name as a non-empty string "
                 "(without NUL, at most 1000 characters), e.g. 'score'"
             )
+        check_text("where key", self.key)
+        for value in self.value if self.op == "in" and isinstance(self.value, (list, tuple)) else [self.value]:
+            if isinstance(value, str):
+                check_text(f"where value of {self.key!r}", value, allow=METADATA_VALUE_ALLOWS)
         if self.op not in OPS:
             raise ConfigError(f"where operator {self.op!r} for {self.key!r} is unknown: use one of {', '.join(OPS)}")
         if self.op == "in" and (isinstance(self.value, (str, bytes)) or not isinstance(self.value, Iterable)):

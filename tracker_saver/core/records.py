@@ -5,11 +5,11 @@ from __future__ import annotations
 import enum
 import math
 import re
-import unicodedata
 from dataclasses import dataclass, field
 from typing import Any
 
 from tracker_saver.core.errors import ConfigError
+from tracker_saver.core.text import METADATA_VALUE_ALLOWS, check_text
 
 __all__ = [
     "ALIAS_PATTERN",
@@ -25,6 +25,7 @@ __all__ = [
     "UploadInfo",
     "check_alias",
     "check_display_name",
+    "check_tags",
     "clean_metadata",
     "decode_value",
     "encode_value",
@@ -106,7 +107,8 @@ def check_alias(alias: object) -> str:
 def check_display_name(record_id: str, name: object) -> str:
     """Return ``name`` if it can be a record's display name, else raise ``ConfigError``.
 
-    A name is non-empty, at most :data:`MAX_NAME_LENGTH` characters, without control characters.
+    A name is non-empty, at most :data:`MAX_NAME_LENGTH` characters, and allowed by the text rule
+    (:func:`tracker_saver.core.text.check_text`): the rule every saved name follows too.
 
     Examples:
         >>> check_display_name("3", "the one we ship")
@@ -123,11 +125,7 @@ def check_display_name(record_id: str, name: object) -> str:
             f"new name {name[:40] + '...'!r} for record {record_id} is {len(name)} characters long: "
             f"give a name of at most {MAX_NAME_LENGTH}"
         )
-    if any(unicodedata.category(c) == "Cc" for c in name):
-        raise ConfigError(
-            f"new name {name!r} for record {record_id} contains control characters: use printable characters only"
-        )
-    return name
+    return check_text(f"new name for record {record_id}:", name)
 
 
 @dataclass(frozen=True)
@@ -167,6 +165,7 @@ def clean_metadata(metadata: dict[str, Any]) -> dict[str, MetaValue]:
     for key, value in metadata.items():
         if not isinstance(key, str) or not key:
             raise ConfigError(f"metadata key {key!r} is not a non-empty string: name metadata keys with text")
+        check_text("metadata key", key)
         if hasattr(value, "item") and callable(value.item):  # numpy / torch scalars
             value = value.item()
         if isinstance(value, float) and math.isnan(value):
@@ -176,8 +175,29 @@ def clean_metadata(metadata: dict[str, Any]) -> dict[str, MetaValue]:
                 f"metadata[{key!r}] = {value!r} has type {type(value).__name__}, which a record cannot hold: "
                 "use an int, float, str or bool (json.dumps(value) for a structure)"
             )
+        if isinstance(value, str):
+            check_text(f"metadata[{key!r}]", value, allow=METADATA_VALUE_ALLOWS)
         out[key] = value
     return out
+
+
+def check_tags(tags: object, what: str) -> list[str]:
+    """``tags`` as a list, each a non-empty string the text rule allows; one string is one tag.
+
+    Raises:
+        ConfigError: a tag that is not text, is blank or breaks the text rule, naming ``what``.
+
+    Examples:
+        >>> check_tags("candidate", "record 3"), check_tags(("a", "b 🧑\u200d🔬"), "record 3")
+        (['candidate'], ['a', 'b 🧑\u200d🔬'])
+    """
+    listed = [tags] if isinstance(tags, str) else list(tags) if isinstance(tags, (list, tuple)) else None
+    bad = [t for t in listed or [] if not isinstance(t, str) or not t.strip()]
+    if listed is None or bad:
+        raise ConfigError(
+            f"tags {bad or tags!r} of {what} are not non-empty strings: give tags as a list of text, e.g. ['candidate']"
+        )
+    return [check_text(f"tag of {what}", tag) for tag in listed]
 
 
 def encode_value(value: MetaValue) -> tuple[str, str | None]:
@@ -270,6 +290,25 @@ class UploadInfo:
     def stream_id(self) -> StreamId:
         """The stream this checkpoint belongs to."""
         return StreamId(self.output_uri, self.project, self.run, self.stream)
+
+    def check_labels(self) -> None:
+        """Raise ``ConfigError`` unless the name, tags and metadata (what callbacks may change) can be recorded.
+
+        The name and the tags follow the text rule, and so do metadata keys and string values
+        (:func:`clean_metadata`): the same rule a rename or a tag from the CLI or the UI follows.
+
+        Examples:
+            >>> UploadInfo("p", "r", "s", "s_1.pt", name="ok\\x1b[2J").check_labels()  # doctest: +ELLIPSIS
+            Traceback (most recent call last):
+            ...
+            tracker_saver.core.errors.ConfigError: record name of 's_1.pt' 'ok\\x1b[2J' holds U+001B (ESC) ...
+        """
+        what = f"checkpoint {self.filename!r}"
+        if not isinstance(self.name, str) or not self.name.strip():
+            raise ConfigError(f"record name {self.name!r} of {what} is not a non-empty string: name it with text")
+        check_text(f"record name of {self.filename!r}", self.name)
+        check_tags(self.tags, what)
+        clean_metadata(self.metadata)
 
 
 @dataclass(frozen=True)

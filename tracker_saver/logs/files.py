@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import hashlib
 import math
 import os
 from collections.abc import Iterable
@@ -10,15 +9,13 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tracker_saver.core.errors import ConfigError
+from tracker_saver.storage.verify import digest
 
-__all__ = ["CHUNK", "DEFAULT_FILES", "Sent", "check_every", "check_patterns", "sha256_file", "snapshot_file"]
+__all__ = ["DEFAULT_FILES", "Sent", "check_every", "check_patterns", "sha256_file", "snapshot_file"]
 
 #: What :class:`~tracker_saver.logs.upload.LogUploader` uploads by default: ``logging`` files under ``logs/`` and
 #: TensorBoard event files under ``runs/`` (``SummaryWriter``'s default folder).
 DEFAULT_FILES = ("logs/*.log", "runs/**/events.out.tfevents.*")
-
-#: How much of a log file is read at a time.
-CHUNK = 1 << 20
 
 
 def check_patterns(files: object) -> tuple[str, ...]:
@@ -77,22 +74,14 @@ class Sent:
 
 def sha256_file(path: Path) -> str:
     """The sha256 of a file's bytes, read a chunk at a time."""
-    sha = hashlib.sha256()
     with open(path, "rb") as f:
-        while chunk := f.read(CHUNK):
-            sha.update(chunk)
-    return sha.hexdigest()
+        return digest(f).sha256
 
 
 def snapshot_file(path: Path, size: int, folder: str) -> tuple[Path, int, str]:
     """Copy the first ``size`` bytes of ``path`` (what it held when stat'ed) to ``folder``: the
     upload then reads a file nobody appends to, so its length and content agree."""
     copy = Path(folder) / path.name
-    sha = hashlib.sha256()
-    copied = 0
     with open(path, "rb") as src, open(copy, "wb") as dst:
-        while copied < size and (chunk := src.read(min(CHUNK, size - copied))):
-            sha.update(chunk)
-            dst.write(chunk)
-            copied += len(chunk)
-    return copy, copied, sha.hexdigest()
+        copied, sha256 = digest(src, into=dst, limit=size)
+    return copy, copied, sha256

@@ -16,10 +16,11 @@ from typing import Any
 
 from tracker_saver.core.errors import ConfigError
 from tracker_saver.core.naming import check_key, logs_prefix
-from tracker_saver.logs.files import CHUNK
+from tracker_saver.core.text import check_filters
 from tracker_saver.registry import Query, Registry
 from tracker_saver.registry.shared import shared_registry
 from tracker_saver.storage import Storage, open_storage
+from tracker_saver.storage.verify import digest
 
 __all__ = ["LogObject", "download_logs", "list_logs"]
 
@@ -44,6 +45,7 @@ def _run_storage(
     storage_options: Mapping[str, Any] | None,
 ) -> Storage:
     """The storage of the run's logs: ``output_uri``, else the one output_uri of the run's records."""
+    check_filters(project=project, run=run)
     options = dict(storage_options or {})
     opened: Registry | None = None
     if output_uri is None:
@@ -125,8 +127,7 @@ def download_logs(
         target = folder.joinpath(*relative.split("/"))
         target.parent.mkdir(parents=True, exist_ok=True)
         with _replacing(target) as out, storage.get(obj.key) as src:
-            while chunk := src.read(CHUNK):
-                out.write(chunk)
+            digest(src, into=out)  # the one streaming read (the store keeps no digest of a log to check)
         written.append(target)
     return sorted(written)
 

@@ -1,59 +1,133 @@
-"""Open the registry a user names: SQLite by default, ClearML or MLflow when asked."""
+"""Open the registry a user names: SQLite by default, ClearML or MLflow when asked, from one backend table.
+
+A registry spec is read once, by :func:`parse_registry`, into a :class:`RegistrySpec` (its
+kind and location); :func:`open_registry` opens it through :data:`BACKENDS` (kind → module,
+imported on first use, with the extra to install when it is missing), as fsspec's
+``known_implementations``. Every backend module has ``from_spec(location, *, timeout)``.
+"""
 
 from __future__ import annotations
 
+import difflib
+import importlib
 import os
+from dataclasses import dataclass
 from pathlib import Path
 
 from tracker_saver.core.errors import ConfigError, RegistryError
+from tracker_saver.core.extras import require
 from tracker_saver.core.outage import DEFAULT_TIMEOUT_S
 from tracker_saver.registry.base import Labels, Query, RecordStore, Registry, StreamClaims
 
 __all__ = [
+    "BACKENDS",
     "DEFAULT_REGISTRY",
     "NAME_IT",
+    "Backend",
     "Labels",
     "Query",
     "RecordStore",
     "Registry",
+    "RegistrySpec",
     "StreamClaims",
     "check_exists",
     "check_registry_path",
     "open_registry",
-    "sqlite_path",
+    "parse_registry",
 ]
 
 #: Where records live when neither an argument nor ``TRACKER_SAVER_REGISTRY`` says otherwise.
 DEFAULT_REGISTRY = "~/.tracker_saver/registry.db"
 
+#: The names a new SQLite registry file may end with (any existing file, or ``sqlite:///PATH``, is taken as named).
+SQLITE_SUFFIXES = (".db", ".sqlite", ".sqlite3")
 
-def sqlite_path(registry: str | os.PathLike[str] | None) -> str | None:
-    """The SQLite file a registry spec names (``None`` for ClearML); opens nothing.
 
-    Explicit argument > ``$TRACKER_SAVER_REGISTRY`` > ``~/.tracker_saver/registry.db``.
+@dataclass(frozen=True)
+class Backend:
+    """A registry backend: the module whose ``from_spec(location, *, timeout)`` opens it, and its extra."""
+
+    module: str
+    extra: str | None = None
+
+
+#: Registry kind → its backend, imported on first use.
+BACKENDS: dict[str, Backend] = {
+    "sqlite": Backend("tracker_saver.registry.sqlite"),
+    "clearml": Backend("tracker_saver.integrations.clearml.registry", extra="clearml"),
+    "mlflow": Backend("tracker_saver.integrations.mlflow.registry", extra="mlflow"),
+}
+
+
+@dataclass(frozen=True)
+class RegistrySpec:
+    """A registry as a user named it: its kind (a key of :data:`BACKENDS`) and its location.
+
+    ``location`` is the SQLite file (or ``":memory:"``), the ClearML project root, or the MLflow
+    tracking URI; ``None`` where the kind's default applies.
+    """
+
+    kind: str
+    location: str | None = None
+
+    @property
+    def key(self) -> str:
+        """One string per registry, e.g. ``sqlite:/home/me/r.db`` or ``mlflow:``: equal specs, equal keys."""
+        return f"{self.kind}:{self.location or ''}"
+
+
+def parse_registry(registry: str | os.PathLike[str] | None = None) -> RegistrySpec:
+    """Read a registry spec: explicit argument > ``$TRACKER_SAVER_REGISTRY`` > ``~/.tracker_saver/registry.db``.
+
+    ``"sqlite"`` is the environment's file if it names one, else the default file; a file path
+    or ``sqlite:///PATH``; ``":memory:"``; ``"clearml"`` or ``"clearml:ROOT"``; ``"mlflow"`` or
+    ``"mlflow:URI"``. Opens and creates nothing.
+
+    Raises:
+        ConfigError: an unknown scheme; a word one or two letters off a kind (``"mlfow"``: did you
+            mean ``mlflow``); a new file whose name does not end in ``.db``, ``.sqlite`` or
+            ``.sqlite3`` (write ``sqlite:///PATH`` to use such a name).
 
     Examples:
-        >>> sqlite_path("sqlite:////tmp/r.db"), sqlite_path("clearml"), sqlite_path(":memory:")
-        ('/tmp/r.db', None, ':memory:')
+        >>> parse_registry("sqlite:////tmp/r.db"), parse_registry("clearml:team")
+        (RegistrySpec(kind='sqlite', location='/tmp/r.db'), RegistrySpec(kind='clearml', location='team'))
+        >>> parse_registry("mlfow")
+        Traceback (most recent call last):
+        ...
+        tracker_saver.core.errors.ConfigError: registry 'mlfow' is neither a registry kind nor a registry file: did you mean 'mlflow'?
     """
     env = os.environ.get("TRACKER_SAVER_REGISTRY") or None
     spec = os.fspath(registry) if registry is not None else (env or DEFAULT_REGISTRY)
     if spec == "sqlite":  # "the SQLite registry": the environment's file if it names one
-        spec = env if env and env not in ("sqlite", "clearml", "mlflow") else DEFAULT_REGISTRY
-    if spec in ("clearml", "mlflow") or spec.startswith(("clearml:", "mlflow:")):
-        return None
-    if spec.startswith("sqlite:///"):
-        spec = spec[len("sqlite:///") :]  # sqlite:///rel/path or sqlite:////abs/path
-    elif "://" in spec:
+        spec = env if env and env not in BACKENDS else DEFAULT_REGISTRY
+    kind, colon, rest = spec.partition(":")
+    if kind in ("clearml", "mlflow"):
+        return RegistrySpec(kind, rest or None)
+    if spec == ":memory:":
+        return RegistrySpec("sqlite", spec)
+    if spec.startswith("sqlite:///"):  # sqlite:///rel/path or sqlite:////abs/path: any name, as asked
+        return RegistrySpec("sqlite", str(Path(spec[len("sqlite:///") :]).expanduser()))
+    if "://" in spec:
         raise ConfigError(
             f"registry {spec!r} is not understood: use 'sqlite', a file path, sqlite:///PATH, 'clearml' or "
             "'mlflow[:http://HOST:PORT]'"
         )
-    return spec if spec == ":memory:" else str(Path(spec).expanduser())
+    path = Path(spec).expanduser()
+    if not path.exists() and path.suffix.lower() not in SQLITE_SUFFIXES:
+        close = difflib.get_close_matches(spec.lower(), BACKENDS, n=1, cutoff=0.7)
+        if close:
+            raise ConfigError(
+                f"registry {spec!r} is neither a registry kind nor a registry file: did you mean {close[0]!r}?"
+            )
+        raise ConfigError(
+            f"registry {spec!r} names no registry file: a new SQLite registry's name ends in .db, .sqlite or .sqlite3 "
+            f"({spec.rstrip('/')}.db), or write sqlite:///{spec} to use this name"
+        )
+    return RegistrySpec("sqlite", str(path))
 
 
 def open_registry(
-    registry: str | os.PathLike[str] | Registry | None = None,
+    registry: str | os.PathLike[str] | RegistrySpec | Registry | None = None,
     *,
     timeout: float = DEFAULT_TIMEOUT_S,
     create: bool = True,
@@ -66,14 +140,17 @@ def open_registry(
             ``"clearml"`` (the current ClearML task's server; in ClearML's offline mode, the
             task's local journal, :mod:`tracker_saver.integrations.clearml.journal`), ``"clearml:ROOT"``
             (records' projects under the ClearML project ``ROOT``), ``"mlflow"`` (the tracking
-            server of ``$MLFLOW_TRACKING_URI``), ``"mlflow:http://HOST:PORT"``, or a ``Registry`` instance.
+            server of ``$MLFLOW_TRACKING_URI``), ``"mlflow:http://HOST:PORT"``, a spec
+            :func:`parse_registry` read, or a ``Registry`` instance.
         timeout: for a ClearML or MLflow registry, the seconds one call may wait on a server that
             stopped answering (SQLite is local: it has its own busy timeout).
         create: whether a SQLite file that does not exist yet is created. Readers pass
             ``False``: a mistyped path is then an error, not a new empty registry.
 
     Raises:
+        ConfigError: the spec is not understood (:func:`parse_registry`).
         RegistryError: ``create=False`` and there is no SQLite registry at the path.
+        ModuleNotFoundError: the backend's extra is not installed (the message says what to install).
 
     Examples:
         >>> open_registry(":memory:").uri
@@ -81,36 +158,14 @@ def open_registry(
     """
     if isinstance(registry, Registry):
         return registry
-    path = sqlite_path(registry)
-    spec = os.fspath(registry) if registry is not None else os.environ.get("TRACKER_SAVER_REGISTRY", "")
-    if path is None and (spec == "mlflow" or spec.startswith("mlflow:")):
-        return _open_mlflow(spec.partition(":")[2] or None, timeout=timeout)
-    if path is None:
-        try:
-            from tracker_saver.integrations.clearml.journal import offline_journal
-            from tracker_saver.integrations.clearml.registry import ClearMLRegistry
-        except ModuleNotFoundError as exc:
-            raise ModuleNotFoundError(
-                "registry='clearml' needs clearml: pip install 'clearml>=1.16,<3' (the clearml extra)"
-            ) from exc
-        if (journal := offline_journal()) is not None:  # ClearML offline mode: a local journal
-            return journal
-        root = spec.partition(":")[2] or None
-        return ClearMLRegistry(project_root=root, timeout=timeout)
-    check_exists(path, create=create)
-    from tracker_saver.registry.sqlite import SQLiteRegistry
-
-    return SQLiteRegistry(path)
-
-
-def _open_mlflow(uri: str | None, *, timeout: float) -> Registry:
-    try:
-        from tracker_saver.integrations.mlflow.registry import MLflowRegistry
-    except ModuleNotFoundError as exc:
-        raise ModuleNotFoundError(
-            "registry='mlflow' needs mlflow: pip install 'mlflow>=3.4,<4' (the mlflow extra)"
-        ) from exc
-    return MLflowRegistry(uri, timeout=timeout)
+    spec = registry if isinstance(registry, RegistrySpec) else parse_registry(registry)
+    if spec.kind == "sqlite":
+        check_exists(spec.location or "", create=create)
+    backend = BACKENDS[spec.kind]
+    if backend.extra is not None:
+        require(backend.extra, f"registry={spec.kind!r}")
+    opened: Registry = importlib.import_module(backend.module).from_spec(spec.location, timeout=timeout)
+    return opened
 
 
 #: How the error for a registry that does not exist says to name it, to a Python caller (the

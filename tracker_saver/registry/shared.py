@@ -7,7 +7,7 @@ import threading
 import weakref
 from collections import OrderedDict
 
-from tracker_saver.registry import check_exists, open_registry, sqlite_path
+from tracker_saver.registry import check_exists, open_registry, parse_registry
 from tracker_saver.registry.base import Registry
 
 __all__ = ["shared_registry"]
@@ -42,10 +42,10 @@ def shared_registry(registry: str | os.PathLike[str] | Registry | None = None, *
     """
     if isinstance(registry, Registry):
         return registry
-    path = sqlite_path(registry)
-    key = f"sqlite:{path}" if path is not None else f"clearml:{os.fspath(registry or '')}"
-    if path is not None:
-        check_exists(path, create=create)  # also when cached: the file may have been deleted since
+    spec = parse_registry(registry)
+    key = spec.key
+    if spec.kind == "sqlite":
+        check_exists(spec.location or "", create=create)  # also when cached: the file may have been deleted since
     with _lock:
         found = _cached(key)
         if found is not None:
@@ -55,7 +55,7 @@ def shared_registry(registry: str | os.PathLike[str] | Registry | None = None, *
         with _lock:
             found = _cached(key)
         if found is None:
-            found = open_registry(registry)
+            found = open_registry(registry, create=create)
             with _lock:
                 _keep(key, found)
     return found

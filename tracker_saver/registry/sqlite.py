@@ -8,6 +8,8 @@ the checks of a registry path before anything is created are
 
 from __future__ import annotations
 
+import contextlib
+import os
 import sqlite3
 import time
 from collections.abc import Iterable, Sequence
@@ -30,10 +32,10 @@ from tracker_saver.registry.sqlite_check import check_registry_path
 from tracker_saver.registry.sqlite_connection import SQLiteConnection
 from tracker_saver.registry.sqlite_query import COLUMNS, LOADABLE_SQL, count_sql, encode_row, select_sql
 
-__all__ = ["SQLiteRegistry", "check_registry_path"]
+__all__ = ["SQLiteRegistry", "check_registry_path", "from_spec"]
 
 
-class SQLiteRegistry(SQLiteConnection, Registry):
+class SQLiteRegistry(Registry):
     """Records in one SQLite file, safe for several processes writing at once.
 
     Args:
@@ -46,6 +48,18 @@ class SQLiteRegistry(SQLiteConnection, Registry):
         []
     """
 
+    def __init__(self, path: str | os.PathLike[str], *, timeout: float = 30.0) -> None:
+        self._db = SQLiteConnection(path, timeout=timeout)
+        self.path = self._db.path
+        self.uri = self._db.uri
+
+    def atomic(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
+        """One transaction around several writes (a bulk import): all of them, or none."""
+        return self._db.atomic()
+
+    def close(self) -> None:
+        self._db.close()
+
     def _load(self, rows: list[sqlite3.Row]) -> list[Record]:
         """Records of ``rows`` with metadata, tags and aliases: a few queries per 500 rows, never one per row."""
         if not rows:
@@ -57,11 +71,13 @@ class SQLiteRegistry(SQLiteConnection, Registry):
         for start in range(0, len(ids), 500):
             chunk = ids[start : start + 500]
             marks = ",".join("?" * len(chunk))
-            for m in self._read(f"SELECT record_id, key, type, text FROM metadata WHERE record_id IN ({marks})", chunk):
+            for m in self._db.read(
+                f"SELECT record_id, key, type, text FROM metadata WHERE record_id IN ({marks})", chunk
+            ):
                 meta[m["record_id"]][m["key"]] = decode_value(m["type"], m["text"])
-            for t in self._read(f"SELECT record_id, tag FROM tags WHERE record_id IN ({marks}) ORDER BY tag", chunk):
+            for t in self._db.read(f"SELECT record_id, tag FROM tags WHERE record_id IN ({marks}) ORDER BY tag", chunk):
                 tags[t["record_id"]].append(t["tag"])
-            for a in self._read(f"SELECT record_id, alias FROM aliases WHERE record_id IN ({marks})", chunk):
+            for a in self._db.read(f"SELECT record_id, alias FROM aliases WHERE record_id IN ({marks})", chunk):
                 user.setdefault(str(a["record_id"]), []).append(a["alias"])
         for row in rows:
             columns = {"slot": row["slot"], "created_at": row["created_at"]}
@@ -100,7 +116,7 @@ class SQLiteRegistry(SQLiteConnection, Registry):
         for start in range(0, len(streams), 300):
             chunk = streams[start : start + 300]
             values = ",".join("(?, ?, ?)" for _ in chunk)
-            rows = self._read(
+            rows = self._db.read(
                 "SELECT r.id, r.output_uri, r.project, r.run, r.stream, r.created_at, m.num AS score"
                 " FROM records r LEFT JOIN metadata m ON m.record_id = r.id AND m.key = 'score'"
                 " AND m.type IN ('int', 'float')"
@@ -137,7 +153,7 @@ class SQLiteRegistry(SQLiteConnection, Registry):
 
     def create_pending(self, info: UploadInfo, *, uri: str) -> Record:
         now = time.time()
-        with self.atomic() as conn:
+        with self._db.atomic() as conn:
             cur = conn.execute(
                 "INSERT INTO records (project, run, stream, filename, name, state, slot, key, uri, output_uri,"
                 " created_at, updated_at) VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?)",
@@ -164,7 +180,7 @@ class SQLiteRegistry(SQLiteConnection, Registry):
         self, record_id: str, *, sha256: str, size: int, metadata: dict[str, MetaValue] | None = None
     ) -> Record:
         rid = self._id(record_id)
-        with self.atomic() as conn:
+        with self._db.atomic() as conn:
             row = conn.execute("SELECT state, uri FROM records WHERE id = ?", (rid,)).fetchone()
             if row is None:
                 raise self._missing(record_id)
@@ -181,7 +197,7 @@ class SQLiteRegistry(SQLiteConnection, Registry):
 
     def supersede(self, record_id: str, *, sha256: str, size: int, replaces: str | None) -> None:
         rid = self._id(record_id)
-        with self.atomic() as conn:
+        with self._db.atomic() as conn:
             done = conn.execute(
                 "UPDATE records SET sha256 = ?, size = ?, updated_at = ? WHERE id = ? AND state = 'pending'",
                 (sha256, size, time.time(), rid),
@@ -214,13 +230,13 @@ class SQLiteRegistry(SQLiteConnection, Registry):
         return Holder(token=row[0], host=row[1], pid=row[2], started=row[3], since=row[4], command=row[5]), row[6]
 
     def holder(self, stream: StreamId) -> Holder | None:
-        with self.atomic() as conn:
+        with self._db.atomic() as conn:
             found = self._claim_row(conn, stream)
         return found[0] if found is not None and is_alive(found[0], heartbeat=found[1]) else None
 
     def claim(self, stream: StreamId, holder: Holder) -> None:
         key = (stream.output_uri, stream.project, stream.run, stream.stream)
-        with self.atomic() as conn:
+        with self._db.atomic() as conn:
             found = self._claim_row(conn, stream)
             if found is not None and found[0].token != holder.token and is_alive(found[0], heartbeat=found[1]):
                 raise busy(stream, found[0])
@@ -239,7 +255,7 @@ class SQLiteRegistry(SQLiteConnection, Registry):
             )
 
     def release(self, stream: StreamId, holder: Holder) -> None:
-        with self.atomic() as conn:
+        with self._db.atomic() as conn:
             conn.execute(
                 "DELETE FROM claims WHERE output_uri = ? AND project = ? AND run = ? AND stream = ? AND token = ?",
                 (stream.output_uri, stream.project, stream.run, stream.stream, holder.token),
@@ -249,7 +265,7 @@ class SQLiteRegistry(SQLiteConnection, Registry):
         self, record_id: str, state: RecordState, *, expected: Sequence[RecordState], error: str | None = None
     ) -> Record:
         rid = self._id(record_id)
-        with self.atomic() as conn:
+        with self._db.atomic() as conn:
             row = conn.execute("SELECT state FROM records WHERE id = ?", (rid,)).fetchone()
             if row is None:
                 raise self._missing(record_id)
@@ -267,7 +283,7 @@ class SQLiteRegistry(SQLiteConnection, Registry):
 
     def rename(self, record_id: str, name: str) -> Record:
         check_display_name(record_id, name)
-        with self.atomic() as conn:
+        with self._db.atomic() as conn:
             if (
                 conn.execute(
                     "UPDATE records SET name = ?, updated_at = ? WHERE id = ?", (name, time.time(), self._id(record_id))
@@ -280,21 +296,21 @@ class SQLiteRegistry(SQLiteConnection, Registry):
     def add_tags(self, record_id: str, tags: Iterable[str]) -> Record:
         rid = self._id(record_id)
         self.get(record_id)
-        with self.atomic() as conn:
+        with self._db.atomic() as conn:
             conn.executemany("INSERT OR IGNORE INTO tags VALUES (?, ?)", [(rid, str(t)) for t in tags])
         return self.get(record_id)
 
     def remove_tags(self, record_id: str, tags: Iterable[str]) -> Record:
         rid = self._id(record_id)
         self.get(record_id)
-        with self.atomic() as conn:
+        with self._db.atomic() as conn:
             conn.executemany("DELETE FROM tags WHERE record_id = ? AND tag = ?", [(rid, str(t)) for t in tags])
         return self.get(record_id)
 
     def set_alias(self, record_id: str, alias: str) -> Record:
         check_alias(alias)
         rid = self._id(record_id)
-        with self.atomic() as conn:
+        with self._db.atomic() as conn:
             row = conn.execute("SELECT project, state FROM records WHERE id = ?", (rid,)).fetchone()
             if row is None:
                 raise self._missing(record_id)
@@ -311,7 +327,7 @@ class SQLiteRegistry(SQLiteConnection, Registry):
         return self.get(record_id)
 
     def remove_alias(self, project: str, alias: str) -> None:
-        with self.atomic() as conn:
+        with self._db.atomic() as conn:
             done = conn.execute("DELETE FROM aliases WHERE project = ? AND alias = ?", (project, alias))
         if done.rowcount == 0:
             raise RecordNotFoundError(
@@ -321,7 +337,7 @@ class SQLiteRegistry(SQLiteConnection, Registry):
 
     def create_pinned(self, info: UploadInfo, *, uri: str, sha256: str, size: int) -> Record:
         now = time.time()
-        with self.atomic() as conn:
+        with self._db.atomic() as conn:
             cur = conn.execute(
                 "INSERT INTO records (project, run, stream, filename, name, state, slot, key, uri, output_uri,"
                 " sha256, size, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 'pinned', NULL, ?, ?, ?, ?, ?, ?, ?)",
@@ -335,7 +351,7 @@ class SQLiteRegistry(SQLiteConnection, Registry):
 
     def delete_pinned(self, record_id: str) -> None:
         rid = self._id(record_id)
-        with self.atomic() as conn:
+        with self._db.atomic() as conn:
             row = conn.execute("SELECT state FROM records WHERE id = ?", (rid,)).fetchone()
             if row is None:
                 raise self._missing(record_id)
@@ -348,7 +364,7 @@ class SQLiteRegistry(SQLiteConnection, Registry):
             conn.execute("DELETE FROM records WHERE id = ? AND state = 'pinned'", (rid,))
 
     def get(self, record_id: str) -> Record:
-        records = self._load(self._read("SELECT * FROM records WHERE id = ?", (self._id(record_id),)))
+        records = self._load(self._db.read("SELECT * FROM records WHERE id = ?", (self._id(record_id),)))
         if not records:
             raise self._missing(record_id)
         return records[0]
@@ -360,13 +376,18 @@ class SQLiteRegistry(SQLiteConnection, Registry):
         )
 
     def query(self, query: Query) -> list[Record]:
-        return self._load(self._read(*select_sql(query)))
+        return self._load(self._db.read(*select_sql(query)))
 
     def count(self, query: Query) -> int:
-        return int(self._read(*count_sql(query))[0][0])
+        return int(self._db.read(*count_sql(query))[0][0])
 
     def metadata_keys(self) -> set[str]:
         # One pass over the metadata index (key first), reading no record; the keys kept as
         # columns are every record's.
-        keys = {row[0] for row in self._read("SELECT DISTINCT key FROM metadata", ())}
-        return keys | set(COLUMNS) if self._read("SELECT 1 FROM records LIMIT 1", ()) else keys
+        keys = {row[0] for row in self._db.read("SELECT DISTINCT key FROM metadata", ())}
+        return keys | set(COLUMNS) if self._db.read("SELECT 1 FROM records LIMIT 1", ()) else keys
+
+
+def from_spec(path: str | None, *, timeout: float) -> SQLiteRegistry:
+    """``registry=PATH``: the SQLite file (``timeout`` bounds a network wait; SQLite keeps its own busy timeout)."""
+    return SQLiteRegistry(path or ":memory:")

@@ -1,6 +1,6 @@
 """The SQLite registry's connection: WAL, busy timeout, numbered migrations, ``atomic()`` transactions.
 
-:class:`SQLiteConnection` is the base of :class:`tracker_saver.registry.sqlite.SQLiteRegistry`:
+:class:`tracker_saver.registry.sqlite.SQLiteRegistry` holds one :class:`SQLiteConnection`:
 it opens the file, runs the migrations, and is the one place where ``sqlite3`` errors become
 ``RegistryError``. The records, their states, tags, aliases and claims are the registry's.
 """
@@ -37,6 +37,10 @@ def _wal(conn: sqlite3.Connection, timeout: float) -> None:
             time.sleep(0.05)
 
 
+def _text(data: bytes) -> str:
+    return data.decode("utf-8", "backslashreplace")
+
+
 class SQLiteConnection:
     """One SQLite file opened for a registry, safe for several processes writing at once.
 
@@ -49,7 +53,7 @@ class SQLiteConnection:
         if text != ":memory:":
             target = Path(text).expanduser()
             try:
-                target.parent.mkdir(parents=True, exist_ok=True)
+                target.parent.mkdir(exist_ok=True)  # its own folder only: check_registry_path
             except OSError as exc:
                 raise ConfigError(
                     f"registry folder {str(target.parent)!r} cannot be created ({exc.strerror}): "
@@ -64,6 +68,9 @@ class SQLiteConnection:
             # isolation_level=None: we issue BEGIN IMMEDIATE ourselves, so a transaction takes
             # the write lock up front and the busy timeout applies instead of a deadlock.
             self._conn = sqlite3.connect(text, timeout=timeout, isolation_level=None, check_same_thread=False)
+            # Another program may have stored bytes that are not UTF-8: read them shown escaped
+            # (``\xff``, as core.text.escape shows other refused text) rather than fail every query.
+            self._conn.text_factory = _text
             if text != ":memory:":
                 _wal(self._conn, timeout)
                 self._conn.execute("PRAGMA synchronous = FULL")
@@ -114,7 +121,8 @@ class SQLiteConnection:
             )
         return RegistryError(f"registry {self.uri!r}: {text}")
 
-    def _read(self, sql: str, args: Sequence[Any]) -> list[sqlite3.Row]:
+    def read(self, sql: str, args: Sequence[Any]) -> list[sqlite3.Row]:
+        """The rows of one read-only statement (outside any transaction of another thread)."""
         with self._lock:
             try:
                 cur = self._conn.execute(sql, args)

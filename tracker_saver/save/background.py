@@ -54,7 +54,7 @@ class Background:
 
     Args:
         max_pending: heavy operations (those holding a snapshot) queued or running before
-            ``submit`` waits.
+            ``reserve`` waits (``submit`` never waits).
         name: the thread's name.
 
     Examples:

@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Protocol
+from collections.abc import Callable, Iterable
+from typing import Any, Protocol
 
-from tracker_saver.core.errors import CallbackError, ConfigTypeError, TrackerSaverError
+from tracker_saver.core.errors import CallbackError, ConfigError, ConfigTypeError, TrackerSaverError
 from tracker_saver.core.records import TIMING_KEYS, UploadInfo
 
 __all__ = ["CallbackChain", "PostUploadCallback", "PreUploadCallback"]
@@ -21,6 +21,17 @@ class PostUploadCallback(Protocol):
     """Called after the bytes are complete, before the record is committed live."""
 
     def __call__(self, info: UploadInfo) -> None: ...
+
+
+def _listed(what: str, callbacks: object) -> list[Any]:
+    """``callbacks`` as a list: ``None`` is none (as Ignite's optional arguments); one callable is an error."""
+    if callbacks is None:
+        return []
+    if callable(callbacks) or isinstance(callbacks, (str, bytes)) or not isinstance(callbacks, Iterable):
+        raise ConfigTypeError(
+            f"{what}={callbacks!r} is not a list of callbacks: pass a list, {what}=[callback], or None for none"
+        )
+    return list(callbacks)
 
 
 def _label(callback: Callable[..., object]) -> str:
@@ -44,9 +55,15 @@ class CallbackChain:
         ['baseline']
     """
 
-    def __init__(self) -> None:
+    def __init__(
+        self, pre: Iterable[PreUploadCallback] | None = None, post: Iterable[PostUploadCallback] | None = None
+    ) -> None:
         self._pre: list[PreUploadCallback] = []
         self._post: list[PostUploadCallback] = []
+        for callback in _listed("pre_upload", pre):
+            self.add_pre(callback)
+        for callback in _listed("post_upload", post):
+            self.add_post(callback)
 
     def add_pre(self, callback: PreUploadCallback) -> None:
         """Add a pre-upload callback."""
@@ -100,10 +117,19 @@ class CallbackChain:
                     f"{owned['filename']!r}: the saver records there what each save cost "
                     "(tracker_saver.core.timings); give your key another name"
                 )
+        if current is not None:
+            current.check_labels()  # the text rule, before anything is written
         return current
 
     def run_post(self, info: UploadInfo) -> None:
-        """Run the post-upload chain."""
+        """Run the post-upload chain.
+
+        Raises:
+            CallbackError: a callback raised, or left a name, tags or metadata that cannot be
+                recorded (``UploadInfo.check_labels``); those are then put back as they were, so
+                the record still becomes live with what the pre-upload chain gave it.
+        """
+        kept = (info.name, list(info.tags), dict(info.metadata))
         for callback in self._post:
             try:
                 callback(info)
@@ -113,3 +139,8 @@ class CallbackChain:
                 raise CallbackError(
                     f"post-upload callback {_label(callback)} raised on {info.filename!r}: {exc!r}"
                 ) from exc
+        try:
+            info.check_labels()
+        except ConfigError as exc:
+            info.name, info.tags, info.metadata = kept
+            raise CallbackError(f"a post-upload callback left {exc}; the record keeps its earlier labels") from exc

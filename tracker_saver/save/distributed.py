@@ -11,7 +11,6 @@ in the next collective while rank 0 unwinds. See docs/ddp.md.
 from __future__ import annotations
 
 import json
-import os
 from collections.abc import Callable
 
 import ignite.distributed as idist
@@ -20,7 +19,7 @@ from tracker_saver.core import errors
 from tracker_saver.core.errors import ConfigError, RegistryError, TrackerSaverError
 from tracker_saver.core.masking import strip_userinfo
 from tracker_saver.core.outage import DEFAULT_TIMEOUT_S
-from tracker_saver.registry import Registry, open_registry
+from tracker_saver.registry import Registry, RegistrySpec, open_registry
 
 __all__ = ["check_save_on_rank", "open_for_reading", "peer_error", "share_outcome"]
 
@@ -116,7 +115,7 @@ def peer_error(kind: str, message: str, *, src: int, what: str) -> TrackerSaverE
     return TrackerSaverError(text)
 
 
-def open_for_reading(registry: str | os.PathLike[str] | None, *, timeout: float = DEFAULT_TIMEOUT_S) -> Registry:
+def open_for_reading(registry: RegistrySpec | None, *, timeout: float = DEFAULT_TIMEOUT_S) -> Registry:
     """Open, on a rank that does not save, the registry that the saving rank created.
 
     Never creates one (``open_registry(..., create=False)``): a missing SQLite file is a

@@ -25,6 +25,7 @@ import torch
 
 from tracker_saver.core.masking import strip_userinfo
 from tracker_saver.core.records import MetaValue
+from tracker_saver.core.text import escape
 
 _log = logging.getLogger(__name__)
 
@@ -168,7 +169,7 @@ def lineage(argv: Sequence[str] | None = None) -> dict[str, MetaValue]:
     facts: dict[str, MetaValue] = {**git_state(_script_folder(argv))}
     facts.update(
         host=socket.gethostname(),
-        command=mask_command(argv),
+        command=escape(mask_command(argv)),  # a control character typed in argv must not fail every save
         python=platform.python_version(),
         torch=str(torch.__version__),
         ignite=str(ignite.__version__),

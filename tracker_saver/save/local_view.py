@@ -21,21 +21,17 @@ import contextlib
 import hashlib
 import logging
 import os
-import sys
 import tempfile
 import uuid
-from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
-from tracker_saver.core.errors import ConfigError, IntegrityError, StorageError
+from tracker_saver.core.errors import ConfigError, StorageError
 from tracker_saver.core.naming import key_ext, run_prefix, safe_filename
 from tracker_saver.core.records import Record
-from tracker_saver.core.wording import plural
-from tracker_saver.storage.base import Storage, sha256_of
-from tracker_saver.storage.local import file_mode
+from tracker_saver.storage.base import Storage
+from tracker_saver.storage.verify import Digest, copy_checked, digest
 
-__all__ = ["LocalView", "copy_verified", "default_dirname"]
+__all__ = ["LocalView", "default_dirname"]
 
 log = logging.getLogger(__name__)
 
@@ -43,59 +39,19 @@ log = logging.getLogger(__name__)
 _NAME_MAX = 255
 
 
-@contextlib.contextmanager
-def _progress(label: str, total: int | None) -> Iterator[Any]:
-    """A tqdm bar on stderr when it is a terminal, else an object whose ``update`` does nothing."""
-    from tqdm import tqdm
-
-    with tqdm(
-        total=total, desc=label, unit="B", unit_scale=True, unit_divisor=1024, disable=not sys.stderr.isatty()
-    ) as bar:
-        yield bar
-
-
-def copy_verified(storage: Storage, record: Record, target: Path) -> Path:
-    """Copy ``record``'s object from ``storage`` to ``target``, checking size and sha256 as it streams.
-
-    The bytes go to a temp file next to ``target``, renamed into place only once they match the
-    record (mode as ``open()`` would give): nothing half-written or wrong is left at ``target``.
-
-    Raises:
-        ConfigError: ``target``'s folder cannot be written.
-        IntegrityError: the object differs from the record (nothing is written).
-        StorageError: the object cannot be read.
-    """
+def _copy(storage: Storage, record: Record, target: Path) -> Path:
+    """``record``'s object copied to ``target`` once its size and sha256 match (nothing written otherwise)."""
     assert record.key is not None
-    try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=target.parent, prefix=".tmp-" + target.name[:100] + ".")
-    except OSError as exc:
-        raise ConfigError(f"cannot write {str(target)!r} ({exc.strerror}): pass a writable destination") from exc
-    try:
-        sha, size = hashlib.sha256(), 0
-        with os.fdopen(fd, "wb") as out, storage.get(record.key) as src, _progress(record.name, record.size) as bar:
-            os.fchmod(fd, file_mode())
-            while chunk := src.read(1 << 20):
-                sha.update(chunk)
-                out.write(chunk)
-                size += len(chunk)
-                bar.update(len(chunk))
-            out.flush()
-            os.fsync(out.fileno())
-        if size != record.size or sha.hexdigest() != record.sha256:
-            raise IntegrityError(
-                f"record {record.id} ({record.name!r}): {record.uri} has {plural(size, 'byte')} with sha256 "
-                f"{sha.hexdigest()[:12]}…, the record says {plural(record.size or 0, 'byte')}, {str(record.sha256)[:12]}…: "
-                "the object was probably overwritten or corrupted; nothing was written; download another record",
-                key=record.key,
-                record_id=record.id,
-            )
-        os.replace(tmp, target)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    return target
+    with storage.get(record.key) as src:
+        return copy_checked(
+            src, target, _expected(record), what=f"record {record.id} ({record.name!r}): {record.uri}",
+            fix="the object was probably overwritten or corrupted; nothing was written", label=record.name,
+            key=record.key, record_id=record.id,
+        )  # fmt: skip
+
+
+def _expected(record: Record) -> Digest:
+    return Digest(record.size or 0, record.sha256 or "")
 
 
 def default_dirname(output_uri: str, project: str, run: str) -> Path:
@@ -188,14 +144,14 @@ class LocalView:
         """
         path = self.path(record.filename)
         with contextlib.suppress(FileNotFoundError), open(path, "rb") as f:
-            if sha256_of(f) == (record.size, record.sha256):
+            if digest(f) == _expected(record):
                 return path
         self._place(record)
         with open(path, "rb") as f:  # a hard link is the slot file itself: check it as a download is
-            matches = sha256_of(f) == (record.size, record.sha256)
+            matches = digest(f) == _expected(record)
         if not matches:
             path.unlink()
-            return copy_verified(self.storage, record, path)  # raises IntegrityError, writes nothing
+            return _copy(self.storage, record, path)  # raises IntegrityError, writes nothing
         return path
 
     def _place(self, record: Record, *, copy: bool = True) -> None:
@@ -213,7 +169,7 @@ class LocalView:
         root = self.storage.local_root
         if root is None:
             if copy:
-                copy_verified(self.storage, record, path)
+                _copy(self.storage, record, path)
             return
         tmp = path.with_name(f".tmp-{path.name[:100]}.{uuid.uuid4().hex[:12]}")
         with contextlib.suppress(FileNotFoundError):
@@ -222,7 +178,7 @@ class LocalView:
             os.link(root / record.key, tmp)
         except OSError:  # another file system, or links refused: a verified copy, if asked for
             if copy:
-                copy_verified(self.storage, record, path)
+                _copy(self.storage, record, path)
             return
         os.replace(tmp, path)
 

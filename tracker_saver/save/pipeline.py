@@ -14,7 +14,6 @@ import contextlib
 import errno
 import inspect
 import logging
-import re
 import threading
 import time
 from collections.abc import Iterator, Mapping
@@ -32,7 +31,7 @@ from tracker_saver.core.errors import (
     StreamBusyError,
     TrackerSaverError,
 )
-from tracker_saver.core.naming import key_ext, key_segment, run_prefix, slot_key
+from tracker_saver.core.naming import key_ext, run_prefix, slot_key
 from tracker_saver.core.records import LOADABLE, Record, RecordState, StreamId, UploadInfo
 from tracker_saver.core.timings import SaveClock
 from tracker_saver.registry.base import Query, Registry, stream_query
@@ -40,7 +39,7 @@ from tracker_saver.save.callbacks import CallbackChain
 from tracker_saver.save.hashing import HashingWriter, hash_alongside
 from tracker_saver.save.local_view import LocalView
 from tracker_saver.save.memory import StableMemory
-from tracker_saver.save.recovery import Action, recover_slot, recover_stream
+from tracker_saver.save.recovery import Action, leftovers, owner_of, recover_slot, recover_stream
 from tracker_saver.save.slots import Choice, SlotAllocator
 from tracker_saver.storage.base import StagedWrite, Storage
 
@@ -159,11 +158,9 @@ class Pipeline:
                 # outage or a kill left (a retried CreateMultipartUpload the server ran late, say).
                 for action in recover_stream(self.storage, self.registry, stream):
                     log.warning("%s: %s", stream.label, action)
-                prefix = f"{run_prefix(stream.project, stream.run)}{key_segment(stream.stream)}.slot"
-                for item in self.storage.staged(prefix):
-                    if re.fullmatch(r"\d+\.\w+", item.key[len(prefix) :]):  # not the stream "<name>.slot…"'s
-                        self.storage.abort_staged(item)
-                        log.warning("%s: removed unfinished write %s", stream.label, item.ref)
+                for item in leftovers(self.storage, stream):
+                    self.storage.abort_staged(item)
+                    log.warning("%s: removed unfinished write %s", stream.label, item.ref)
                 self.slots.load(stream, self.registry.query(stream_query(stream, states=LOADABLE)))
 
     def recover(self, project: str, run: str) -> list[Action]:
@@ -175,12 +172,11 @@ class Pipeline:
         """
         query = Query(output_uri=self.storage.uri, project=project, run=run, states=(RecordState.PENDING,))
         streams = {r.stream_id for r in self.registry.query(query)}
-        leftovers = self.storage.staged(run_prefix(project, run))
-        owner: dict[str, StreamId] = {}
-        if leftovers:  # every staged write has a record with its slot key (step 4 comes first)
+        if unfinished := self.storage.staged(run_prefix(project, run)):
+            # every staged write has a record of its stream (step 4 comes first)
             everything = self.registry.query(Query(output_uri=self.storage.uri, project=project, run=run))
-            owner = {r.key: r.stream_id for r in everything if r.key}
-            streams |= {owner[item.key] for item in leftovers if item.key in owner}
+            known = {r.stream_id for r in everything}
+            streams |= {s for item in unfinished if (s := owner_of(item.key, known)) is not None}
         actions: list[Action] = []
         for stream in sorted(streams, key=lambda s: s.stream):
             try:
@@ -189,10 +185,9 @@ class Pipeline:
                 continue
             try:
                 actions += recover_stream(self.storage, self.registry, stream)
-                for item in leftovers:
-                    if owner.get(item.key) == stream:  # we hold the claim: no one else writes it
-                        self.storage.abort_staged(item)
-                        log.warning("start-up recovery in %s: removed unfinished write %s", stream.label, item.ref)
+                for item in leftovers(self.storage, stream):  # we hold the claim: no one else writes it
+                    self.storage.abort_staged(item)
+                    log.warning("start-up recovery in %s: removed unfinished write %s", stream.label, item.ref)
             finally:
                 with self._lock:
                     self.registry.release(stream, self.holder)

@@ -16,13 +16,15 @@ after a failed save in this process, so no live record ever points at other byte
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass
 
+from tracker_saver.core.naming import parse_slot_key, stream_path
 from tracker_saver.core.records import LOADABLE, Record, RecordState, StreamId
 from tracker_saver.registry.base import Registry, stream_query
-from tracker_saver.storage.base import Storage
+from tracker_saver.storage.base import Staged, Storage
 
-__all__ = ["Action", "plan_slot", "recover_slot", "recover_stream"]
+__all__ = ["Action", "leftovers", "owner_of", "plan_slot", "recover_slot", "recover_stream"]
 
 
 @dataclass(frozen=True)
@@ -36,6 +38,28 @@ class Action:
 
     def __str__(self) -> str:
         return f"{self.change} record {self.record_id} ({self.filename!r}, slot {self.slot})"
+
+
+def owner_of(key: str, streams: Iterable[StreamId]) -> StreamId | None:
+    """The stream among ``streams`` whose slot ``key`` is, by the one reading of a slot key; ``None`` if none.
+
+    A stream named ``"a.slot1.pt"`` does not own the keys of a stream ``"a"``, nor the other way round.
+    """
+    parsed = parse_slot_key(key)
+    if parsed is None:
+        return None
+    return next((s for s in streams if stream_path(s.project, s.run, s.stream) == parsed.stream_path), None)
+
+
+def leftovers(storage: Storage, stream: StreamId, slot: int | None = None) -> list[Staged]:
+    """The unfinished writes (temp files, open multipart uploads) to ``stream``'s slots, or to one ``slot``."""
+    path = stream_path(stream.project, stream.run, stream.stream)
+    found = []
+    for item in storage.staged(path + ".slot"):
+        parsed = parse_slot_key(item.key)
+        if parsed is not None and parsed.stream_path == path and slot in (None, parsed.slot):
+            found.append(item)
+    return found
 
 
 def recover_stream(
@@ -63,9 +87,8 @@ def recover_slot(
             registry.restore(record.id, restored)
         else:
             registry.fail(record.id, "its bytes never reached the slot (settled by recovery)")
-    key = next((r.key for r in records if r.key), None)
-    if key is not None:
-        storage.discard_staged(key)  # we hold the claim: nothing else writes the slot
+    for item in leftovers(storage, stream, slot):  # we hold the claim: nothing else writes the slot
+        storage.abort_staged(item)
     return [Action(record.id, record.filename, slot, change) for record, change in plan]
 
 

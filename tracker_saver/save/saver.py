@@ -16,7 +16,7 @@ from tracker_saver.core.errors import ConfigError, SerializationError
 from tracker_saver.core.outage import DEFAULT_TIMEOUT_S
 from tracker_saver.core.records import LOADABLE, MetaValue, Record, RecordState, StreamId, UploadInfo
 from tracker_saver.core.timings import SaveClock
-from tracker_saver.registry import Query, Registry, check_registry_path, open_registry, sqlite_path
+from tracker_saver.registry import Query, Registry, RegistrySpec, check_registry_path, open_registry
 from tracker_saver.registry.base import RunContext
 from tracker_saver.save import preemption
 from tracker_saver.save.background import Background
@@ -35,6 +35,10 @@ __all__ = ["RunContext", "TrackerSaver"]
 class TrackerSaver(DiskSaver):
     """Save Ignite checkpoints to cycled slot keys at ``output_uri`` and record each one.
 
+    It is a ``DiskSaver`` because Ignite treats one specially: ``Checkpoint.last_checkpoint`` and
+    ``Checkpoint.reload_objects`` look for ``save_handler.dirname / filename`` only when the handler
+    is a ``DiskSaver``, so each live checkpoint also appears in ``dirname`` (see ``dirname`` below).
+
     Every checkpoint becomes a record named by Ignite's semantic filename, with typed metadata
     (global_step, score, priority, slot, sha256, …). Its bytes go to
     ``<output_uri>/<project>/<run>/<basename>.slot<k><ext>``, so a stream never holds more than
@@ -51,8 +55,9 @@ class TrackerSaver(DiskSaver):
         registry: ``None`` (``$TRACKER_SAVER_REGISTRY`` or ``~/.tracker_saver/registry.db``),
             a SQLite path, ``"clearml"``, or a ``Registry``.
         storage_options: options for the storage backend (S3: ``endpoint_url``, ``profile``, …).
-        pre_upload: callbacks run after the slot allocator; see :class:`CallbackChain`.
-        post_upload: callbacks run once the bytes are complete, before the record is live.
+        pre_upload: a list of callbacks run after the slot allocator (``None``: none); see
+            :class:`CallbackChain`.
+        post_upload: a list of callbacks run once the bytes are complete, before the record is live.
         save_on_rank: in distributed training, the rank that serializes, uploads and registers
             (like Ignite's ``DiskSaver``). The others open no registry and no storage, and do
             no I/O; construction, each save and :meth:`flush` are collectives that raise the
@@ -112,8 +117,8 @@ class TrackerSaver(DiskSaver):
         run: str | None = None,
         registry: str | os.PathLike[str] | Registry | None = None,
         storage_options: Mapping[str, Any] | None = None,
-        pre_upload: Iterable[PreUploadCallback] = (),
-        post_upload: Iterable[PostUploadCallback] = (),
+        pre_upload: Iterable[PreUploadCallback] | None = None,
+        post_upload: Iterable[PostUploadCallback] | None = None,
         save_on_rank: int = 0,
         async_upload: bool = False,
         max_pending: int = 1,
@@ -123,43 +128,41 @@ class TrackerSaver(DiskSaver):
         save_kwargs: Mapping[str, Any] | None = None,
     ) -> None:
         self.kwargs = check_save_kwargs(save_kwargs)
+        self.callbacks = CallbackChain(pre_upload, post_upload)
         timeout = check_options(max_pending=max_pending, timeout=timeout, lineage=lineage)
         self.save_on_rank = check_save_on_rank(save_on_rank)
         # The world is fixed here: a saver made before the process group would think every rank saves.
         self._world_size = idist.get_world_size()
         self._saving = self._world_size <= 1 or idist.get_rank() == self.save_on_rank
-        opened, db_path, self.project, self.run, self.storage = open_targets(
+        opened, spec, self.project, self.run, self.storage = open_targets(
             registry, project=project, run=run, output_uri=output_uri, storage_options=storage_options, timeout=timeout
         )
         folder = Path(dirname).expanduser() if dirname else default_dirname(self.storage.uri, self.project, self.run)
         self._view = LocalView(folder.absolute(), self.storage, copies=bool(dirname) or self._COPY_TO_DIRNAME)
-        self.dirname = self._view.folder  # Ignite's DiskSaver attribute: last_checkpoint is dirname / filename
-        self._atomic = True  # DiskSaver's: every write is atomic
-        self._registry_spec = None if isinstance(registry, Registry) else registry  # an instance is `opened`
+        # Not DiskSaver.__init__: it makes `dirname` at once (before our checks), raising a bare ValueError on the
+        # saving rank only. Ignite reads `dirname` alone; `save_on_rank` and `kwargs` above are DiskSaver's others.
+        self.dirname = self._view.folder
+        self._registry_spec = spec  # None: an instance or a tracker's registry, `opened`
         self._registry: Registry | None = opened
         self._timeout = timeout
         self._background: Background | None = None
         self._async = async_upload
         self._buffers = BufferPool()
-        self.callbacks = CallbackChain()
-        for pre in pre_upload:
-            self.callbacks.add_pre(pre)
-        for post in post_upload:
-            self.callbacks.add_post(post)
         self._holder = new_holder(self)
         self._pipeline: Pipeline | None = None
         self._removed: BaseException | None = None  # a distributed remove's error, raised by the save after it
         self._lineage: dict[str, MetaValue] = compute_lineage() if lineage and self._saving else {}
         # The other ranks wait here for the saving rank's registry and storage, so a later
         # resume on them finds the registry created, and a bad argument raises on every rank.
-        share_outcome(lambda: self._open_for_saving(db_path), src=self.save_on_rank, what="TrackerSaver's set-up")
+        share_outcome(lambda: self._open_for_saving(spec), src=self.save_on_rank, what="TrackerSaver's set-up")
         if async_upload and self._saving:
             self._background = Background(max_pending=max_pending)
 
-    def _open_for_saving(self, db_path: str | None) -> None:
+    def _open_for_saving(self, spec: RegistrySpec | None) -> None:
         """Check output_uri, open (create, migrate) the registry and recover this run's streams."""
         # Validate everything before creating anything: a bad argument leaves no folder or file.
         # The registry file is checked (not opened) first, as check() creates output_uri's folder.
+        db_path = spec.location if spec is not None else None
         check_registry_outside(self.storage, db_path)
         if db_path is not None:
             check_registry_path(db_path)
@@ -439,5 +442,6 @@ class TrackerSaver(DiskSaver):
                     self._registry.close()
 
     def __repr__(self) -> str:
-        registry = self._registry.uri if self._registry is not None else f"sqlite:///{sqlite_path(self._registry_spec)}"
+        spec = self._registry_spec
+        registry = self._registry.uri if self._registry is not None else f"sqlite:///{spec.location if spec else ''}"
         return f"TrackerSaver(output_uri={self.storage.uri!r}, project={self.project!r}, run={self.run!r}, registry={registry!r})"

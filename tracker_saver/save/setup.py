@@ -17,7 +17,8 @@ from tracker_saver.core.errors import ConfigError
 from tracker_saver.core.naming import check_name, fallback_basename, parse_filename
 from tracker_saver.core.outage import check_timeout
 from tracker_saver.core.records import MetaValue, UploadInfo, clean_metadata
-from tracker_saver.registry import Registry, open_registry, sqlite_path
+from tracker_saver.core.text import check_text
+from tracker_saver.registry import Registry, RegistrySpec, open_registry, parse_registry
 from tracker_saver.registry.base import RunContext
 from tracker_saver.storage import Storage, is_remote, open_storage
 
@@ -41,10 +42,10 @@ def check_options(*, max_pending: Any, timeout: Any, lineage: Any) -> float:
 
 
 class Targets(NamedTuple):
-    """Where a saver writes: its registry (``None``: a SQLite file opened later), project, run, storage."""
+    """Where a saver writes: its registry (``None``: the SQLite file of ``spec``, opened later), project, run, storage."""
 
     registry: Registry | None
-    db_path: str | None
+    spec: RegistrySpec | None
     project: str
     run: str
     storage: Storage
@@ -68,12 +69,12 @@ def open_targets(
         ConfigError: a bad project or run name, or no output_uri given nor known to the tracker.
     """
     opened: Registry | None = None
-    db_path: str | None = None
+    spec: RegistrySpec | None = None
     if isinstance(registry, Registry):
         opened = registry
-    elif (db_path := sqlite_path(registry)) is None:
-        # ClearML: it knows the task's project, run (<name>.<id>), output_uri
-        opened = open_registry(registry, timeout=timeout)
+    elif (spec := parse_registry(registry)).kind != "sqlite":
+        # a tracker: it knows the run's project and name (ClearML: the task's, and its output_uri)
+        opened = open_registry(spec, timeout=timeout)
     asks = project is None or run is None or not output_uri  # what the tracker's run may fill in
     defaults: Mapping[str, str] = opened.run_defaults() if asks and isinstance(opened, RunContext) else {}
     # None means "not given"; an explicit "" is a bad name like "  ", not a request for the default.
@@ -90,7 +91,7 @@ def open_targets(
         options.setdefault("timeout", timeout)
     if isinstance(opened, RunContext):
         options = opened.storage_options_for(os.fspath(output_uri), options)
-    return Targets(opened, db_path, project, run, open_storage(output_uri, **options))
+    return Targets(opened, None if opened is not None else spec, project, run, open_storage(output_uri, **options))
 
 
 def check_registry_outside(storage: Storage, path: str | None) -> None:
@@ -125,7 +126,11 @@ def upload_info(
             stacklevel=4,  # the caller of TrackerSaver.__call__
         )
     basename = check_name("stream (Ignite's basename, from filename_prefix and to_save)", str(metadata["basename"]))
-    parsed = parse_filename(filename, basename, metadata.get("score_name"), metadata.get("priority"))
+    score_name = metadata.get("score_name")
+    if isinstance(score_name, str):  # it is part of the filename: checked first, to name it
+        check_text("score_name (Checkpoint's)", score_name)
+    check_text("checkpoint filename (from Checkpoint's filename_pattern)", filename)
+    parsed = parse_filename(filename, basename, score_name, metadata.get("priority"))
     return UploadInfo(
         project=project,
         run=run,

@@ -88,12 +88,6 @@ class SlotAllocator:
         with self._lock:
             self._get(stream).kept.update(filenames)
 
-    def holds(self, stream: StreamId, filename: str) -> bool:
-        """Whether a live record of ``stream`` has ``filename`` (the stream must be loaded)."""
-        with self._lock:
-            live = self._get(stream).live or {}
-            return any(r.filename == filename for r in live.values())
-
     def remove(self, filename: str) -> bool:
         """Ignite removed ``filename``: its slot is the next one its stream replaces.
 

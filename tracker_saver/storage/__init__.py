@@ -1,16 +1,34 @@
-"""Open the storage for an output_uri, chosen by its scheme (``file`` or ``s3``)."""
+"""Open the storage for an output_uri, chosen by its scheme from one backend table (``file`` or ``s3``)."""
 
 from __future__ import annotations
 
+import importlib
 import os
+from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlsplit
-from urllib.request import url2pathname
 
 from tracker_saver.core.errors import ConfigError
+from tracker_saver.core.extras import require
 from tracker_saver.storage.base import ObjectStat, Storage
 
-__all__ = ["ObjectStat", "Storage", "canonical_uri", "is_remote", "open_storage"]
+__all__ = ["BACKENDS", "Backend", "ObjectStat", "Storage", "canonical_uri", "is_remote", "open_storage"]
+
+
+@dataclass(frozen=True)
+class Backend:
+    """A storage backend: the module whose ``from_uri(uri, **storage_options)`` opens it, and its extra."""
+
+    module: str
+    extra: str | None = None
+
+
+#: output_uri scheme (``""`` for a plain path) → its backend, imported on first use.
+BACKENDS: dict[str, Backend] = {
+    "": Backend("tracker_saver.storage.local"),
+    "file": Backend("tracker_saver.storage.local"),
+    "s3": Backend("tracker_saver.storage.s3", extra="s3"),
+}
 
 
 def _scheme(text: str) -> str:
@@ -48,10 +66,16 @@ def canonical_uri(uri: str | os.PathLike[str]) -> str:
 def open_storage(uri: str | os.PathLike[str], **storage_options: Any) -> Storage:
     """Return the storage for ``uri``: a local folder, ``file://`` URI or ``s3://bucket/prefix``.
 
+    The backend comes from :data:`BACKENDS` by the URI's scheme, imported on first use.
+
     Args:
         uri: the output_uri.
         storage_options: backend options (S3: ``endpoint_url``, ``region_name``, ``profile``,
             ``addressing_style``, ``multipart_chunksize``, ``max_concurrency``, ...).
+
+    Raises:
+        ConfigError: an empty URI, a NUL, an unknown scheme, or options the backend does not take.
+        ModuleNotFoundError: the backend's extra is not installed (the message says what to install).
 
     Examples:
         >>> import tempfile
@@ -64,28 +88,13 @@ def open_storage(uri: str | os.PathLike[str], **storage_options: Any) -> Storage
     if "\x00" in text:
         raise ConfigError(f"output_uri {text!r} contains NUL: pass a folder or s3://BUCKET/PREFIX")
     scheme = _scheme(text)
-    if scheme in ("", "file"):
-        from tracker_saver.storage.local import LocalStorage
-
-        if storage_options:
-            raise ConfigError(
-                f"storage_options {sorted(storage_options)} do not apply to a local output_uri: "
-                "remove them, or use an s3:// output_uri"
-            )
-        if scheme and urlsplit(text).netloc not in ("", "localhost"):  # file://../ckpt would mean /ckpt
-            raise ConfigError(
-                f"output_uri {text!r} names the host {urlsplit(text).netloc!r}: a file URI is "
-                "file:///ABSOLUTE/PATH (three slashes); pass a relative folder as a plain path"
-            )
-        return LocalStorage(url2pathname(urlsplit(text).path) if scheme else text)
-    if scheme == "s3":
-        try:
-            from tracker_saver.storage.s3 import S3Storage
-        except ModuleNotFoundError as exc:
-            raise ModuleNotFoundError(
-                "an s3:// output_uri needs boto3: pip install 'boto3>=1.34' (the s3 extra)"
-            ) from exc
-        return S3Storage(text, **storage_options)
-    raise ConfigError(
-        f"output_uri {text!r} has the unknown scheme {scheme!r}: use a local folder, file:///path or s3://BUCKET/PREFIX"
-    )
+    backend = BACKENDS.get(scheme)
+    if backend is None:
+        raise ConfigError(
+            f"output_uri {text!r} has the unknown scheme {scheme!r}: use a local folder, file:///path or "
+            "s3://BUCKET/PREFIX"
+        )
+    if backend.extra is not None:
+        require(backend.extra, f"an {scheme}:// output_uri")
+    opened: Storage = importlib.import_module(backend.module).from_uri(text, **storage_options)
+    return opened

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import contextlib
-import hashlib
 import os
 import tempfile
 from abc import ABC, abstractmethod
@@ -13,8 +12,9 @@ from pathlib import Path
 from typing import BinaryIO
 
 from tracker_saver.core.naming import check_key
+from tracker_saver.storage.verify import Digest, digest
 
-__all__ = ["ObjectStat", "SpooledWrite", "Stable", "Staged", "StagedWrite", "Storage", "sha256_of"]
+__all__ = ["ObjectStat", "SpooledWrite", "Stable", "Staged", "StagedWrite", "Storage"]
 
 #: Memory the caller keeps unchanged until a write is committed or aborted: ``view in stable``
 #: says whether a written buffer may be sent later instead of copied (the pipeline passes a
@@ -24,22 +24,6 @@ Stable = Container[memoryview]
 #: Checkpoints up to this size are buffered in memory before upload; larger ones spill to a
 #: temp file. Backends that write in place (local) ignore it.
 DEFAULT_SPOOL_BYTES = 256 * 1024 * 1024
-
-
-def sha256_of(stream: BinaryIO) -> tuple[int, str]:
-    """``(size, sha256 hex)`` of what is left to read in ``stream``, read in 1 MiB chunks.
-
-    Examples:
-        >>> import io
-        >>> sha256_of(io.BytesIO(b"abc"))[0]
-        3
-    """
-    sha = hashlib.sha256()
-    size = 0
-    while chunk := stream.read(1 << 20):
-        sha.update(chunk)
-        size += len(chunk)
-    return size, sha.hexdigest()
 
 
 @dataclass(frozen=True)
@@ -249,19 +233,10 @@ class Storage(ABC):
         Raises ``StorageError`` if ``src_key`` does not exist; ``dst_key`` then stays as it was.
         """
 
-    def digest(self, key: str) -> tuple[int, str]:
-        """``(size, sha256 hex)`` of the object at ``key``."""
+    def digest(self, key: str) -> Digest:
+        """Size and sha256 of the object at ``key``, read once."""
         with self.get(key) as src:
-            return sha256_of(src)
-
-    def discard_staged(self, key: str) -> None:
-        """Remove what unfinished writes to ``key`` left behind (temp files, multipart uploads).
-
-        Only call it while no write to ``key`` is under way (the stream's claim is held).
-        """
-        for item in self.staged(key):
-            if item.key == key:
-                self.abort_staged(item)
+            return digest(src)
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.uri!r})"

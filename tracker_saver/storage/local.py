@@ -6,40 +6,22 @@ import contextlib
 import os
 import shutil
 import tempfile
-from glob import escape as glob_escape
 from pathlib import Path
-from typing import BinaryIO
+from typing import Any, BinaryIO
+from urllib.parse import urlsplit
+from urllib.request import url2pathname
 
 from tracker_saver.core.errors import ConfigError, StorageError
 from tracker_saver.core.naming import check_key
 from tracker_saver.core.pools import shared_pool
 from tracker_saver.storage.base import ObjectStat, Stable, Staged, StagedWrite, Storage
+from tracker_saver.storage.verify import file_mode
 
-__all__ = ["LocalStorage", "LocalWrite", "file_mode"]
+__all__ = ["LocalStorage", "LocalWrite", "from_uri"]
 
 #: Temp files start with this and are invisible to ``list``: a stream's footprint counts
 #: only complete objects. A crash leaves at most one such file per slot, easy to find by name.
 TEMP_PREFIX = ".tmp-"
-
-
-def file_mode() -> int:
-    """The mode ``open()`` would give a new file: ``0o666`` less the process's umask (0o644 under 022).
-
-    ``mkstemp`` makes owner-only files; slot files and downloads get this mode instead, as
-    Ignite's ``DiskSaver`` files do, so another user or a serving job can read them where the
-    umask lets it. The umask is read from ``/proc`` (setting it to read it back would race other
-    threads creating files); elsewhere 022 is assumed.
-
-    Examples:
-        >>> oct(file_mode() & 0o600)
-        '0o600'
-    """
-    try:
-        with open("/proc/self/status") as status:
-            umask = next((int(line.split()[1], 8) for line in status if line.startswith("Umask:")), 0o022)
-    except OSError:
-        umask = 0o022
-    return 0o666 & ~umask
 
 
 def _hold(path: Path) -> int | None:
@@ -204,12 +186,6 @@ class LocalStorage(Storage):
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
 
-    def discard_staged(self, key: str) -> None:
-        path = self._path(key)
-        for tmp in path.parent.glob(TEMP_PREFIX + glob_escape(path.name) + ".*"):
-            with contextlib.suppress(FileNotFoundError):
-                tmp.unlink()
-
     def put_file(self, key: str, path: str | os.PathLike[str]) -> None:
         with open(path, "rb") as src:
             self.put_stream(key, src)
@@ -268,3 +244,20 @@ class LocalStorage(Storage):
         except OSError as exc:
             raise StorageError(f"cannot delete {str(path)!r}: {exc.strerror}", key=key) from exc
         _fsync_dir(path.parent)
+
+
+def from_uri(uri: str, **storage_options: Any) -> LocalStorage:
+    """A folder, or a ``file:///ABSOLUTE/PATH`` URI, as a :class:`LocalStorage` (which takes no options)."""
+    if storage_options:
+        raise ConfigError(
+            f"storage_options {sorted(storage_options)} do not apply to a local output_uri: "
+            "remove them, or use an s3:// output_uri"
+        )
+    if "://" not in uri:
+        return LocalStorage(uri)
+    if urlsplit(uri).netloc not in ("", "localhost"):  # file://../ckpt would mean /ckpt
+        raise ConfigError(
+            f"output_uri {uri!r} names the host {urlsplit(uri).netloc!r}: a file URI is "
+            "file:///ABSOLUTE/PATH (three slashes); pass a relative folder as a plain path"
+        )
+    return LocalStorage(url2pathname(urlsplit(uri).path))

@@ -7,15 +7,11 @@ Examples:
 
 from __future__ import annotations
 
-try:
-    import fastapi  # noqa: F401
-    import uvicorn  # noqa: F401
-except ModuleNotFoundError as exc:  # pragma: no cover - depends on the installed extras
-    raise ModuleNotFoundError(
-        f"the UI needs fastapi and uvicorn ({exc}): pip install 'fastapi>=0.110' 'uvicorn>=0.30' (the ui extra)"
-    ) from exc
+from tracker_saver.core.extras import require
 
-from tracker_saver.ui.app import create_app
-from tracker_saver.ui.server import serve
+require("ui", "the UI")
+
+from tracker_saver.ui.app import create_app  # noqa: E402 (after the check that names the extra)
+from tracker_saver.ui.server import serve  # noqa: E402
 
 __all__ = ["create_app", "serve"]

@@ -1,31 +1,30 @@
 """The web UI's FastAPI app: a JSON API under ``/api`` over the public model functions, and the page.
 
 Like the CLI, every endpoint calls one public function of :mod:`tracker_saver.models`; the app
-adds validation, error mapping and security headers, nothing else. Errors are ``{"detail": "..."}``
-with the status of their class (see ``_STATUS``) and never carry a path, a credential or a
-traceback.
+adds validation, error mapping and :class:`~tracker_saver.ui.guard.Guard` (host names, cross-site
+requests, body size, security headers), nothing else. Errors are ``{"detail": "..."}`` with the
+status of their class (see ``_STATUS``) and never carry a path, a credential or a traceback.
 """
 
 from __future__ import annotations
 
+import contextlib
 import os
-import shutil
 import sys
-import tempfile
+import threading
 import traceback
-from collections.abc import Awaitable, Callable, Sequence
+import weakref
+from collections.abc import Iterator, Sequence
 from importlib import resources
-from pathlib import Path
-from typing import Annotated, Any
-from urllib.parse import urlsplit
+from typing import Annotated, Any, BinaryIO
+from urllib.parse import quote
 
 from fastapi import APIRouter, FastAPI, Request
 from fastapi import Path as PathParam
 from fastapi import Query as QueryParam
 from fastapi.exceptions import RequestValidationError
-from fastapi.responses import FileResponse, JSONResponse, Response
+from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
-from starlette.background import BackgroundTask
 
 from tracker_saver import models
 from tracker_saver.core.errors import (
@@ -36,8 +35,10 @@ from tracker_saver.core.errors import (
     StorageError,
     TrackerSaverError,
 )
+from tracker_saver.core.naming import key_ext, safe_filename
 from tracker_saver.core.records import RecordState
 from tracker_saver.registry import Registry
+from tracker_saver.ui.guard import SECURITY_HEADERS, Guard
 from tracker_saver.ui.schema import (
     ALIAS_PATTERN,
     AliasIn,
@@ -61,18 +62,11 @@ MAX_PAGE = 500
 MAX_CHART_POINTS = 5000
 #: States whose records are saved checkpoints: the chart's points (pinned copies would repeat them).
 CHART_STATES = (RecordState.LIVE, RecordState.REVIVED, RecordState.EVICTED)
-#: Scripts, styles and requests only from this origin; no plugins, frames or inline script.
-CSP = (
-    "default-src 'none'; script-src 'self'; style-src 'self'; img-src 'self' data:; connect-src 'self'; "
-    "base-uri 'none'; form-action 'self'; frame-ancestors 'none'"
-)
-SECURITY_HEADERS = {
-    "Content-Security-Policy": CSP,
-    "X-Content-Type-Options": "nosniff",
-    "X-Frame-Options": "DENY",
-    "Referrer-Policy": "no-referrer",
-    "Cache-Control": "no-store",
-}
+#: Downloads sent at once; one more is refused (429) until one ends. Each holds an open object:
+#: on S3, its verified download (in memory up to the storage's spool size, else a temp file).
+MAX_DOWNLOADS = 2
+#: The bytes a download sends per read.
+_CHUNK = 1 << 20
 #: Most specific first: RecordNotFoundError is a RegistryError, IntegrityError a StorageError.
 _STATUS: tuple[tuple[type[Exception], int], ...] = (
     (RecordNotFoundError, 404),
@@ -89,20 +83,8 @@ Text = Annotated[str | None, QueryParam(max_length=1000)]
 RecordId = Annotated[str, PathParam(min_length=1, max_length=200)]
 
 
-def host_name(host: str) -> str:
-    """The name in a ``Host`` header, without port or IPv6 brackets, lower case.
-
-    Examples:
-        >>> host_name("LocalHost:8765"), host_name("[::1]:8765"), host_name("127.0.0.1")
-        ('localhost', '::1', '127.0.0.1')
-    """
-    if host.startswith("["):
-        return host[1:].partition("]")[0].lower()
-    return host.rpartition(":")[0].lower() if host.count(":") == 1 else host.lower()
-
-
-def _error(status: int, detail: str) -> JSONResponse:
-    return JSONResponse({"detail": detail}, status_code=status, headers=SECURITY_HEADERS)
+def _error(status: int, detail: str, headers: dict[str, str] | None = None) -> JSONResponse:
+    return JSONResponse({"detail": detail}, status_code=status, headers={**SECURITY_HEADERS, **(headers or {})})
 
 
 def _validation_message(exc: RequestValidationError) -> str:
@@ -113,8 +95,34 @@ def _validation_message(exc: RequestValidationError) -> str:
     return public_message("; ".join(parts) or "invalid request")
 
 
+def _attachment(filename: str) -> str:
+    """A ``Content-Disposition`` that saves the bytes as ``filename`` (as Starlette's ``FileResponse`` writes it)."""
+    quoted = quote(filename)
+    return f"attachment; filename*=utf-8''{quoted}" if quoted != filename else f'attachment; filename="{filename}"'
+
+
+def _sent(file: BinaryIO, done: contextlib.ExitStack) -> Iterator[bytes]:
+    """``file``'s bytes in chunks; ``done`` closes once they are sent, or when the response is dropped.
+
+    A client that goes away mid-download drops the response, and with it this generator (begun
+    or not): ``done`` must close then too, or the download would keep its place for good.
+    """
+
+    def chunks() -> Iterator[bytes]:
+        with done:
+            while chunk := file.read(_CHUNK):
+                yield chunk
+
+    sending = chunks()
+    weakref.finalize(sending, done.close)  # ExitStack.close runs its callbacks once
+    return sending
+
+
 def create_app(
-    registry: str | os.PathLike[str] | Registry | None = None, *, allowed_hosts: Sequence[str] | None = None
+    registry: str | os.PathLike[str] | Registry | None = None,
+    *,
+    allowed_hosts: Sequence[str] | None = None,
+    max_downloads: int = MAX_DOWNLOADS,
 ) -> FastAPI:
     """The UI over ``registry``: the page at ``/``, the JSON API under ``/api``, the schema at ``/openapi.json``.
 
@@ -122,6 +130,7 @@ def create_app(
         registry: which registry to show (as :func:`tracker_saver.registry.open_registry` reads it).
         allowed_hosts: host names to answer (``["127.0.0.1", "localhost", "::1"]`` stops DNS
             rebinding on a loopback server; any port); ``None`` answers any.
+        max_downloads: downloads sent at once; one more gets 429 until one ends.
 
     Examples:
         >>> from fastapi.testclient import TestClient
@@ -135,22 +144,8 @@ def create_app(
         docs_url=None,  # Swagger and ReDoc load their scripts from a CDN: the schema stays at /openapi.json
         redoc_url=None,
     )
-    hosts = None if allowed_hosts is None else {h.strip("[]").lower() for h in allowed_hosts}
-
-    @app.middleware("http")
-    async def guard(request: Request, call_next: Callable[[Request], Awaitable[Response]]) -> Response:
-        # No authentication: answer only our own host names (a DNS-rebinding page uses another),
-        # and refuse writes that a page from another origin makes the browser send.
-        if hosts is not None and host_name(request.headers.get("host", "")) not in hosts:
-            return _error(400, "this server answers only its own host name: open it as http://127.0.0.1:PORT/")
-        origin = request.headers.get("origin")
-        if request.method not in ("GET", "HEAD", "OPTIONS") and origin is not None:
-            if urlsplit(origin).netloc != request.headers.get("host"):
-                return _error(403, "cross-origin request refused: use the UI from its own address")
-        response = await call_next(request)
-        for name, value in SECURITY_HEADERS.items():
-            response.headers.setdefault(name, value)
-        return response
+    app.add_middleware(Guard, hosts=allowed_hosts)
+    downloads = threading.BoundedSemaphore(max_downloads)
 
     @app.exception_handler(TrackerSaverError)
     async def known(request: Request, exc: TrackerSaverError) -> JSONResponse:
@@ -166,7 +161,8 @@ def create_app(
         traceback.print_exception(exc, file=sys.stderr)  # the server's log has the trace; the page does not
         return _error(500, "internal error: the server log has the details")
 
-    errors: dict[int | str, dict[str, Any]] = {code: {"model": ErrorOut} for code in (400, 403, 404, 409, 422, 502)}
+    codes = (400, 403, 404, 409, 413, 422, 429, 502)
+    errors: dict[int | str, dict[str, Any]] = {code: {"model": ErrorOut} for code in codes}
     api = APIRouter(prefix="/api", responses=errors)
 
     @api.get("/models", response_model=PageOut, summary="Records matching filters, one page, sorted")
@@ -222,13 +218,13 @@ def create_app(
                 key = (r.project, r.run, r.stream)
                 if key not in series:
                     series[key] = SeriesOut(
-                        project=r.project, run=r.run, stream=r.stream, score_name=out.score_name, points=[]
+                        project=out.project, run=out.run, stream=out.stream, score_name=out.score_name, points=[]
                     )
                 cost = out.timings
                 series[key].points.append(
                     PointOut(
-                        id=r.id,
-                        name=r.name,
+                        id=out.id,
+                        name=out.name,
                         step=out.step,
                         score=out.score,
                         state=out.state,
@@ -286,25 +282,31 @@ def create_app(
 
     @api.get(
         "/models/{record_id}/download",
-        response_class=FileResponse,
+        response_class=StreamingResponse,
         responses={200: {"content": {"application/octet-stream": {}}}},
         summary="The object's bytes, verified against the record's sha256 before the first byte is sent",
     )
-    def download(record_id: RecordId) -> FileResponse:
+    def download(record_id: RecordId) -> Response:
         record = models.get_model(record_id, registry=registry)
-        folder = tempfile.mkdtemp(prefix="tracker-saver-ui-")
+        if not downloads.acquire(blocking=False):
+            busy = f"{max_downloads} downloads are being sent, the most this server sends at once: retry when one ends"
+            return _error(429, busy, {"Retry-After": "5"})
+        done = contextlib.ExitStack()
+        done.callback(downloads.release)
         try:
-            path = models.download_model(record, Path(folder), registry=registry)
+            # Hashed, then sent from the same open object: locally the slot file itself (a save's
+            # os.replace cannot change what is sent), on S3 its one verified download.
+            file = done.enter_context(models.open_verified(record))
         except BaseException:
-            shutil.rmtree(folder, ignore_errors=True)
+            done.close()
             raise
-        return FileResponse(
-            path,
-            media_type="application/octet-stream",
-            filename=path.name,
-            headers={"X-Checkpoint-SHA256": record.sha256 or ""},
-            background=BackgroundTask(shutil.rmtree, folder, ignore_errors=True),
-        )
+        name = safe_filename(record.name, key_ext(record.filename))
+        headers = {
+            "Content-Disposition": _attachment(name),
+            "Content-Length": str(record.size),
+            "X-Checkpoint-SHA256": record.sha256 or "",
+        }
+        return StreamingResponse(_sent(file, done), media_type="application/octet-stream", headers=headers)
 
     app.include_router(api)
 

@@ -10,6 +10,7 @@ from pydantic import BaseModel, Field
 
 from tracker_saver.core.masking import strip_userinfo
 from tracker_saver.core.records import MAX_NAME_LENGTH, TIMING_KEYS, MetaValue, Record, encode_value
+from tracker_saver.core.text import METADATA_VALUE_ALLOWS, escape
 
 __all__ = [
     "ALIAS_PATTERN",
@@ -132,7 +133,10 @@ class ChartOut(BaseModel):
 class RenameIn(BaseModel):
     """A new display name; :func:`tracker_saver.models.rename_model` checks it and says what is wrong."""
 
-    name: str = Field(description=f"1 to {MAX_NAME_LENGTH} characters, not blank, no control characters")
+    name: str = Field(
+        description=f"1 to {MAX_NAME_LENGTH} characters, not blank, the text rule's (no control characters, "
+        "no bidirectional controls, valid UTF-8)"
+    )
 
 
 class TagsIn(BaseModel):
@@ -161,7 +165,11 @@ def _finite(value: MetaValue) -> MetaValue:
     # JSON has no infinity; a priority of ±inf is real (Ignite compares it), so show it as text.
     if isinstance(value, float) and math.isinf(value):
         return "inf" if value > 0 else "-inf"
-    return value
+    return escape(value, allow=METADATA_VALUE_ALLOWS) if isinstance(value, str) else value
+
+
+def _text(value: str | None) -> str | None:
+    return None if value is None else escape(value)
 
 
 def timings_out(record: Record) -> TimingsOut | None:
@@ -174,31 +182,35 @@ def timings_out(record: Record) -> TimingsOut | None:
 
 
 def record_out(record: Record) -> RecordOut:
-    """The API's view of a record."""
+    """The API's view of a record: every text as the CLI shows it (:func:`tracker_saver.core.text.escape`).
+
+    Text the rule allows is shown as it is; a character it refuses, which only another writer
+    can have stored (a tracker's UI, a script on the SQLite file), comes escaped: ``\\x1b``.
+    """
     score = record.score
     name = record.metadata.get("score_name")
     return RecordOut(
-        id=record.id,
-        name=record.name,
-        filename=record.filename,
-        project=record.project,
-        run=record.run,
-        stream=record.stream,
+        id=escape(record.id),
+        name=escape(record.name),
+        filename=escape(record.filename),
+        project=escape(record.project),
+        run=escape(record.run),
+        stream=escape(record.stream),
         state=record.state.value,
         slot=record.slot,
-        key=record.key,
-        uri=record.uri,
-        output_uri=record.output_uri,
-        sha256=record.sha256,
+        key=_text(record.key),
+        uri=_text(record.uri),
+        output_uri=_text(record.output_uri),
+        sha256=_text(record.sha256),
         size=record.size,
         step=record.global_step,
         score=score if score is not None and math.isfinite(score) else None,
-        score_name=name if isinstance(name, str) else None,
-        metadata={k: _finite(v) for k, v in record.metadata.items()},
-        metadata_types={k: encode_value(v)[0] for k, v in record.metadata.items()},
-        tags=list(record.tags),
-        aliases=list(record.aliases),
+        score_name=escape(name) if isinstance(name, str) else None,
+        metadata={escape(k): _finite(v) for k, v in record.metadata.items()},
+        metadata_types={escape(k): encode_value(v)[0] for k, v in record.metadata.items()},
+        tags=[escape(t) for t in record.tags],
+        aliases=[escape(a) for a in record.aliases],
         created_at=record.created_at,
-        error=public_message(record.error) if record.error else None,
+        error=escape(public_message(record.error)) if record.error else None,
         timings=timings_out(record),
     )

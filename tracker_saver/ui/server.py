@@ -1,4 +1,4 @@
-"""Run the UI with uvicorn: loopback by default, a warning on stderr for any other address."""
+"""Run the UI with uvicorn: loopback by default; any other address gets a Host allow-list and a warning."""
 
 from __future__ import annotations
 
@@ -7,6 +7,7 @@ import ipaddress
 import os
 import socket
 import sys
+from collections.abc import Sequence
 
 import uvicorn
 
@@ -15,10 +16,12 @@ from tracker_saver.core.errors import ConfigError
 from tracker_saver.registry import Registry
 from tracker_saver.ui.app import create_app
 
-__all__ = ["is_loopback", "serve"]
+__all__ = ["LOOPBACK_HOSTS", "host_names", "is_loopback", "serve"]
 
 #: The ``Host`` headers a loopback server answers: a page on another name (DNS rebinding) gets 400.
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
+#: Addresses that bind every interface of the machine.
+_WILDCARDS = ("0.0.0.0", "::", "")
 
 
 def is_loopback(host: str) -> bool:
@@ -34,6 +37,33 @@ def is_loopback(host: str) -> bool:
         return ipaddress.ip_address(host.strip("[]")).is_loopback
     except ValueError:
         return False
+
+
+def host_names(host: str, allow: Sequence[str] = ()) -> list[str]:
+    """The names a server bound to ``host`` answers in ``Host`` headers: the names it was bound to, and ``allow``.
+
+    Loopback: its loopback names. An address of every interface (``0.0.0.0``, ``::``): the loopback
+    names, the machine's host name and fully qualified name, and the addresses they resolve to.
+    Any other address or name: itself. A page that a rebinding DNS name points here sends its own
+    name, which is none of them.
+
+    Examples:
+        >>> host_names("127.0.0.1"), host_names("10.0.0.5", ["models.team.example"])
+        (['127.0.0.1', 'localhost', '::1'], ['10.0.0.5', 'models.team.example'])
+    """
+    name = host.strip("[]").lower()
+    if is_loopback(name):
+        names = list(LOOPBACK_HOSTS)
+    elif name in _WILDCARDS:
+        machine = {socket.gethostname(), socket.getfqdn()}
+        addresses = set()
+        for each in machine:
+            with contextlib.suppress(OSError):
+                addresses |= {str(info[4][0]) for info in socket.getaddrinfo(each, None)}
+        names = [*LOOPBACK_HOSTS, *sorted(machine | addresses)]
+    else:
+        names = [name]
+    return list(dict.fromkeys([*names, *(a.strip("[]").lower() for a in allow)]))
 
 
 def page_url(host: str, port: int) -> str:
@@ -57,18 +87,28 @@ class _Server(uvicorn.Server):
               flush=True)  # fmt: skip
 
 
-def serve(registry: str | os.PathLike[str] | Registry | None = None, host: str = "127.0.0.1", port: int = 8765) -> None:
+def serve(
+    registry: str | os.PathLike[str] | Registry | None = None,
+    host: str = "127.0.0.1",
+    port: int = 8765,
+    *,
+    allow_hosts: Sequence[str] = (),
+) -> None:
     """Serve the UI over ``registry`` until interrupted (Ctrl+C); once it listens, stderr says its URL.
 
     The UI has no authentication: anyone who can reach ``host:port`` can rename, tag, pin and
     download every record. Keep the default loopback address and reach it from elsewhere
-    through an SSH tunnel (``ssh -L 8765:127.0.0.1:8765 HOST``).
+    through an SSH tunnel (``ssh -L 8765:127.0.0.1:8765 HOST``), or put it behind a reverse proxy
+    that authenticates (docs/security.md, "The web UI"). Whatever the address, the server answers
+    only the names in :func:`host_names` and refuses cross-site writes and downloads
+    (:mod:`tracker_saver.ui.guard`).
 
     Args:
         registry: which registry to show (default as in :func:`tracker_saver.registry.open_registry`);
             it must exist.
         host: the address to bind; anything but loopback prints a warning.
         port: the TCP port.
+        allow_hosts: more names to answer, e.g. the name a reverse proxy forwards in ``Host``.
 
     Raises:
         RegistryError: there is no registry at that path.
@@ -88,7 +128,7 @@ def serve(registry: str | os.PathLike[str] | Registry | None = None, host: str =
             f"(ssh -L {port}:127.0.0.1:{port} HOST) unless this network is trusted.",
             file=sys.stderr,
         )
-    app = create_app(registry, allowed_hosts=LOOPBACK_HOSTS if loopback else None)
+    app = create_app(registry, allowed_hosts=host_names(host, allow_hosts))
     server = _Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl+C is how it stops: uvicorn shuts down, then re-raises it
         server.run()

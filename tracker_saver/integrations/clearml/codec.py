@@ -23,13 +23,16 @@ state          metadata ``state`` (the truth), mirrored for people and ``Model.q
                ``pinned``, never listed on the task (its filename entry belongs to the slot record). So ``Model.query_models(project,
                tags=["-evicted"])`` (which leaves archived models out) lists exactly the
                loadable checkpoints, and ClearML's ``get_weights()`` downloads nothing else
-slot, key      metadata ``slot`` (int) and ``key``
+slot, key      metadata ``slot`` (int) and ``slot_key`` (records written before 2026-12 used ``key``,
+               which clearml-server 2.0 refuses as a metadata key: both are read)
 uri            metadata ``uri``, from creation, kept for history. The model's uri is set only
                while live or revived (registered, never uploaded: tracker_saver writes the
                bytes itself): the slot of an evicted model holds other bytes
 sha256, size   metadata ``sha256`` (str) and ``size`` (int)
 metadata       typed metadata items: ``int``/``float``/``bool``/``str``, ``None`` as an empty
-               type and value (``Model.get_metadata_casted`` reads them back as such)
+               type and value (``Model.get_metadata_casted`` reads them back as such); a key the
+               server refuses (``type``, ``value``...) is stored escaped (``~type``) and read back
+               as the user wrote it (:mod:`~tracker_saver.integrations.clearml.keys`)
 tags           the model's tags, less ``stream:*``, ``alias:*`` and the state tags (which users cannot add)
 aliases        user aliases are tags ``alias:<name>`` (unique per project: ``set_alias`` moves
                them); ``latest``/``best`` are derived on read, never stored
@@ -37,7 +40,7 @@ created_at     metadata ``created_at`` (float seconds, the ClearML ``created`` i
 error          metadata ``error``
 ============== ==================================================================================
 
-Metadata keys ``stream``, ``filename``, ``run``, ``key``, ``state``, ``error`` and
+Metadata keys ``stream``, ``filename``, ``run``, ``slot_key``, ``key``, ``state``, ``error`` and
 ``output_uri`` are the record's own fields: user metadata cannot use them (``ConfigError``).
 
 A stream's claim is a hidden model: archived, no task, no metadata ``state`` (so never a
@@ -67,6 +70,7 @@ from tracker_saver.core.query import RECORD_FIELDS
 from tracker_saver.core.records import MetaValue, Record, RecordState, StreamId, UploadInfo, clean_metadata
 from tracker_saver.core.records import decode_value as decode_typed
 from tracker_saver.core.records import encode_value as encode_typed
+from tracker_saver.integrations.clearml.keys import escape_key, unescape_key
 from tracker_saver.registry.base import Query
 
 __all__ = [
@@ -112,7 +116,9 @@ ALIAS_TAG_PREFIX = "alias:"
 #: The system tag that archives a model.
 ARCHIVED_TAG = "archived"
 #: Metadata keys that hold the record's own fields; they are not in ``Record.metadata``.
-_FIELD_KEYS = ("stream", "filename", "run", "key", "state", "error", "output_uri")
+_FIELD_KEYS = ("stream", "filename", "run", "slot_key", "key", "state", "error", "output_uri")
+#: Before ``slot_key``, records kept the slot key under ``key``: their ``slot_key`` is the user's.
+_OLD_FIELD_KEYS = tuple(k for k in _FIELD_KEYS if k != "slot_key")
 #: Metadata keys ``Record.metadata`` shows only once the record was committed (as SQLite does).
 _COMMIT_KEYS = ("sha256", "size", "uri")
 #: A stream's claim model carries the tag ``claim:<hash of the stream id>``.
@@ -135,7 +141,7 @@ def encode_value(key: str, value: MetaValue) -> dict[str, str]:
     """One typed metadata item as ClearML stores it (``Model.get_metadata_casted`` reads it back)."""
     kind, text = encode_typed(value)
     # The SDK casts an empty type and value to None.
-    return {"key": key, "type": "" if kind == "none" else kind, "value": text or ""}
+    return {"key": escape_key(key), "type": "" if kind == "none" else kind, "value": text or ""}
 
 
 def decode_value(item: Any) -> MetaValue:
@@ -147,7 +153,8 @@ def decode_value(item: Any) -> MetaValue:
 
 def with_metadata(model: dict[str, Any], items: dict[str, MetaValue]) -> dict[str, Any]:
     """``model`` as it is once ``items`` are written to its metadata."""
-    return {**model, "metadata": {**(model.get("metadata") or {}), **{k: encode_value(k, v) for k, v in items.items()}}}
+    written = {escape_key(k): encode_value(k, v) for k, v in items.items()}
+    return {**model, "metadata": {**(model.get("metadata") or {}), **written}}
 
 
 # -- checks on what a record may hold ----------------------------------------------------------
@@ -204,7 +211,7 @@ def pending_fields(
         "stream": info.stream,
         "filename": info.filename,
         "run": info.run,
-        "key": info.key,
+        "slot_key": info.key,
         "uri": uri,
         "output_uri": info.output_uri,
         "state": RecordState.PENDING.value,
@@ -227,7 +234,8 @@ def pending_model(info: UploadInfo, tags: list[str]) -> dict[str, Any]:
 
 def model_record(model: dict[str, Any], project: str) -> Record:
     """The record a model holds; ``project`` is the record's project (the model's, less the root)."""
-    meta = {k: decode_value(v) for k, v in (model.get("metadata") or {}).items()}
+    meta = {unescape_key(k): decode_value(v) for k, v in (model.get("metadata") or {}).items()}
+    fields = _OLD_FIELD_KEYS if "key" in meta else _FIELD_KEYS
     try:
         state = RecordState(meta.get("state"))
     except ValueError:
@@ -235,7 +243,8 @@ def model_record(model: dict[str, Any], project: str) -> Record:
     stream = str(meta.get("stream") or "")
     # a staged (pending) record already carries sha256 and size: metadata shows them once committed
     committed = state not in (RecordState.PENDING, RecordState.FAILED)
-    user_meta = {k: v for k, v in meta.items() if k not in _FIELD_KEYS and (committed or k not in _COMMIT_KEYS)}
+    user_meta = {k: v for k, v in meta.items() if k not in fields and (committed or k not in _COMMIT_KEYS)}
+    slot_key = meta.get("key") if "key" in meta else meta.get("slot_key")
     managed = {STREAM_TAG_PREFIX + stream, *STATE_TAGS.values()}
     slot, size, created = meta.get("slot"), meta.get("size"), meta.get("created_at")
     return Record(
@@ -247,7 +256,7 @@ def model_record(model: dict[str, Any], project: str) -> Record:
         name=str(model.get("name") or ""),
         state=state,
         slot=slot if isinstance(slot, int) and not isinstance(slot, bool) else None,
-        key=meta.get("key") if isinstance(meta.get("key"), str) else None,  # type: ignore[arg-type]
+        key=slot_key if isinstance(slot_key, str) else None,
         uri=(model.get("uri") or meta.get("uri") or None),  # type: ignore[arg-type]
         sha256=meta.get("sha256") if isinstance(meta.get("sha256"), str) else None,  # type: ignore[arg-type]
         size=size if isinstance(size, int) and not isinstance(size, bool) else None,
@@ -316,13 +325,13 @@ def metadata_filters(query: Query) -> dict[str, list[str]] | None:
     if isinstance(query.slot, int) and not isinstance(query.slot, bool):
         params["metadata.slot.value"] = [str(query.slot)]
     for cond in query.where:
-        name = f"metadata.{cond.key}.value"
-        # a '.' or '$' in the key would be read as a path by the server
+        name = f"metadata.{escape_key(cond.key)}.value"
+        # a '.' or '$' in the key would be read as a path by the server; an escaped key ('~type') is not pushed
         if (
             cond.key in _FIELD_KEYS
             or cond.key in RECORD_FIELDS
             or name in params
-            or not re.fullmatch(r"[A-Za-z0-9_-]+", cond.key)
+            or not re.fullmatch(r"[A-Za-z0-9_-]+", escape_key(cond.key))
         ):
             continue
         values = [cond.value] if cond.op == "==" else list(cond.value) if cond.op == "in" else None

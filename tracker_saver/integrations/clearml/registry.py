@@ -59,12 +59,13 @@ from tracker_saver.integrations.clearml.codec import (
 )
 from tracker_saver.integrations.clearml.codec import decode_value as decode_item
 from tracker_saver.integrations.clearml.conf import with_clearml_credentials
+from tracker_saver.integrations.clearml.journal import offline_journal
 from tracker_saver.integrations.clearml.labels import ClearMLLabels
 from tracker_saver.integrations.clearml.states import ClearMLStates
 from tracker_saver.integrations.clearml.transport import MODEL_FIELDS
-from tracker_saver.registry.base import Candidate, Query, derived_aliases, select, with_aliases
+from tracker_saver.registry.base import Candidate, Query, Registry, derived_aliases, select, with_aliases
 
-__all__ = ["CLAIM_TAG_PREFIX", "ClearMLRegistry", "STATE_TAGS", "STREAM_TAG_PREFIX", "task_run"]
+__all__ = ["CLAIM_TAG_PREFIX", "ClearMLRegistry", "STATE_TAGS", "STREAM_TAG_PREFIX", "from_spec", "task_run"]
 
 
 class ClearMLRegistry(ClearMLStates, ClearMLLabels, ClearMLClaims):
@@ -210,3 +211,9 @@ class ClearMLRegistry(ClearMLStates, ClearMLLabels, ClearMLClaims):
             and query.alias in (None, *DERIVED_ALIASES)
         )
         return select(self._aliased(records, records if whole else None), query)
+
+
+def from_spec(project_root: str | None, *, timeout: float) -> Registry:
+    """``registry="clearml[:ROOT]"``: the current task's server, or its local journal in ClearML's offline mode."""
+    journal = offline_journal()
+    return journal if journal is not None else ClearMLRegistry(project_root=project_root, timeout=timeout)

@@ -27,7 +27,7 @@ from tracker_saver.integrations.clearml.conf import clearml_s3_options
 from tracker_saver.integrations.clearml.journal import offline_journal
 from tracker_saver.integrations.clearml.registry import ClearMLRegistry, task_run
 from tracker_saver.integrations.clearml.sync import SyncReport, import_offline_session
-from tracker_saver.registry import Registry, sqlite_path
+from tracker_saver.registry import Registry, parse_registry
 from tracker_saver.save.distributed import check_save_on_rank
 from tracker_saver.save.pipeline import is_writing
 from tracker_saver.save.saver import RunContext, TrackerSaver
@@ -149,7 +149,7 @@ def _names_clearml(registry: Any) -> bool:
     """Whether ``registry=`` is a ClearML registry: ``"clearml"``, ``"clearml:ROOT"`` or a tracker's run context."""
     if isinstance(registry, Registry):
         return isinstance(registry, RunContext)
-    return sqlite_path(registry) is None
+    return parse_registry(registry).kind == "clearml"
 
 
 def _temporary_folder(save_on_rank: int) -> str:

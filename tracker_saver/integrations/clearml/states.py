@@ -7,11 +7,13 @@ away from one (``live/revived → evicted``, ``pending → failed``) the mirror 
 (archive, tags, uri cleared, off the task) and metadata ``state`` last. A failed follow-up
 therefore never leaves a model that looks more loadable in ClearML than it is.
 ``supersede`` reads both models in one request, checks both, writes the staged sha256/size, then
-evicts the replaced record that way.
+evicts the replaced record that way; a replaced record someone deleted (ClearML's web UI) is
+logged as a warning, and its slot reused.
 """
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Sequence
 from typing import Any
 
@@ -27,6 +29,8 @@ from tracker_saver.integrations.clearml.tasks import ClearMLTasks
 from tracker_saver.registry.base import check_transition
 
 __all__ = ["ClearMLStates"]
+
+log = logging.getLogger(__name__)
 
 
 class ClearMLStates(ClearMLTasks):
@@ -98,14 +102,24 @@ class ClearMLStates(ClearMLTasks):
         ClearML has no transaction: both models are read (one request) and checked before anything
         is written, then the digest is written, then the eviction (see :meth:`_move`).
         """
-        models = self._fetch_many([record_id] if replaces is None else [record_id, replaces])
+        replaced = [] if replaces is None else [replaces]
+        models = self._fetch_many([record_id, *replaced], missing_ok=replaced)
         record = self._record(models[record_id])
         if record.state is not RecordState.PENDING:
             raise RegistryError(
                 f"record {record_id} is {record.state.value}, no longer pending: its save cannot commit",
                 record_id=record_id,
             )
-        old = self._record(models[replaces]) if replaces is not None else None
+        old = self._record(models[replaces]) if replaces in models else None
+        if replaces is not None and old is None:
+            # Deleted by another client (the web UI's delete): nothing to evict, the slot is reused.
+            log.warning(
+                "ClearML registry %s: record %s, which record %s replaces in its slot, no longer exists "
+                "(deleted in ClearML's web UI?): the slot is reused",
+                self.uri,
+                replaces,
+                record_id,
+            )
         if old is not None and old.state not in LOADABLE:
             raise RegistryError(
                 f"record {old.id}, which record {record_id} replaces in its slot, is {old.state.value}, no longer "

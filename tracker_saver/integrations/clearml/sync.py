@@ -10,8 +10,10 @@ A saver under ClearML's offline mode records checkpoints in a local journal
    ``Task.import_offline_session`` on the copy, which creates the task with the tag already
    set (its logs, metrics, artifacts);
 3. pushes every journal record, oldest first, as the ClearML model an online save would have
-   made (:func:`push_record`): name, tags, typed metadata, state, sha256, uri; live ones listed
-   on the task's output models.
+   made (:func:`push_record`): name, tags, typed metadata, state, sha256, uri, and the task in
+   its ``task`` field. Live ones are listed on the task's output models only while the task is
+   ``created`` or ``in_progress``: clearml-server changes no finished task, and an imported
+   session's task is ``completed`` (the task, its status and its list are then left alone).
 
 Each model carries, from its ``models.create`` on, the system tags ``<SESSION_TAG><offline id>``
 and ``<SESSION_TAG><offline id>/<record id>`` (hidden from the UI and from records). A second
@@ -66,6 +68,8 @@ __all__ = ["SESSION_TAG", "SyncReport", "import_offline_session", "push_record"]
 #: System-tag prefix of an imported task (``<prefix><offline id>``) and of each model it pushed.
 SESSION_TAG = "tracker_saver-offline:"
 _TASK_FILE = OFFLINE_TASK_FILE  # clearml's Task._offline_filename
+#: Task statuses in which clearml-server changes a task's model list.
+_WRITABLE_STATUSES = ("created", "in_progress")
 
 
 @dataclass(frozen=True)
@@ -149,7 +153,7 @@ def _fields(record: Record) -> dict[str, MetaValue]:
         "stream": record.stream,
         "filename": record.filename,
         "run": record.run,
-        "key": record.key,
+        "slot_key": record.key,
         "uri": record.uri or "",
         "output_uri": record.output_uri,
         "sha256": record.sha256,
@@ -209,13 +213,21 @@ def push_record(
     return model, wrote
 
 
-def _task_outputs(registry: ClearMLRegistry, task_id: str) -> dict[str, str]:
-    """The task's output models: entry name -> model id."""
+def _task_outputs(registry: ClearMLRegistry, task_id: str) -> dict[str, str] | None:
+    """The task's output models (entry name -> model id); ``None`` when the task has finished.
+
+    clearml-server lists a model on a task only while the task is ``created`` or ``in_progress``;
+    an imported offline session's task is ``completed``: its models are linked by their ``task``
+    field only, and the task is left as it is.
+    """
     data = registry._send(
-        registry._services().tasks.GetAllRequest(id=[task_id], only_fields=["id", "models.output"]),
+        registry._services().tasks.GetAllRequest(id=[task_id], only_fields=["id", "status", "models.output"]),
         f"reading the models of task {task_id}",
     )
-    entries = [e for t in data.get("tasks") or [] for e in ((t.get("models") or {}).get("output") or [])]
+    tasks = data.get("tasks") or []
+    if any(t.get("status") not in _WRITABLE_STATUSES for t in tasks):
+        return None
+    entries = [e for t in tasks for e in ((t.get("models") or {}).get("output") or [])]
     return {str(e.get("name")): str(e.get("model")) for e in entries}
 
 
@@ -281,9 +293,12 @@ def import_offline_session(
         for record in records:
             before = existing.get(f"{SESSION_TAG}{offline_id}/{record.id}")
             model, wrote = push_record(registry, record, before, task_id=target, session=offline_id)
-            if listed.get(record.filename) == record.id and outputs.get(record.filename) != model["id"]:
-                registry._attach(model, record.filename)
-                wrote = True
+            if (
+                outputs is not None
+                and listed.get(record.filename) == record.id
+                and outputs.get(record.filename) != model["id"]
+            ):
+                wrote = registry._attach(model, record.filename) or wrote
             counts["created" if before is None else "completed" if wrote else "unchanged"] += 1
             if progress is not None:
                 progress(record)

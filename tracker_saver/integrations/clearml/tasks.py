@@ -14,7 +14,7 @@ from typing import Any
 from tracker_saver.core.errors import RegistryError
 from tracker_saver.core.records import MetaValue, RecordState, UploadInfo
 from tracker_saver.integrations.clearml.codec import mirror, pending_fields, pending_model, task_run, with_metadata
-from tracker_saver.integrations.clearml.transport import ClearMLTransport
+from tracker_saver.integrations.clearml.transport import ClearMLTransport, TaskNotWritableError
 
 __all__ = ["ClearMLTasks"]
 
@@ -70,20 +70,29 @@ class ClearMLTasks(ClearMLTransport):
         self._metadata_write(record_id, fields, f"writing the metadata of {kind} {record_id} ({info.filename!r})")
         return with_metadata({**new, "id": record_id, "project": project_id, "task": task_id}, fields)
 
-    def _attach(self, model: dict[str, Any], filename: str) -> None:
-        """List the model among its task's output models (entry name: Ignite's filename)."""
+    def _attach(self, model: dict[str, Any], filename: str) -> bool:
+        """List the model among its task's output models (entry name: Ignite's filename); whether it is listed.
+
+        A finished task (completed, stopped, failed, published: an imported offline session, a save
+        after ``task.close()``) cannot be changed on clearml-server: the model is then linked by its
+        ``task`` field only, the task and its status are left alone, and nothing fails.
+        """
         task_id = model.get("task")
         if not task_id:
-            return
-        self._send(
-            self._services().tasks.AddOrUpdateModelRequest(
-                task=task_id, name=filename, model=model["id"], type="output"
-            ),
-            f"listing model {model['id']} on task {task_id}",
-            record_id=model["id"],
-        )
+            return False
+        try:
+            self._send(
+                self._services().tasks.AddOrUpdateModelRequest(
+                    task=task_id, name=filename, model=model["id"], type="output"
+                ),
+                f"listing model {model['id']} on task {task_id}",
+                record_id=model["id"],
+            )
+        except TaskNotWritableError:
+            return False
         with self._lock:
             self._attached[(task_id, filename)] = model["id"]
+        return True
 
     def _detach(self, model: dict[str, Any], filename: str) -> None:
         """Take the model off its task's output models, unless the entry now names another model."""
@@ -105,11 +114,15 @@ class ClearMLTasks(ClearMLTransport):
         # replaced ours, and that live model must stay listed.
         if known != model["id"]:
             return
-        self._send(
-            tasks.DeleteModelsRequest(task=task_id, models=[{"name": filename, "type": "output"}]),
-            f"taking model {model['id']} off task {task_id}",
-            record_id=model["id"],
-        )
+        try:
+            self._send(
+                tasks.DeleteModelsRequest(task=task_id, models=[{"name": filename, "type": "output"}]),
+                f"taking model {model['id']} off task {task_id}",
+                record_id=model["id"],
+            )
+        except TaskNotWritableError:
+            # A finished task keeps its list: the model is archived, its uri cleared, its state says evicted.
+            pass
         with self._lock:
             self._attached.pop((task_id, filename), None)
 

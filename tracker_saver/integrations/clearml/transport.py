@@ -14,6 +14,7 @@ from typing import Any
 from urllib.parse import urlsplit
 
 from tracker_saver.core.errors import ConfigError, RecordNotFoundError, RegistryError
+from tracker_saver.core.extras import missing_extra
 from tracker_saver.core.masking import raise_masked, strip_userinfo
 from tracker_saver.core.outage import DEFAULT_TIMEOUT_S, Outage, OutageError, check_timeout
 from tracker_saver.core.records import MetaValue, Record
@@ -21,12 +22,14 @@ from tracker_saver.integrations.clearml.codec import MIN_NAME, check_id, encode_
 from tracker_saver.integrations.clearml.session import open_session, send
 from tracker_saver.registry.base import Registry
 
-__all__ = ["MODEL_FIELDS", "ClearMLTransport"]
+__all__ = ["MODEL_FIELDS", "ClearMLTransport", "TaskNotWritableError"]
 
-_INSTALL_HINT = "registry='clearml' needs clearml: pip install 'clearml>=1.16,<3' (the clearml extra)"
 _PAGE = 500  # clearml-server's largest page
 MODEL_FIELDS = ["id", "name", "project", "task", "uri", "tags", "system_tags", "metadata", "created"]
 _NOT_FOUND = (400, 201)  # bad_request / invalid_model_id
+#: ``bad_request.invalid_task_status``: clearml-server changes a task's model list (and its artifacts)
+#: only while the task is ``created`` or ``in_progress`` (``bll/task/utils.get_task_for_update``).
+_TASK_NOT_WRITABLE = (400, 110)
 _MIN_API = "2.13"  # models.add_or_update_metadata, tasks.add_or_update_model / delete_models
 #: What to do about an API error, by HTTP code (clearml-server's apierrors/errors.conf).
 _FIXES = {
@@ -38,11 +41,19 @@ _FIXES = {
 }
 
 
+class TaskNotWritableError(RegistryError):
+    """The server refused to change a task because it has finished (``400/110 Invalid task status``).
+
+    Caught where a finished task is expected (listing a model on it): the model stays linked by
+    its ``task`` field only.
+    """
+
+
 def _import_clearml() -> Any:
     try:
         import clearml
     except ModuleNotFoundError as exc:
-        raise ModuleNotFoundError(_INSTALL_HINT) from exc
+        raise missing_extra("registry='clearml'", "clearml", exc) from exc
     return clearml
 
 
@@ -160,6 +171,13 @@ class ClearMLTransport(Registry):
         if meta.result_code != 200:
             codes = (meta.result_code, meta.result_subcode)
             message = self._scrub(str(meta.result_msg or ""))
+            if codes == _TASK_NOT_WRITABLE:
+                raise TaskNotWritableError(
+                    f"ClearML registry {self.uri}: {what} failed with {codes[0]}/{codes[1]} ({message}): "
+                    "the task has finished, and clearml-server changes a task only while it is created or "
+                    "in_progress",
+                    record_id=record_id,
+                )
             if codes == _NOT_FOUND and record_id is not None:
                 raise RecordNotFoundError(
                     f"record {record_id} does not exist in {self.uri} (no such ClearML model): "
@@ -250,8 +268,8 @@ class ClearMLTransport(Registry):
         )
         return self._checked(data.get("model"), record_id)
 
-    def _fetch_many(self, ids: list[str]) -> dict[str, dict[str, Any]]:
-        """Several records' models in one request (a missing one is ``RecordNotFoundError``)."""
+    def _fetch_many(self, ids: list[str], *, missing_ok: Iterable[str] = ()) -> dict[str, dict[str, Any]]:
+        """Several records' models in one request (a missing one is ``RecordNotFoundError``, unless in ``missing_ok``)."""
         for record_id in ids:
             check_id(record_id)
         data = self._send(
@@ -259,6 +277,8 @@ class ClearMLTransport(Registry):
         )
         found = {str(m.get("id")): m for m in data.get("models") or []}
         for record_id in ids:
+            if record_id not in found and record_id in set(missing_ok):
+                continue
             if record_id not in found:
                 raise RecordNotFoundError(
                     f"record {record_id} does not exist in {self.uri} (no such ClearML model): "

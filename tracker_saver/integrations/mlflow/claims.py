@@ -17,6 +17,7 @@ from tracker_saver.core.claims import Holder, is_alive
 from tracker_saver.core.records import StreamId
 from tracker_saver.integrations.mlflow.codec import PREFIX, digest
 from tracker_saver.integrations.mlflow.store import MLflowStore
+from tracker_saver.integrations.mlflow.transport import MLflowTransport
 from tracker_saver.registry.base import busy
 
 __all__ = ["MLflowClaims"]
@@ -26,12 +27,18 @@ def _prefix(stream: StreamId) -> str:
     return f"{PREFIX}claim.{digest(repr(stream))}."
 
 
-class MLflowClaims(MLflowStore):
-    """Claim, renew, look up and release a stream's writer."""
+class MLflowClaims:
+    """Claim, renew, look up and release a stream's writer, as experiment tags through ``transport``."""
+
+    def __init__(self, transport: MLflowTransport, store: MLflowStore) -> None:
+        self._transport = transport
+        self._store = store
 
     def _claims(self, exp_id: str, stream: StreamId) -> list[tuple[str, Holder, float, float]]:
         """``(tag, holder, heartbeat, claimed)`` of the stream's claims, oldest first."""
-        exp = self._call(self._client.get_experiment, f"reading the claims on stream {stream.label}", exp_id)
+        exp = self._transport.call(
+            self._transport.client.get_experiment, f"reading the claims on stream {stream.label}", exp_id
+        )
         found = []
         for key, value in (exp.tags or {}).items():
             if key.startswith(_prefix(stream)):
@@ -41,8 +48,8 @@ class MLflowClaims(MLflowStore):
 
     def _write_claim(self, exp_id: str, stream: StreamId, holder: Holder, claimed: float) -> None:
         value = json.dumps({"holder": dataclasses.asdict(holder), "heartbeat": time.time(), "claimed": claimed})
-        self._call(
-            self._client.set_experiment_tag,
+        self._transport.call(
+            self._transport.client.set_experiment_tag,
             f"claiming stream {stream.label}",
             exp_id,
             _prefix(stream) + holder.token,
@@ -50,7 +57,7 @@ class MLflowClaims(MLflowStore):
         )
 
     def _drop(self, exp_id: str, key: str) -> None:
-        self._call(self._client.delete_experiment_tag, "deleting a stream claim", exp_id, key)
+        self._transport.call(self._transport.client.delete_experiment_tag, "deleting a stream claim", exp_id, key)
 
     def _winner(self, exp_id: str, stream: StreamId, holder: Holder) -> tuple[Holder | None, float | None]:
         """The holder of the oldest live claim (dead ones deleted), and ``holder``'s claim time."""
@@ -66,7 +73,7 @@ class MLflowClaims(MLflowStore):
         return winner, mine
 
     def claim(self, stream: StreamId, holder: Holder) -> None:
-        exp = self._experiment(stream.project, create=True)
+        exp = self._store.experiment(stream.project, create=True)
         exp_id = str(exp.experiment_id)
         winner, mine = self._winner(exp_id, stream, holder)
         if winner is None or winner.token == holder.token:
@@ -79,14 +86,14 @@ class MLflowClaims(MLflowStore):
             raise busy(stream, winner)
 
     def holder(self, stream: StreamId) -> Holder | None:
-        exp = self._experiment(stream.project, create=False)
+        exp = self._store.experiment(stream.project, create=False)
         if exp is None:
             return None
         claims = self._claims(str(exp.experiment_id), stream)
         return next((h for _, h, beat, _ in claims if is_alive(h, heartbeat=beat)), None)
 
     def release(self, stream: StreamId, holder: Holder) -> None:
-        exp = self._experiment(stream.project, create=False)
+        exp = self._store.experiment(stream.project, create=False)
         if exp is None:
             return
         for key, other, _, _ in self._claims(str(exp.experiment_id), stream):

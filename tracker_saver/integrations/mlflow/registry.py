@@ -17,6 +17,7 @@ from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from tracker_saver.core.claims import Holder
 from tracker_saver.core.errors import ConfigError, RecordNotFoundError, RegistryError
 from tracker_saver.core.outage import DEFAULT_TIMEOUT_S
 from tracker_saver.core.records import (
@@ -25,14 +26,17 @@ from tracker_saver.core.records import (
     MetaValue,
     Record,
     RecordState,
+    StreamId,
     UploadInfo,
     check_alias,
 )
 from tracker_saver.integrations.mlflow.claims import MLflowClaims
 from tracker_saver.integrations.mlflow.codec import PREFIX, encode, model_name, read_record, record_tags, status_of
+from tracker_saver.integrations.mlflow.store import MLflowStore
+from tracker_saver.integrations.mlflow.transport import MLflowTransport
 from tracker_saver.registry.base import Query, Registry, check_transition, derived_aliases, select, with_aliases
 
-__all__ = ["MLflowRegistry", "tracking_uri"]
+__all__ = ["MLflowRegistry", "from_spec", "tracking_uri"]
 
 _ALIAS = PREFIX + "alias."
 #: The metric and param names MLflow takes; other metadata keys live in the metadata tag only.
@@ -55,7 +59,7 @@ def tracking_uri(uri: str | None = None) -> str:
     return found
 
 
-class MLflowRegistry(MLflowClaims, Registry):
+class MLflowRegistry(Registry):
     """Records as MLflow LoggedModels on the tracking server at ``uri`` (default ``$MLFLOW_TRACKING_URI``).
 
     Examples:
@@ -66,8 +70,26 @@ class MLflowRegistry(MLflowClaims, Registry):
     def __init__(
         self, uri: str | None = None, *, timeout: float = DEFAULT_TIMEOUT_S, experiment_prefix: str = ""
     ) -> None:
-        super().__init__(tracking_uri(uri), timeout=timeout)
-        self.experiment_prefix = experiment_prefix
+        self._transport = MLflowTransport(tracking_uri(uri), timeout=timeout)
+        self._store = MLflowStore(self._transport, experiment_prefix=experiment_prefix)
+        self._claims = MLflowClaims(self._transport, self._store)
+        self.uri = self._transport.uri
+        #: The tracking server, the experiments' name prefix, and the bound on one call's wait (seconds).
+        self.tracking_uri, self.experiment_prefix, self.timeout = (
+            self._transport.tracking_uri,
+            experiment_prefix,
+            timeout,
+        )
+
+    # --- StreamClaims: experiment tags (tracker_saver.integrations.mlflow.claims) ---------
+    def claim(self, stream: StreamId, holder: Holder) -> None:
+        self._claims.claim(stream, holder)
+
+    def holder(self, stream: StreamId) -> Holder | None:
+        return self._claims.holder(stream)
+
+    def release(self, stream: StreamId, holder: Holder) -> None:
+        self._claims.release(stream, holder)
 
     # --- RunContext: what the active MLflow run knows -------------------------------------
     def run_defaults(self) -> dict[str, str]:
@@ -80,7 +102,9 @@ class MLflowRegistry(MLflowClaims, Registry):
                 f"registry {self.uri} has no active MLflow run to save under: save inside `with mlflow.start_run():` "
                 "or pass project= and run= to TrackerSaver"
             )
-        exp = self._call(self._client.get_experiment, "reading the active run's experiment", active.info.experiment_id)
+        exp = self._transport.call(
+            self._transport.client.get_experiment, "reading the active run's experiment", active.info.experiment_id
+        )
         return {"project": str(exp.name).removeprefix(self.experiment_prefix), "run": str(active.info.run_name)}
 
     def storage_options_for(self, output_uri: str, options: Mapping[str, Any]) -> dict[str, Any]:
@@ -96,19 +120,22 @@ class MLflowRegistry(MLflowClaims, Registry):
 
     # --- writes ---------------------------------------------------------------------------
     def _create(self, info: UploadInfo, *, uri: str, state: RecordState, extra: dict[str, Any]) -> Record:
-        exp = self._experiment(info.project, create=True)
+        exp = self._store.experiment(info.project, create=True)
         exp_id = str(exp.experiment_id)
-        run_id = self._run_id(exp_id, info.run)
+        run_id = self._store.run_id(exp_id, info.run)
         name = model_name(info.filename)
-        same = self._call(
-            self._client.search_logged_models, "checking the model name", [exp_id], filter_string=f"name = '{name}'"
+        same = self._transport.call(
+            self._transport.client.search_logged_models,
+            "checking the model name",
+            [exp_id],
+            filter_string=f"name = '{name}'",
         )
         taken = any((m.tags or {}).get(PREFIX + "filename") != encode(info.filename) for m in same)
         tags = record_tags(info, uri=uri, created_at=time.time())
         tags.update({PREFIX + k: encode(v) for k, v in {**extra, "state": state.value}.items()})
         params = {k: str(v) for k, v in info.metadata.items() if v is not None and _LEGAL_KEY.match(k)}
-        model = self._call(
-            self._client.create_logged_model,
+        model = self._transport.call(
+            self._transport.client.create_logged_model,
             f"creating the logged model of {info.filename}",
             exp_id,
             name=model_name(info.filename, taken=taken),
@@ -119,7 +146,9 @@ class MLflowRegistry(MLflowClaims, Registry):
         self._metrics(str(model.model_id), run_id, info.metadata)
         self._link(str(model.model_id), run_id, info.metadata.get("global_step"))
         if state is not RecordState.PENDING:
-            self._call(self._client.finalize_logged_model, "finalizing a model", model.model_id, status_of(state))
+            self._transport.call(
+                self._transport.client.finalize_logged_model, "finalizing a model", model.model_id, status_of(state)
+            )
             return self.get(str(model.model_id))
         created = read_record(model)  # as just written: a pending record has no alias, so no read-back
         return created if created is not None else self.get(str(model.model_id))
@@ -134,14 +163,18 @@ class MLflowRegistry(MLflowClaims, Registry):
             if isinstance(v, (int, float)) and not isinstance(v, bool) and _LEGAL_KEY.match(k)
         ]
         if metrics:
-            self._call(self._client.log_batch, f"logging the metrics of model {model_id}", run_id, metrics=metrics)
+            self._transport.call(
+                self._transport.client.log_batch, f"logging the metrics of model {model_id}", run_id, metrics=metrics
+            )
 
     def _link(self, model_id: str, run_id: str, step: MetaValue) -> None:
         """The model among the run's outputs, so the run's page in MLflow's UI lists it."""
         from mlflow.entities import LoggedModelOutput
 
         output = LoggedModelOutput(model_id, step if isinstance(step, int) and not isinstance(step, bool) else 0)
-        self._call(self._client.log_outputs, f"linking model {model_id} to its run", run_id, [output])
+        self._transport.call(
+            self._transport.client.log_outputs, f"linking model {model_id} to its run", run_id, [output]
+        )
 
     def create_pending(self, info: UploadInfo, *, uri: str) -> Record:
         return self._create(info, uri=uri, state=RecordState.PENDING, extra={})
@@ -160,18 +193,20 @@ class MLflowRegistry(MLflowClaims, Registry):
             tags[PREFIX + "state"] = encode(state.value)
         if tags:
             what = f"moving model {record.id} to {state.value}" if state is not None else f"updating model {record.id}"
-            self._call(self._client.set_logged_model_tags, what, record.id, tags, record_id=record.id)
+            self._transport.call(
+                self._transport.client.set_logged_model_tags, what, record.id, tags, record_id=record.id
+            )
         if status == "READY":
             self._status(record.id, status)
 
     def _status(self, record_id: str, status: str) -> None:
-        self._call(self._client.finalize_logged_model, f"setting the status of model {record_id} to {status}",
+        self._transport.call(self._transport.client.finalize_logged_model, f"setting the status of model {record_id} to {status}",
                    record_id, status, record_id=record_id)  # fmt: skip
 
     def make_live(
         self, record_id: str, *, sha256: str, size: int, metadata: dict[str, MetaValue] | None = None
     ) -> Record:
-        model, record = self._read(record_id)
+        model, record = self._store.read(record_id)
         if record.state is not RecordState.PENDING:
             raise RegistryError(
                 f"record {record_id} is {record.state.value}, not pending: it cannot become live", record_id=record_id
@@ -186,20 +221,20 @@ class MLflowRegistry(MLflowClaims, Registry):
         self, record_id: str, state: RecordState, *, expected: Sequence[RecordState], error: str | None = None
     ) -> Record:
         state = RecordState(state)
-        _, record = self._read(record_id)
+        _, record = self._store.read(record_id)
         check_transition(record, state, expected)
         self._write(record, {"error": error} if error is not None else {}, state)
         return self.get(record_id)
 
     def supersede(self, record_id: str, *, sha256: str, size: int, replaces: str | None) -> None:
         """Check both records, note the staged digest, then evict ``replaces`` (no transaction in MLflow)."""
-        _, record = self._read(record_id)
+        _, record = self._store.read(record_id)
         if record.state is not RecordState.PENDING:
             raise RegistryError(
                 f"record {record_id} is {record.state.value}, no longer pending: its save cannot commit",
                 record_id=record_id,
             )
-        old = self._read(replaces)[1] if replaces is not None else None
+        old = self._store.read(replaces)[1] if replaces is not None else None
         if old is not None and old.state not in LOADABLE:
             raise RegistryError(
                 f"record {old.id}, which record {record_id} replaces in its slot, is {old.state.value}, no longer "
@@ -213,12 +248,12 @@ class MLflowRegistry(MLflowClaims, Registry):
     def rename(self, record_id: str, name: str) -> Record:
         if not isinstance(name, str) or not name.strip():
             raise ConfigError(f"a record's name must be a non-empty string, got {name!r}: e.g. 'baseline'")
-        _, record = self._read(record_id)
+        _, record = self._store.read(record_id)
         self._write(record, {"name": name})
         return self.get(record_id)
 
     def _retag(self, record_id: str, change: Callable[[set[str]], set[str]]) -> Record:
-        _, record = self._read(record_id)
+        _, record = self._store.read(record_id)
         self._write(record, {"tags": sorted(change(set(record.tags)))})
         return self.get(record_id)
 
@@ -232,54 +267,60 @@ class MLflowRegistry(MLflowClaims, Registry):
 
     def set_alias(self, record_id: str, alias: str) -> Record:
         check_alias(alias)
-        _, record = self._read(record_id)
+        _, record = self._store.read(record_id)
         if not record.state.loadable:
             raise RegistryError(
                 f"record {record_id} is {record.state.value}: an alias names a loadable record (live, revived or "
                 "pinned); pick a live record (tracker-saver models list --live)",
                 record_id=record_id,
             )
-        exp = self._experiment(record.project, create=True)
-        self._call(self._client.set_experiment_tag, f"setting alias {alias!r}", exp.experiment_id,
+        exp = self._store.experiment(record.project, create=True)
+        self._transport.call(self._transport.client.set_experiment_tag, f"setting alias {alias!r}", exp.experiment_id,
                    _ALIAS + alias, record_id)  # fmt: skip
         return self.get(record_id)
 
     def remove_alias(self, project: str, alias: str) -> None:
-        exp = self._experiment(project, create=False)
+        exp = self._store.experiment(project, create=False)
         if exp is None or _ALIAS + alias not in (exp.tags or {}):
             raise RecordNotFoundError(
                 f"project {project!r} has no alias {alias!r} in {self.uri}: see `tracker-saver models list`"
             )
-        self._call(self._client.delete_experiment_tag, f"removing alias {alias!r}", exp.experiment_id, _ALIAS + alias)
+        self._transport.call(
+            self._transport.client.delete_experiment_tag, f"removing alias {alias!r}", exp.experiment_id, _ALIAS + alias
+        )
 
     def delete_pinned(self, record_id: str) -> None:
-        _, record = self._read(record_id)
+        _, record = self._store.read(record_id)
         if record.state is not RecordState.PINNED:
             raise RegistryError(
                 f"record {record_id} is {record.state.value}, not pinned: only pinned records can be deleted",
                 record_id=record_id,
             )
-        exp = self._experiment(record.project, create=False)
+        exp = self._store.experiment(record.project, create=False)
         for key, value in ((exp.tags or {}) if exp is not None else {}).items():
             if key.startswith(_ALIAS) and value == record_id:
-                self._call(self._client.delete_experiment_tag, "removing an alias", exp.experiment_id, key)
-        self._call(self._client.delete_logged_model, f"deleting model {record_id}", record_id, record_id=record_id)
+                self._transport.call(
+                    self._transport.client.delete_experiment_tag, "removing an alias", exp.experiment_id, key
+                )
+        self._transport.call(
+            self._transport.client.delete_logged_model, f"deleting model {record_id}", record_id, record_id=record_id
+        )
 
     # --- reads ----------------------------------------------------------------------------
     def get(self, record_id: str) -> Record:
-        _, record = self._read(record_id)
+        _, record = self._store.read(record_id)
         stream = Query(project=record.project, run=record.run, stream=record.stream, output_uri=record.output_uri)
         found = [r for r in self.query(stream) if r.id == record_id]
         return found[0] if found else replace(record, aliases=())
 
     def query(self, query: Query) -> list[Record]:
-        experiments = self._experiments(query.project)
+        experiments = self._store.experiments(query.project)
         # Pushed down: the stream-level fields, so every stream found is whole (``best``/``latest``).
         filters = {k: getattr(query, k) for k in ("project", "run", "stream", "output_uri")}
         # The states too, with every loadable one: ``best``/``latest`` (and user aliases) name those.
         states = (*LOADABLE_OR_PINNED, *(s for s in query.states or () if s not in LOADABLE_OR_PINNED))
         pushed = states if query.states is not None or query.alias is not None else ()
-        records = self._search(experiments, {k: v for k, v in filters.items() if v is not None}, pushed)
+        records = self._store.search(experiments, {k: v for k, v in filters.items() if v is not None}, pushed)
         derived = derived_aliases((r.id, r.stream_id, r.created_at, r.score) for r in records if r.state in LOADABLE)
         user: dict[str, list[str]] = {}
         for exp in experiments:
@@ -287,3 +328,8 @@ class MLflowRegistry(MLflowClaims, Registry):
                 if key.startswith(_ALIAS):
                     user.setdefault(value, []).append(key[len(_ALIAS) :])
         return select(with_aliases(records, derived, user), query)
+
+
+def from_spec(uri: str | None, *, timeout: float) -> MLflowRegistry:
+    """``registry="mlflow[:URI]"``: the tracking server at ``URI`` (default ``$MLFLOW_TRACKING_URI``)."""
+    return MLflowRegistry(uri, timeout=timeout)

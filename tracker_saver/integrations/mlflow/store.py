@@ -21,31 +21,38 @@ __all__ = ["MLflowStore"]
 PAGE = 1000
 
 
-class MLflowStore(MLflowTransport):
-    """Find or create an experiment and a run; fetch and search LoggedModels as records."""
+class MLflowStore:
+    """Find or create an experiment and a run; fetch and search LoggedModels as records.
 
-    #: Prepended to a project to name its experiment (``""``: the experiment is the project).
-    experiment_prefix = ""
+    Args:
+        transport: the registry's transport, through which every call goes.
+        experiment_prefix: prepended to a project to name its experiment (``""``: the experiment is the project).
+    """
 
-    def __init__(self, tracking_uri: str, *, timeout: float) -> None:
-        super().__init__(tracking_uri, timeout=timeout)
+    def __init__(self, transport: MLflowTransport, *, experiment_prefix: str = "") -> None:
+        self._transport = transport
+        self.experiment_prefix = experiment_prefix
         self._run_ids: dict[tuple[str, str], str] = {}  # (experiment id, run name) -> MLflow run id
 
-    def _experiment(self, project: str, *, create: bool) -> Any:
+    def experiment(self, project: str, *, create: bool) -> Any:
         """The experiment of ``project`` (``None`` when absent and not ``create``)."""
         project = self.experiment_prefix + project
-        exp = self._call(self._client.get_experiment_by_name, f"looking up experiment {project!r}", project)
+        exp = self._transport.call(
+            self._transport.client.get_experiment_by_name, f"looking up experiment {project!r}", project
+        )
         if exp is not None and exp.lifecycle_stage == "deleted":
             raise RegistryError(
-                f"MLflow registry {self.uri}: experiment {project!r} (id {exp.experiment_id}) is deleted: restore "
+                f"MLflow registry {self._transport.uri}: experiment {project!r} (id {exp.experiment_id}) is deleted: restore "
                 f"it (`mlflow experiments restore --experiment-id {exp.experiment_id}`) or save under another project"
             )
         if exp is None and create:
-            exp_id = self._call(self._client.create_experiment, f"creating experiment {project!r}", project)
-            exp = self._call(self._client.get_experiment, f"reading experiment {project!r}", exp_id)
+            exp_id = self._transport.call(
+                self._transport.client.create_experiment, f"creating experiment {project!r}", project
+            )
+            exp = self._transport.call(self._transport.client.get_experiment, f"reading experiment {project!r}", exp_id)
         return exp
 
-    def _run_id(self, experiment_id: str, run: str) -> str:
+    def run_id(self, experiment_id: str, run: str) -> str:
         """The id of the MLflow run called ``run`` in the experiment: the active run when it is that one
         (then tagged ``tracker_saver.run``), else the run with that tag (created if there is none)."""
         import mlflow
@@ -54,12 +61,14 @@ class MLflowStore(MLflowTransport):
         key = (experiment_id, run)
         if active is not None and (active.info.experiment_id, active.info.run_name) == key:
             if self._run_ids.get(key) != active.info.run_id:  # tagged, so a later process finds it
-                self._call(self._client.set_tag, f"tagging run {run!r}", active.info.run_id, PREFIX + "run", run)
+                self._transport.call(
+                    self._transport.client.set_tag, f"tagging run {run!r}", active.info.run_id, PREFIX + "run", run
+                )
                 self._run_ids[key] = str(active.info.run_id)
             return str(active.info.run_id)
         if key not in self._run_ids:
-            found = self._call(
-                self._client.search_runs,
+            found = self._transport.call(
+                self._transport.client.search_runs,
                 f"looking up run {run!r}",
                 [experiment_id],
                 filter_string=f"tags.`{PREFIX}run` = '{_quote(run)}'",
@@ -68,35 +77,35 @@ class MLflowStore(MLflowTransport):
             if found:
                 self._run_ids[key] = str(found[0].info.run_id)
             else:
-                created = self._call(self._client.create_run, f"creating run {run!r}", experiment_id, run_name=run,
+                created = self._transport.call(self._transport.client.create_run, f"creating run {run!r}", experiment_id, run_name=run,
                                      tags={PREFIX + "run": run})  # fmt: skip
                 self._run_ids[key] = str(created.info.run_id)
         return self._run_ids[key]
 
-    def _model(self, record_id: str) -> Any:
-        return self._call(
-            self._client.get_logged_model, f"reading logged model {record_id}", record_id, record_id=record_id
+    def model(self, record_id: str) -> Any:
+        return self._transport.call(
+            self._transport.client.get_logged_model, f"reading logged model {record_id}", record_id, record_id=record_id
         )
 
-    def _read(self, record_id: str) -> tuple[Any, Record]:
-        model = self._model(record_id)
+    def read(self, record_id: str) -> tuple[Any, Record]:
+        model = self.model(record_id)
         record = read_record(model)
         if record is None or str(getattr(model.status, "name", model.status)) == "DELETED":
             raise RecordNotFoundError(
-                f"record {record_id} does not exist in {self.uri} (the logged model is not one tracker_saver "
+                f"record {record_id} does not exist in {self._transport.uri} (the logged model is not one tracker_saver "
                 "wrote): see `tracker-saver models list` for ids",
                 record_id=record_id,
             )
         return model, record
 
-    def _experiments(self, project: str | None) -> list[Any]:
+    def experiments(self, project: str | None) -> list[Any]:
         if project is not None:
-            exp = self._experiment(project, create=False)
+            exp = self.experiment(project, create=False)
             return [] if exp is None else [exp]
-        found = self._call(self._client.search_experiments, "listing experiments")
+        found = self._transport.call(self._transport.client.search_experiments, "listing experiments")
         return [e for e in found if str(e.name).startswith(self.experiment_prefix)]
 
-    def _search(
+    def search(
         self, experiments: list[Any], filters: dict[str, Any], states: tuple[RecordState, ...] = ()
     ) -> list[Record]:
         """Every record in ``experiments`` whose ``tracker_saver.*`` tags equal ``filters`` (and in ``states``)."""
@@ -107,8 +116,8 @@ class MLflowStore(MLflowTransport):
         for start in range(0, len(ids), 100):
             token: str | None = None
             while True:
-                page = self._call(
-                    self._client.search_logged_models,
+                page = self._transport.call(
+                    self._transport.client.search_logged_models,
                     "searching logged models",
                     ids[start : start + 100],
                     filter_string=where or None,

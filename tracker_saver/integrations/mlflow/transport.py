@@ -6,6 +6,9 @@ runs with ``MLFLOW_HTTP_REQUEST_MAX_RETRIES=0`` and a per-request timeout from
 :func:`tracker_saver.core.outage.request_timeouts`, retried under a :class:`tracker_saver.core.outage.Outage`
 bounded by ``timeout``. (MLflow reads those settings from the environment on every request, so
 they are set around the call under a lock and put back afterwards.)
+
+MLflow's exceptions carry the tracking URI as given, ``user:password@`` included: the cause is
+chained as a masked copy (:func:`tracker_saver.core.masking.raise_masked`), never the original.
 """
 
 from __future__ import annotations
@@ -16,14 +19,18 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from typing import Any, TypeVar
+from urllib.parse import urlsplit
 
 from tracker_saver.core.errors import RecordNotFoundError, RegistryError
+from tracker_saver.core.masking import raise_masked, strip_userinfo
 from tracker_saver.core.outage import DEFAULT_TIMEOUT_S, Outage, OutageError, request_timeouts
 
 __all__ = ["MLflowTransport", "safe_uri"]
 
 T = TypeVar("T")
 _ENV_LOCK = threading.RLock()
+#: Where MLflow finds credentials besides the tracking URI's userinfo: masked in every error.
+_SECRET_ENV = ("MLFLOW_TRACKING_PASSWORD", "MLFLOW_TRACKING_TOKEN")
 
 
 def safe_uri(uri: str) -> str:
@@ -65,9 +72,10 @@ class MLflowTransport:
         self.tracking_uri = tracking_uri
         self.uri = f"mlflow:{safe_uri(tracking_uri)}"
         self._outage = Outage(timeout)
-        self._client = MlflowClient(tracking_uri)
+        #: The MLflow client every call goes through (:meth:`call`).
+        self.client = MlflowClient(tracking_uri)
 
-    def _call(self, fn: Callable[..., T], what: str, *args: Any, record_id: str | None = None, **kw: Any) -> T:
+    def call(self, fn: Callable[..., T], what: str, *args: Any, record_id: str | None = None, **kw: Any) -> T:
         """``fn(*args, **kw)`` on the client; every failure a ``RegistryError`` naming ``what``."""
         from mlflow.exceptions import MlflowException
 
@@ -76,7 +84,7 @@ class MLflowTransport:
             try:
                 started = self._outage.attempt()
             except OutageError as exc:
-                raise self._down(what, str(exc), record_id) from None
+                raise self._down(what, str(exc), record_id) from exc
             try:
                 with _bounded_env(read_s):
                     result = fn(*args, **kw)
@@ -88,27 +96,38 @@ class MLflowTransport:
                 codes = [str(getattr(c, "error_code", "")) for c in causes]
                 if "RESOURCE_DOES_NOT_EXIST" in codes and record_id is not None:
                     self._outage.succeeded()
-                    raise RecordNotFoundError(
+                    missing = RecordNotFoundError(
                         f"record {record_id} does not exist in {self.uri} (no such MLflow logged model; "
                         "deleted in the UI?): see `tracker-saver models list` for ids",
                         record_id=record_id,
-                    ) from None
+                    )
+                    raise_masked(missing, exc, self._clean)
                 if any(_unreachable(c) for c in causes):
                     self._outage.failed(started, type(exc).__name__)
                     if self._outage.exhausted():
-                        raise self._down(what, self._outage.describe(), record_id) from None
+                        raise_masked(self._down(what, self._outage.describe(), record_id), exc, self._clean)
                     time.sleep(min(1.0, self._outage.timeout / 10))
                     continue
                 self._outage.succeeded()
                 root = causes[-1]  # the failure itself, not the client's wrapper around it
                 code = next((c for c in reversed(codes) if c), type(root).__name__)
-                raise RegistryError(
+                failed = RegistryError(
                     f"MLflow registry {self.uri}: {what} failed ({code}: "
-                    f"{safe_uri(str(getattr(root, 'message', root)))[:300]})",
+                    f"{self._clean(str(getattr(root, 'message', root)))[:300]})",
                     record_id=record_id,
-                ) from None
+                )
+                raise_masked(failed, exc, self._clean)
             self._outage.succeeded()
             return result
+
+    def _clean(self, text: str) -> str:
+        """``text`` without any URL's ``user:password@`` or a credential MLflow was given."""
+        password = urlsplit(self.tracking_uri).password
+        secrets = [password, *(os.environ.get(name) for name in _SECRET_ENV)]
+        text = strip_userinfo(text)
+        for secret in filter(None, secrets):
+            text = text.replace(secret, "***")
+        return text
 
     def _down(self, what: str, why: str, record_id: str | None) -> RegistryError:
         return RegistryError(

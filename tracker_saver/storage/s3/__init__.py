@@ -12,6 +12,8 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 # Re-exported (``X as X``) for code that imported them from the single module this package
 # replaced. Tunables that tests patch (LIST_PAGE_SIZE, PROGRESS_BYTES, KEEP_BYTES) are not:
 # patch them in the module that uses them.
@@ -31,4 +33,9 @@ from tracker_saver.storage.s3.storage import KNOWN_OPTIONS as KNOWN_OPTIONS
 from tracker_saver.storage.s3.storage import PROBE_NAME as PROBE_NAME
 from tracker_saver.storage.s3.storage import S3Storage
 
-__all__ = ["S3Storage"]
+__all__ = ["S3Storage", "from_uri"]
+
+
+def from_uri(uri: str, **storage_options: Any) -> S3Storage:
+    """``s3://BUCKET/PREFIX`` as an :class:`S3Storage` with its storage options."""
+    return S3Storage(uri, **storage_options)
