@@ -140,3 +140,33 @@ class StorageContract:
 
     def test_repr_names_the_root(self, storage: Storage) -> None:
         assert storage.uri in repr(storage)
+
+    def test_stat_and_list_give_one_fingerprint_for_a_committed_object(self, storage: Storage) -> None:
+        with storage.writer("p/r/s.slot0.pt") as f:
+            f.write(b"first bytes")
+        first = storage.stat("p/r/s.slot0.pt")
+        assert first is not None and first.fingerprint
+        assert [s.fingerprint for s in storage.list("p/r/")] == [first.fingerprint]
+
+    def test_other_bytes_of_the_same_size_get_another_fingerprint(self, storage: Storage) -> None:
+        storage.put_stream("p/r/s.slot0.pt", io.BytesIO(b"alice's bytes"))
+        alice = storage.stat("p/r/s.slot0.pt")
+        storage.put_stream("p/r/s.slot0.pt", io.BytesIO(b"bob's bytes!!"))  # same size, as two checkpoints are
+        bob = storage.stat("p/r/s.slot0.pt")
+        assert alice is not None and bob is not None and alice.size == bob.size
+        assert alice.fingerprint != bob.fingerprint
+
+    def test_put_if_absent_writes_once_and_never_replaces(self, storage: Storage) -> None:
+        assert storage.put_if_absent(".tracker_saver/p/r/s.owner", b"alice") is True
+        assert storage.put_if_absent(".tracker_saver/p/r/s.owner", b"bob") is False
+        with storage.get(".tracker_saver/p/r/s.owner") as f:
+            assert f.read() == b"alice"
+        assert [s.key for s in storage.list(".tracker_saver/")] == [".tracker_saver/p/r/s.owner"]
+        assert storage.staged() == []
+
+    def test_read_small_reads_a_small_object_or_says_it_is_missing(self, storage: Storage) -> None:
+        assert storage.read_small("p/r/s.json") is None
+        storage.put_stream("p/r/s.json", io.BytesIO(b'{"owner": 1}'))
+        storage.put_stream("p/r/empty.json", io.BytesIO(b""))
+        assert storage.read_small("p/r/s.json") == b'{"owner": 1}' and storage.read_small("p/r/s.json", 3) == b'{"o'
+        assert storage.read_small("p/r/empty.json") == b""

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import io
 import os
 import tempfile
 from abc import ABC, abstractmethod
@@ -14,7 +15,7 @@ from typing import BinaryIO
 from tracker_saver.core.naming import check_key
 from tracker_saver.storage.verify import Digest, digest
 
-__all__ = ["ObjectStat", "SpooledWrite", "Stable", "Staged", "StagedWrite", "Storage"]
+__all__ = ["RESERVED", "ObjectStat", "SpooledWrite", "Stable", "Staged", "StagedWrite", "Storage", "listed"]
 
 #: Memory the caller keeps unchanged until a write is committed or aborted: ``view in stable``
 #: says whether a written buffer may be sent later instead of copied (the pipeline passes a
@@ -28,11 +29,32 @@ DEFAULT_SPOOL_BYTES = 256 * 1024 * 1024
 
 @dataclass(frozen=True)
 class ObjectStat:
-    """The size of one object, and when it was last written (seconds since the epoch), as the storage reports them."""
+    """One object as the storage reports it: size, when last written (seconds since the epoch), and fingerprint.
+
+    ``fingerprint`` is what the store says identifies this version of the object, cheaply (S3:
+    the ETag, and the version id where the bucket keeps versions; local: size, mtime_ns and
+    inode). Every checkpoint of a model has the same size, so a record keeps the fingerprint its
+    commit produced, and ``fsck`` finds bytes someone else wrote with a stat or a HEAD per object.
+    """
 
     key: str
     size: int
     modified: float | None = None
+    fingerprint: str | None = None
+
+
+#: Keys that say who owns each stream (:mod:`tracker_saver.save.ownership`): never a checkpoint or a log.
+RESERVED = ".tracker_saver/"
+
+
+def listed(key: str, prefix: str) -> bool:
+    """Whether ``list(prefix)`` shows ``key``: one under :data:`RESERVED` only when ``prefix`` is under it too.
+
+    Examples:
+        >>> listed(".tracker_saver/owners/p/r/s.json", ""), listed(".tracker_saver/owners/p/r/s.json", ".tracker_saver/")
+        (False, True)
+    """
+    return key.startswith(prefix) and (not key.startswith(RESERVED) or prefix.startswith(RESERVED))
 
 
 @dataclass(frozen=True)
@@ -220,7 +242,8 @@ class Storage(ABC):
 
     @abstractmethod
     def list(self, prefix: str = "") -> list[ObjectStat]:
-        """All objects whose key starts with ``prefix``, sorted by key (temp files excluded)."""
+        """All objects whose key starts with ``prefix``, sorted by key (temp files excluded, and the
+        reserved ``.tracker_saver/`` prefix unless ``prefix`` asks for it: :func:`listed`)."""
 
     @abstractmethod
     def delete(self, key: str) -> None:
@@ -232,6 +255,29 @@ class Storage(ABC):
 
         Raises ``StorageError`` if ``src_key`` does not exist; ``dst_key`` then stays as it was.
         """
+
+    def read_small(self, key: str, limit: int = 1 << 16) -> bytes | None:
+        """The first ``limit`` bytes of a small object (an owner object), or ``None`` if ``key`` does not exist.
+
+        This default stats, then reads; a backend overrides it with one request (S3: one plain
+        GetObject, no transfer machinery, so it also works while the interpreter exits).
+        """
+        if self.stat(key) is None:
+            return None
+        with self.get(key) as f:
+            return f.read(limit)
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        """Write ``data`` to ``key`` only if no object is there; ``False`` (nothing written) if one is.
+
+        This default checks, then writes: two writers at once may both write. A backend with an
+        atomic create (a hard link, S3's ``If-None-Match: *``) overrides it; a caller that must
+        be sure reads the object back.
+        """
+        if self.stat(key) is not None:
+            return False
+        self.put_stream(key, io.BytesIO(data))
+        return True
 
     def digest(self, key: str) -> Digest:
         """Size and sha256 of the object at ``key``, read once."""

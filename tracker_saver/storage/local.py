@@ -14,14 +14,23 @@ from urllib.request import url2pathname
 from tracker_saver.core.errors import ConfigError, StorageError
 from tracker_saver.core.naming import check_key
 from tracker_saver.core.pools import shared_pool
-from tracker_saver.storage.base import ObjectStat, Stable, Staged, StagedWrite, Storage
+from tracker_saver.storage.base import ObjectStat, Stable, Staged, StagedWrite, Storage, listed
 from tracker_saver.storage.verify import file_mode
 
-__all__ = ["LocalStorage", "LocalWrite", "from_uri"]
+__all__ = ["LocalStorage", "LocalWrite", "fingerprint", "from_uri"]
 
 #: Temp files start with this and are invisible to ``list``: a stream's footprint counts
 #: only complete objects. A crash leaves at most one such file per slot, easy to find by name.
 TEMP_PREFIX = ".tmp-"
+
+
+def fingerprint(found: os.stat_result) -> str:
+    """What identifies one version of a local file: ``<size>:<mtime_ns>:<inode>`` (a rename keeps all three)."""
+    return f"{found.st_size}:{found.st_mtime_ns}:{found.st_ino}"
+
+
+def _stat(key: str, found: os.stat_result) -> ObjectStat:
+    return ObjectStat(key, found.st_size, found.st_mtime, fingerprint(found))
 
 
 def _hold(path: Path) -> int | None:
@@ -103,6 +112,17 @@ class LocalWrite(StagedWrite):
         finally:
             if old is not None:
                 _close_later(old)
+
+    def create(self) -> bool:
+        """A commit point that never replaces: link the staged file to the key; ``False`` if the key exists."""
+        try:
+            os.link(self._tmp, self._path)
+        except FileExistsError:
+            return False
+        except OSError as exc:
+            raise self._error(exc) from exc
+        _fsync_dir(self._path.parent)
+        return True
 
     def abort(self) -> bool:
         with contextlib.suppress(OSError):
@@ -216,8 +236,7 @@ class LocalStorage(Storage):
 
     def stat(self, key: str) -> ObjectStat | None:
         try:
-            found = self._path(key).stat()
-            return ObjectStat(key, found.st_size, found.st_mtime)
+            return _stat(key, self._path(key).stat())
         except FileNotFoundError:
             return None
 
@@ -230,10 +249,28 @@ class LocalStorage(Storage):
                     continue
                 full = Path(dirpath) / name
                 key = full.relative_to(self.root).as_posix()
-                if key.startswith(prefix):
-                    found = full.stat()
-                    out.append(ObjectStat(key, found.st_size, found.st_mtime))
+                if listed(key, prefix):
+                    out.append(_stat(key, full.stat()))
         return sorted(out, key=lambda s: s.key)
+
+    def read_small(self, key: str, limit: int = 1 << 16) -> bytes | None:
+        try:
+            with open(self._path(key), "rb") as f:
+                return f.read(limit)
+        except FileNotFoundError:
+            return None
+        except OSError as exc:
+            raise StorageError(f"cannot read {str(self._path(key))!r}: {exc.strerror}", key=key) from exc
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        """A temp file, fsynced, then ``os.link`` to ``key``: the link fails if ``key`` exists (atomic)."""
+        staged = LocalWrite(self._path(key), key)
+        try:
+            staged.file.write(data)
+            staged.finish()
+            return staged.create()
+        finally:
+            staged.abort()  # the temp name goes; a link made stays
 
     def delete(self, key: str) -> None:
         path = self._path(key)

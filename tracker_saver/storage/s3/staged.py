@@ -11,6 +11,15 @@ from tracker_saver.storage.s3.parts import PartWriter
 from tracker_saver.storage.s3.progress import Progress
 from tracker_saver.storage.s3.uploads import UploadTracker
 
+
+def etag_fingerprint(etag: str) -> str | None:
+    """An object's fingerprint on S3: its ETag without the quotes (a PUT's MD5, or a multipart ETag).
+
+    The version id is left out: ListObjectsV2 does not give it, and fsck compares what a listing says.
+    """
+    return etag.strip('"') or None
+
+
 __all__ = ["S3Write"]
 
 

@@ -23,6 +23,7 @@ from tracker_saver.storage.base import (
     Staged,
     StagedWrite,
     Storage,
+    listed,
 )
 from tracker_saver.storage.s3.errors import ErrorBoundary
 from tracker_saver.storage.s3.options import (
@@ -39,7 +40,7 @@ from tracker_saver.storage.s3.options import (
     transfer_config,
 )
 from tracker_saver.storage.s3.progress import Progress
-from tracker_saver.storage.s3.staged import S3Write
+from tracker_saver.storage.s3.staged import S3Write, etag_fingerprint
 from tracker_saver.storage.s3.uploads import UploadTracker
 from tracker_saver.storage.s3.watch import watch
 
@@ -356,7 +357,9 @@ class S3Storage(Storage):
                 if exc.response.get("Error", {}).get("Code") in ("404", "NoSuchKey", "NotFound"):
                     return None
                 raise
-        return ObjectStat(key, int(head["ContentLength"]), head["LastModified"].timestamp())
+        return ObjectStat(
+            key, int(head["ContentLength"]), head["LastModified"].timestamp(), etag_fingerprint(head["ETag"])
+        )
 
     def list(self, prefix: str = "") -> list[ObjectStat]:
         if not isinstance(prefix, str):
@@ -372,10 +375,40 @@ class S3Storage(Storage):
                 for obj in page.get("Contents", []):
                     s3_key = obj["Key"]
                     # The check() probe and console "folder" markers are not objects of ours.
-                    if s3_key == probe or s3_key.endswith("/"):
+                    if s3_key == probe or s3_key.endswith("/") or not listed(self._relative(s3_key), prefix):
                         continue
-                    out.append(ObjectStat(self._relative(s3_key), int(obj["Size"]), obj["LastModified"].timestamp()))
+                    out.append(ObjectStat(self._relative(s3_key), int(obj["Size"]), obj["LastModified"].timestamp(),
+                                          etag_fingerprint(obj["ETag"])))  # fmt: skip
         return sorted(out, key=lambda s: s.key)
+
+    def read_small(self, key: str, limit: int = 1 << 16) -> bytes | None:
+        """One GetObject of the first ``limit`` bytes (no transfer manager); ``None`` on NoSuchKey."""
+        with self._boundary("reading", key):
+            try:
+                found = self._client.get_object(Bucket=self.bucket, Key=self._s3_key(key), Range=f"bytes=0-{limit - 1}")
+            except botocore.exceptions.ClientError as exc:
+                code = exc.response.get("Error", {}).get("Code")
+                if code in ("404", "NoSuchKey", "NotFound"):
+                    return None
+                if code == "InvalidRange":  # an empty object has no byte 0
+                    return b""
+                raise
+            return bytes(found["Body"].read())
+
+    def put_if_absent(self, key: str, data: bytes) -> bool:
+        """One PUT with ``If-None-Match: *``: the store refuses it (412) when ``key`` exists.
+
+        Ceph RGW (Pacific) and AWS honour the condition; a store that ignores it writes anyway,
+        so callers read the object back.
+        """
+        with self._boundary("creating", key):
+            try:
+                self._client.put_object(Bucket=self.bucket, Key=self._s3_key(key), Body=data, IfNoneMatch="*")
+            except botocore.exceptions.ClientError as exc:
+                if exc.response.get("Error", {}).get("Code") in ("PreconditionFailed", "412"):
+                    return False
+                raise
+        return True
 
     def copy(self, src_key: str, dst_key: str) -> None:
         """A server-side copy: boto3's managed copy (one CopyObject, or UploadPartCopy parts
