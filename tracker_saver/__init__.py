@@ -22,7 +22,9 @@ from tracker_saver.core.errors import (
     SerializationError,
     StorageError,
     StreamBusyError,
+    StreamOwnedError,
     TrackerSaverError,
+    UnreadableRecordError,
 )
 from tracker_saver.core.records import Record, RecordState, UploadInfo
 from tracker_saver.core.timings import SaveStats
@@ -79,8 +81,10 @@ __all__ = [
     "Storage",
     "StorageError",
     "StreamBusyError",
+    "StreamOwnedError",
     "TrackerSaver",
     "TrackerSaverError",
+    "UnreadableRecordError",
     "UploadInfo",
     "add_tags",
     "count_models",

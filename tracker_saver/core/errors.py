@@ -4,12 +4,14 @@
 
     TrackerSaverError
      ├── ConfigError (ValueError)     bad argument or environment, raised before any work
-     │    └── ConfigTypeError (TypeError)  an argument of the wrong kind (e.g. a callback not callable)
+     │    ├── ConfigTypeError (TypeError)  an argument of the wrong kind (e.g. a callback not callable)
+     │    └── StreamOwnedError        the stream's objects belong to another registry (at output_uri)
      ├── ClosedError (RuntimeError)   a saver or log uploader used after close()
      ├── StorageError                 an object could not be written, read, listed or deleted
      │    └── IntegrityError          bytes do not match the record (size or sha256)
      ├── RegistryError                a record could not be created, changed or found
      │    ├── RecordNotFoundError (KeyError)
+     │    ├── UnreadableRecordError   a record someone else edited cannot be read back (queries skip it)
      │    └── StreamBusyError         another live saver writes this stream
      ├── SerializationError           torch could not serialize or deserialize a checkpoint
      ├── CallbackError                a pre- or post-upload callback raised
@@ -35,7 +37,9 @@ __all__ = [
     "SerializationError",
     "StorageError",
     "StreamBusyError",
+    "StreamOwnedError",
     "TrackerSaverError",
+    "UnreadableRecordError",
 ]
 
 
@@ -49,6 +53,21 @@ class ConfigError(TrackerSaverError, ValueError):
 
 class ConfigTypeError(ConfigError, TypeError):
     """An argument of the wrong kind; a ``TypeError`` too, for callers that catch one."""
+
+
+class StreamOwnedError(ConfigError):
+    """The stream's objects at output_uri belong to another registry: this saver would overwrite them.
+
+    Raised before any byte is written or deleted. Ownership lasts until a deliberate hand-over
+    (``tracker-saver streams take-over``), unlike a writer's lease (:class:`StreamBusyError`).
+
+    Attributes:
+        owner: how the owner object names the owning registry.
+    """
+
+    def __init__(self, message: str, *, owner: str) -> None:
+        super().__init__(message)
+        self.owner = owner
 
 
 class ClosedError(TrackerSaverError, RuntimeError):
@@ -96,6 +115,20 @@ class RecordNotFoundError(RegistryError, KeyError):
 
     def __str__(self) -> str:  # KeyError would quote the message
         return str(self.args[0])
+
+
+class UnreadableRecordError(RegistryError):
+    """A record someone else wrote or edited (a tracker's UI, a script) cannot be read back.
+
+    Queries skip such a record with one warning; ``get`` raises this; ``fsck`` reports it.
+
+    Attributes:
+        why: what cannot be read.
+    """
+
+    def __init__(self, message: str, *, record_id: str, why: str) -> None:
+        super().__init__(message, record_id=record_id)
+        self.why = why
 
 
 class StreamBusyError(RegistryError):

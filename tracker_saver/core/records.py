@@ -338,6 +338,9 @@ class Record:
             live/revived record created last) and ``best`` (its live/revived record with the
             highest ``score``, ties to the later one), and user aliases such as ``production``.
             Filled by the registry on every read.
+        fingerprint: what the store said identifies the object its commit made (S3: the ETag;
+            local: size, mtime_ns and inode); ``None`` before it was live, or for a record older
+            than fingerprints. ``fsck`` compares it with a stat or a HEAD per object.
     """
 
     id: str
@@ -358,6 +361,7 @@ class Record:
     error: str | None = None
     output_uri: str | None = None
     aliases: tuple[str, ...] = ()
+    fingerprint: str | None = None
 
     @property
     def stream_id(self) -> StreamId:
@@ -403,4 +407,5 @@ class Record:
             "error": self.error,
             "output_uri": self.output_uri,
             "aliases": list(self.aliases),
+            "fingerprint": self.fingerprint,
         }

@@ -39,7 +39,7 @@ from tracker_saver.core.naming import check_name, log_key, logs_prefix
 from tracker_saver.core.outage import DEFAULT_TIMEOUT_S
 from tracker_saver.logs.files import DEFAULT_FILES, Sent, check_every, check_patterns, sha256_file, snapshot_file
 from tracker_saver.logs.read import LogObject, download_logs, list_logs
-from tracker_saver.registry.base import RunContext
+from tracker_saver.registry.context import RunContext
 from tracker_saver.save.background import Background
 from tracker_saver.save.ignite_engine import handler_count, run_last_added_before_save_handlers
 from tracker_saver.storage import Storage, is_remote, open_storage

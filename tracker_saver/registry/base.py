@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
+import logging
 from abc import ABC, abstractmethod
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol, runtime_checkable
+from typing import Any
 
 from tracker_saver.core.claims import Holder
 from tracker_saver.core.errors import ConfigError, RegistryError, StreamBusyError
@@ -21,7 +22,6 @@ from tracker_saver.core.records import (
 )
 
 __all__ = [
-    "RunContext",
     "Candidate",
     "Labels",
     "Query",
@@ -37,6 +37,8 @@ __all__ = [
     "stream_query",
     "with_aliases",
 ]
+
+log = logging.getLogger(__name__)
 
 #: What deriving ``latest`` and ``best`` needs of a loadable record: (id, stream, created_at, score).
 Candidate = tuple[str, StreamId, float, float | None]
@@ -218,9 +220,15 @@ class RecordStore(ABC):
 
     @abstractmethod
     def make_live(
-        self, record_id: str, *, sha256: str, size: int, metadata: dict[str, MetaValue] | None = None
+        self,
+        record_id: str,
+        *,
+        sha256: str,
+        size: int,
+        metadata: dict[str, MetaValue] | None = None,
+        fingerprint: str | None = None,
     ) -> Record:
-        """Move ``pending`` → ``live`` with its sha256, size and extra metadata."""
+        """Move ``pending`` → ``live`` with its sha256, size, extra metadata and the object's fingerprint."""
 
     @abstractmethod
     def supersede(self, record_id: str, *, sha256: str, size: int, replaces: str | None) -> None:
@@ -308,7 +316,9 @@ class Labels(ABC):
         """Delete a user alias; ``RecordNotFoundError`` when the project has no such alias."""
 
     @abstractmethod
-    def create_pinned(self, info: UploadInfo, *, uri: str, sha256: str, size: int) -> Record:
+    def create_pinned(
+        self, info: UploadInfo, *, uri: str, sha256: str, size: int, fingerprint: str | None = None
+    ) -> Record:
         """Create a ``pinned`` record, in one step, for bytes already copied to ``info.key``.
 
         ``info.slot`` is ``None``: a pinned record holds no slot.
@@ -322,8 +332,10 @@ class Labels(ABC):
 class StreamClaims(ABC):
     """One writer per stream: who holds a stream's claim, and whether that holder is alive.
 
-    A backend writes three methods; ``tests/contracts/claims.py`` proves them. A holder that
-    died (see :func:`tracker_saver.core.claims.is_alive`) holds nothing.
+    A backend writes four methods; ``tests/contracts/claims.py`` proves them. A holder that
+    died (see :func:`tracker_saver.core.claims.is_alive`) holds nothing. The claim is the
+    writer's lease; who owns a stream's objects is recorded at output_uri, by
+    :meth:`registry_id` (:mod:`tracker_saver.save.ownership`).
 
     Examples:
         >>> from tracker_saver.core.claims import new_holder
@@ -352,6 +364,14 @@ class StreamClaims(ABC):
     def release(self, stream: StreamId, holder: Holder) -> None:
         """Give up ``holder``'s claim on ``stream`` (nothing if it holds none)."""
 
+    @abstractmethod
+    def registry_id(self, project: str) -> str:
+        """Who this registry is, for ``project``'s streams: what an owner object at output_uri names.
+
+        A random id created and stored inside the registry, never derived from its path or URI
+        (two machines' default registries share one path). A tracker may keep one per project.
+        """
+
 
 class Registry(RecordStore, Labels, StreamClaims):
     """Records of checkpoints: a :class:`RecordStore`, its :class:`Labels` and its :class:`StreamClaims`.
@@ -359,7 +379,7 @@ class Registry(RecordStore, Labels, StreamClaims):
     State changes are checked: ``set_state`` only moves a record out of the states it expects,
     so an evicted record can never become live by accident (invariant 2). Each stream has one
     writer at a time: ``claim`` records it and refuses a second live one. A backend subclasses
-    ``Registry`` and writes the abstract methods of the three parts (sixteen in all), each part
+    ``Registry`` and writes the abstract methods of the three parts (seventeen in all), each part
     proven by its own contract suite in ``tests/contracts/``.
 
     Examples:
@@ -374,6 +394,19 @@ class Registry(RecordStore, Labels, StreamClaims):
     #: A URI-like description for messages (never contains credentials).
     uri: str
 
+    def skipped(self) -> dict[str, str]:
+        """Records this registry found but could not read back, id → why: queries skip them (a warning
+        names each, once), ``get`` refuses them, ``fsck`` reports them. Someone else wrote them: a
+        tracker's UI, a script."""
+        return dict(self.__dict__.get("_skipped", {}))
+
+    def _skip(self, record_id: str, why: str) -> None:
+        """Note an unreadable record (warned about the first time only)."""
+        found: dict[str, str] = self.__dict__.setdefault("_skipped", {})
+        if record_id not in found:
+            log.warning("%s: skipped record %s, which cannot be read: %s", self.uri, record_id, why)
+        found[record_id] = why
+
     def close(self) -> None:  # noqa: B027 (an optional hook: nothing to release by default)
         """Release connections."""
 
@@ -385,33 +418,3 @@ class Registry(RecordStore, Labels, StreamClaims):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.uri!r})"
-
-
-@runtime_checkable
-class RunContext(Protocol):
-    """A registry that also knows the run it records: an experiment tracker's current task.
-
-    ``TrackerSaver`` asks it for what it was not given, so tracker policy stays out of the
-    ``Registry`` seam and generic code never imports a tracker's modules.
-    ``tracker_saver.integrations.clearml.registry.ClearMLRegistry`` is one.
-    """
-
-    def run_defaults(self) -> Mapping[str, str]:
-        """``project``, ``run`` and ``output_uri`` of the run being saved, those it knows.
-
-        Asked only when the saver is not given all three; it may raise ``ConfigError`` when it knows
-        of no run to save under (MLflow without an active run).
-        """
-        ...
-
-    def storage_options_for(self, output_uri: str, options: Mapping[str, Any]) -> dict[str, Any]:
-        """``options`` for ``output_uri``, plus what the tracker knows (e.g. its S3 credentials)."""
-        ...
-
-    def guard_writes(self, is_writing: Callable[[], bool]) -> None:
-        """Make the tracker's framework hooks ignore what ``torch.save`` writes while ``is_writing()``."""
-        ...
-
-    def artifact_task(self) -> Any:
-        """The tracker's task that ``LogUploader(saver=...)`` also attaches a run's logs to; ``None``: none."""
-        ...

@@ -132,6 +132,20 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         CREATE INDEX aliases_record ON aliases (record_id);
         """,
     ),
+    (
+        6,
+        # Who this registry is, for the owner objects at output_uri: a random id made here, never
+        # its path (two machines' default registries share one). And what the store said
+        # identifies each committed object (ETag; size:mtime_ns:inode), for a cheap fsck.
+        """
+        CREATE TABLE registry_meta (
+            key    TEXT PRIMARY KEY,
+            value  TEXT NOT NULL
+        );
+        INSERT INTO registry_meta VALUES ('id', lower(hex(randomblob(16))));
+        ALTER TABLE records ADD COLUMN fingerprint TEXT;
+        """,
+    ),
 )
 
 

@@ -105,6 +105,7 @@ class SQLiteRegistry(Registry):
                 error=row["error"],
                 output_uri=row["output_uri"],
                 aliases=tuple(sorted({*derived.get(str(row["id"]), ()), *user.get(str(row["id"]), ())})),
+                fingerprint=row["fingerprint"],
             )
             for row in rows
         ]
@@ -177,7 +178,13 @@ class SQLiteRegistry(Registry):
         return self.get(str(rid))
 
     def make_live(
-        self, record_id: str, *, sha256: str, size: int, metadata: dict[str, MetaValue] | None = None
+        self,
+        record_id: str,
+        *,
+        sha256: str,
+        size: int,
+        metadata: dict[str, MetaValue] | None = None,
+        fingerprint: str | None = None,
     ) -> Record:
         rid = self._id(record_id)
         with self._db.atomic() as conn:
@@ -189,8 +196,8 @@ class SQLiteRegistry(Registry):
                     f"record {record_id} is {row[0]}, not pending: it cannot become live", record_id=str(record_id)
                 )
             conn.execute(
-                "UPDATE records SET state = 'live', sha256 = ?, size = ?, updated_at = ? WHERE id = ?",
-                (sha256, size, time.time(), rid),
+                "UPDATE records SET state = 'live', sha256 = ?, size = ?, fingerprint = ?, updated_at = ? WHERE id = ?",
+                (sha256, size, fingerprint, time.time(), rid),
             )
             self._set_metadata(conn, rid, metadata or {})
         return self.get(record_id)
@@ -228,6 +235,10 @@ class SQLiteRegistry(Registry):
         if row is None:
             return None
         return Holder(token=row[0], host=row[1], pid=row[2], started=row[3], since=row[4], command=row[5]), row[6]
+
+    def registry_id(self, project: str) -> str:
+        """This file's random id (migration 6 made it), whatever the project."""
+        return str(self._db.read("SELECT value FROM registry_meta WHERE key = 'id'", ())[0]["value"])
 
     def holder(self, stream: StreamId) -> Holder | None:
         with self._db.atomic() as conn:
@@ -335,14 +346,17 @@ class SQLiteRegistry(Registry):
                 f"--project {project}` for its aliases"
             )
 
-    def create_pinned(self, info: UploadInfo, *, uri: str, sha256: str, size: int) -> Record:
+    def create_pinned(
+        self, info: UploadInfo, *, uri: str, sha256: str, size: int, fingerprint: str | None = None
+    ) -> Record:
         now = time.time()
         with self._db.atomic() as conn:
             cur = conn.execute(
                 "INSERT INTO records (project, run, stream, filename, name, state, slot, key, uri, output_uri,"
-                " sha256, size, created_at, updated_at) VALUES (?, ?, ?, ?, ?, 'pinned', NULL, ?, ?, ?, ?, ?, ?, ?)",
+                " sha256, size, fingerprint, created_at, updated_at)"
+                " VALUES (?, ?, ?, ?, ?, 'pinned', NULL, ?, ?, ?, ?, ?, ?, ?, ?)",
                 (info.project, info.run, info.stream, info.filename, info.name, info.key, uri, info.output_uri,
-                 sha256, size, now, now),
+                 sha256, size, fingerprint, now, now),
             )  # fmt: skip
             rid = int(cur.lastrowid or 0)
             self._set_metadata(conn, rid, info.metadata)

@@ -17,7 +17,7 @@ from tracker_saver.core.outage import DEFAULT_TIMEOUT_S
 from tracker_saver.core.records import LOADABLE, MetaValue, Record, RecordState, StreamId, UploadInfo
 from tracker_saver.core.timings import SaveClock
 from tracker_saver.registry import Query, Registry, RegistrySpec, check_registry_path, open_registry
-from tracker_saver.registry.base import RunContext
+from tracker_saver.registry.context import RunContext
 from tracker_saver.save import preemption
 from tracker_saver.save.background import Background
 from tracker_saver.save.callbacks import CallbackChain, PostUploadCallback, PreUploadCallback

@@ -19,7 +19,7 @@ from tracker_saver.core.outage import check_timeout
 from tracker_saver.core.records import MetaValue, UploadInfo, clean_metadata
 from tracker_saver.core.text import check_text
 from tracker_saver.registry import Registry, RegistrySpec, open_registry, parse_registry
-from tracker_saver.registry.base import RunContext
+from tracker_saver.registry.context import RunContext
 from tracker_saver.storage import Storage, is_remote, open_storage
 
 __all__ = ["Targets", "check_options", "check_registry_outside", "open_targets", "upload_info"]

@@ -29,6 +29,7 @@ uri            metadata ``uri``, from creation, kept for history. The model's ur
                while live or revived (registered, never uploaded: tracker_saver writes the
                bytes itself): the slot of an evicted model holds other bytes
 sha256, size   metadata ``sha256`` (str) and ``size`` (int)
+fingerprint    metadata ``fingerprint`` (str): what the store said identifies the committed object
 metadata       typed metadata items: ``int``/``float``/``bool``/``str``, ``None`` as an empty
                type and value (``Model.get_metadata_casted`` reads them back as such); a key the
                server refuses (``type``, ``value``...) is stored escaped (``~type``) and read back
@@ -65,7 +66,7 @@ from collections.abc import Iterable
 from typing import Any, TypeGuard
 
 from tracker_saver.core.claims import Holder
-from tracker_saver.core.errors import ConfigError, RecordNotFoundError
+from tracker_saver.core.errors import ConfigError, RecordNotFoundError, UnreadableRecordError
 from tracker_saver.core.query import RECORD_FIELDS
 from tracker_saver.core.records import MetaValue, Record, RecordState, StreamId, UploadInfo, clean_metadata
 from tracker_saver.core.records import decode_value as decode_typed
@@ -116,7 +117,7 @@ ALIAS_TAG_PREFIX = "alias:"
 #: The system tag that archives a model.
 ARCHIVED_TAG = "archived"
 #: Metadata keys that hold the record's own fields; they are not in ``Record.metadata``.
-_FIELD_KEYS = ("stream", "filename", "run", "slot_key", "key", "state", "error", "output_uri")
+_FIELD_KEYS = ("stream", "filename", "run", "slot_key", "key", "state", "error", "output_uri", "fingerprint")
 #: Before ``slot_key``, records kept the slot key under ``key``: their ``slot_key`` is the user's.
 _OLD_FIELD_KEYS = tuple(k for k in _FIELD_KEYS if k != "slot_key")
 #: Metadata keys ``Record.metadata`` shows only once the record was committed (as SQLite does).
@@ -238,8 +239,13 @@ def model_record(model: dict[str, Any], project: str) -> Record:
     fields = _OLD_FIELD_KEYS if "key" in meta else _FIELD_KEYS
     try:
         state = RecordState(meta.get("state"))
-    except ValueError:
-        state = RecordState.FAILED  # someone edited the state by hand: never treat it as loadable
+    except ValueError:  # someone edited it by hand (the web UI's metadata table): not ours to guess
+        raise UnreadableRecordError(
+            f"record {model['id']} cannot be read: its metadata 'state' is {meta.get('state')!r}, none of "
+            "tracker_saver's; put it back in ClearML's web UI (the model's metadata), or delete the model",
+            record_id=str(model["id"]),
+            why=f"its metadata 'state' is {meta.get('state')!r}",
+        ) from None
     stream = str(meta.get("stream") or "")
     # a staged (pending) record already carries sha256 and size: metadata shows them once committed
     committed = state not in (RecordState.PENDING, RecordState.FAILED)
@@ -268,6 +274,7 @@ def model_record(model: dict[str, Any], project: str) -> Record:
         created_at=float(created) if isinstance(created, (int, float)) else 0.0,
         error=meta.get("error") if isinstance(meta.get("error"), str) else None,  # type: ignore[arg-type]
         output_uri=str(meta["output_uri"]) if isinstance(meta.get("output_uri"), str) else None,
+        fingerprint=meta.get("fingerprint") if isinstance(meta.get("fingerprint"), str) else None,  # type: ignore[arg-type]
     )
 
 

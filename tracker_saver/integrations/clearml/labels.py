@@ -106,12 +106,16 @@ class ClearMLLabels(ClearMLTasks):
             rest = [t for t in model.get("tags") or [] if t != ALIAS_TAG_PREFIX + alias]
             self._edit_tags(model, rest, f"removing alias {alias!r} from model {model['id']}")
 
-    def create_pinned(self, info: UploadInfo, *, uri: str, sha256: str, size: int) -> Record:
+    def create_pinned(
+        self, info: UploadInfo, *, uri: str, sha256: str, size: int, fingerprint: str | None = None
+    ) -> Record:
         """Create the model archived (as a pending one), write its metadata with state ``pinned``
         (the commit point), then show it: a failure in between leaves nothing that looks loadable."""
         metadata = check_metadata(info.metadata, f"record {info.filename!r}")
         tags = check_tags(info.tags, f"record {info.filename!r}")
         extra: dict[str, MetaValue] = {"sha256": sha256, "size": int(size), "state": RecordState.PINNED.value}
+        if fingerprint is not None:
+            extra["fingerprint"] = fingerprint
         model = self._create_model(info, uri=uri, metadata=metadata, tags=tags, extra=extra, kind="pinned model")
         return self._record(self._show(model, RecordState.PINNED, info.stream))
 

@@ -45,6 +45,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import replace
 from typing import Any
 
+from tracker_saver.core.errors import UnreadableRecordError
 from tracker_saver.core.records import DERIVED_ALIASES, LOADABLE, Record, StreamId
 from tracker_saver.integrations.clearml.binding import skip_saves_while
 from tracker_saver.integrations.clearml.claims import ClearMLClaims
@@ -175,6 +176,12 @@ class ClearMLRegistry(ClearMLStates, ClearMLLabels, ClearMLClaims):
     def get(self, record_id: str) -> Record:
         return self._aliased([self._record(self._fetch(record_id))])[0]
 
+    def registry_id(self, project: str) -> str:
+        """The id clearml-server gave ``project`` (random, made by the server): this registry, for its streams."""
+        found = self._project_id(project, create=True)
+        assert found is not None  # create=True makes it
+        return found
+
     def query(self, query: Query) -> list[Record]:
         params: dict[str, Any] = {}
         if query.project is not None:
@@ -203,7 +210,12 @@ class ClearMLRegistry(ClearMLStates, ClearMLLabels, ClearMLClaims):
         params.update(filters)
         models = self._all_models(params, MODEL_FIELDS, "querying models")
         names = self._project_names_for(m.get("project") or "" for m in models)
-        records = [self._record(m, names) for m in models]
+        records = []
+        for model in models:
+            try:
+                records.append(self._record(model, names))
+            except UnreadableRecordError as exc:  # edited by hand in the web UI: skipped, fsck names it
+                self._skip(str(exc.record_id), exc.why)
         # Without narrowing filters, the answer already holds every loadable record of its streams.
         whole = (
             not (query.where or query.filename or query.slot is not None or query.name or query.tag)

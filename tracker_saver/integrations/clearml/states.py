@@ -47,7 +47,13 @@ class ClearMLStates(ClearMLTasks):
         return self._record(self._create_model(info, uri=uri, metadata=metadata, tags=tags, extra={}, kind="model"))
 
     def make_live(
-        self, record_id: str, *, sha256: str, size: int, metadata: dict[str, MetaValue] | None = None
+        self,
+        record_id: str,
+        *,
+        sha256: str,
+        size: int,
+        metadata: dict[str, MetaValue] | None = None,
+        fingerprint: str | None = None,
     ) -> Record:
         model = self._fetch(record_id)
         record = self._record(model)
@@ -58,6 +64,8 @@ class ClearMLStates(ClearMLTasks):
         extra = check_metadata(metadata or {}, f"record {record_id}")
         uri = record.uri or ""
         items = {**extra, "sha256": sha256, "size": int(size), "uri": uri, "state": RecordState.LIVE.value}
+        if fingerprint is not None:
+            items["fingerprint"] = fingerprint
         self._metadata_write(record_id, items, f"committing model {record_id} ({record.filename!r})")  # commit point
         model = self._show(with_metadata(model, items), RecordState.LIVE, record.stream)
         self._attach(model, record.filename)

@@ -37,6 +37,7 @@ Examples:
 from __future__ import annotations
 
 import json
+import logging
 import shutil
 import tempfile
 import zipfile
@@ -45,9 +46,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from tracker_saver.core.errors import ConfigError
+from tracker_saver.core.errors import ConfigError, StorageError
 from tracker_saver.core.outage import DEFAULT_TIMEOUT_S
-from tracker_saver.core.records import DERIVED_ALIASES, MetaValue, Record, RecordState
+from tracker_saver.core.records import DERIVED_ALIASES, MetaValue, Record, RecordState, StreamId
 from tracker_saver.integrations.clearml.codec import (
     ALIAS_TAG_PREFIX,
     ARCHIVED_TAG,
@@ -57,11 +58,14 @@ from tracker_saver.integrations.clearml.codec import (
     mirror,
     with_metadata,
 )
+from tracker_saver.integrations.clearml.conf import with_clearml_credentials
 from tracker_saver.integrations.clearml.internals import OFFLINE_TASK_FILE
 from tracker_saver.integrations.clearml.journal import JOURNAL
 from tracker_saver.integrations.clearml.registry import ClearMLRegistry
 from tracker_saver.registry.base import Query
 from tracker_saver.registry.sqlite import SQLiteRegistry
+from tracker_saver.save.ownership import read_owner, take_over
+from tracker_saver.storage import is_remote, open_storage
 
 __all__ = ["SESSION_TAG", "SyncReport", "import_offline_session", "push_record"]
 
@@ -70,6 +74,9 @@ SESSION_TAG = "tracker_saver-offline:"
 _TASK_FILE = OFFLINE_TASK_FILE  # clearml's Task._offline_filename
 #: Task statuses in which clearml-server changes a task's model list.
 _WRITABLE_STATUSES = ("created", "in_progress")
+
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -86,6 +93,7 @@ class SyncReport:
     created: int  # models created by this call
     completed: int  # models an earlier, interrupted sync created and this call finished
     unchanged: int  # models already complete
+    handed_over: int = 0  # streams at output_uri that passed from the journal to the server (save.ownership)
 
     @property
     def records(self) -> int:
@@ -276,6 +284,7 @@ def import_offline_session(
         journal = SQLiteRegistry(folder / JOURNAL)
         try:
             records = sorted(journal.query(Query()), key=lambda r: (r.created_at, int(r.id)))
+            journal_id = journal.registry_id("")
         finally:
             journal.close()
         existing: dict[str, dict[str, Any]] = {}
@@ -302,4 +311,31 @@ def import_offline_session(
             counts["created" if before is None else "completed" if wrote else "unchanged"] += 1
             if progress is not None:
                 progress(record)
-    return SyncReport(target, imported=imported, **counts)
+        handed = _hand_over(registry, journal_id, {r.stream_id for r in records if r.output_uri}, timeout)
+    return SyncReport(target, imported=imported, **counts, handed_over=handed)
+
+
+def _hand_over(registry: ClearMLRegistry, journal_id: str, streams: set[StreamId], timeout: float) -> int:
+    """Hand each stream the journal owns at its output_uri to the server's registry; how many were.
+
+    The journal stood in for the server while offline: its records now live on the server, so
+    online saves into these streams (``continue_last_task``) must find the server the owner. A
+    stream another registry owns, or an output_uri this machine cannot reach, is left as it is
+    with a warning that says how to hand it over by hand: the sync itself never fails for it.
+    """
+    handed = 0
+    for stream in sorted(streams, key=lambda s: s.label):
+        try:
+            options: dict[str, Any] = {"timeout": timeout} if is_remote(stream.output_uri) else {}
+            storage = open_storage(stream.output_uri, **with_clearml_credentials(stream.output_uri, options))
+            owner = read_owner(storage, stream)
+            if owner is not None and owner.registry_id == journal_id:
+                take_over(storage, registry, stream, from_id=journal_id)
+                handed += 1
+        except (ConfigError, StorageError, ModuleNotFoundError) as exc:
+            log.warning(
+                "stream %s stays owned by the offline journal (%s): on a machine that reaches it, run "
+                "`tracker-saver streams take-over %s --project ... --run ... --stream ... --from %s` with this registry",
+                stream.label, exc, stream.output_uri, journal_id,
+            )  # fmt: skip
+    return handed

@@ -2,26 +2,67 @@
 
 One LoggedModel per record. Its MLflow ``name`` is fixed at creation: Ignite's filename made
 legal for MLflow (:func:`model_name`). Every record field lives in a ``tracker_saver.*`` tag
-(the source of truth, read back by :func:`read_record`); the typed metadata is one JSON tag,
-its numbers are also logged as the model's metrics (so ``metrics.score > 0.5`` filters in
-MLflow's UI) and its values as params at creation. The state is a tag plus MLflow's status:
-live, revived and pinned are ``READY``; pending is ``PENDING``; failed and evicted are
-``FAILED`` (an evicted checkpoint is not loadable, so MLflow never shows it as ready).
+(the source of truth, read back by :func:`read_record`). People read and edit these tags in
+MLflow's UI, so since schema 2 (the tag ``tracker_saver.schema``) each field is plain text:
+``tracker_saver.name`` is ``best_model_3_acc=0.91.pt``, not ``"best_model_3_acc=0.91.pt"``,
+and a name typed into MLflow's UI is the record's new name. Only the typed metadata and the
+tags are JSON. A record of schema 1 (every tag JSON) is still read, its name also as typed
+text. The metadata's numbers are also logged as the model's metrics (so ``metrics.score >
+0.5`` filters in MLflow's UI) and its values as params at creation. The state is a tag plus
+MLflow's status: live, revived and pinned are ``READY``; pending is ``PENDING``; failed and
+evicted are ``FAILED`` (an evicted checkpoint is not loadable, so MLflow never shows it as ready).
+
+A tag of ours that someone edited into something we cannot read makes the record unreadable
+(``UnreadableRecordError``): the registry skips it with a warning and ``fsck`` names it.
 """
 
 from __future__ import annotations
 
 import hashlib
 import json
+import math
 import re
 from typing import Any
 
+from tracker_saver.core.errors import UnreadableRecordError
 from tracker_saver.core.records import MetaValue, Record, RecordState, UploadInfo
 
-__all__ = ["PREFIX", "STATUS", "model_name", "read_record", "record_tags", "state_filter", "status_of"]
+__all__ = [
+    "PREFIX",
+    "SCHEMA",
+    "STATUS",
+    "encode",
+    "model_name",
+    "quoted",
+    "read_filename",
+    "read_record",
+    "record_tags",
+    "schema_of",
+    "spellings",
+    "state_filter",
+    "status_of",
+]
 
 #: Prefix of every tag tracker_saver writes on a LoggedModel, a run or an experiment.
 PREFIX = "tracker_saver."
+
+#: The tag layout this version writes: 2 is plain text (1 was every tag JSON).
+SCHEMA = 2
+
+#: Fields kept as JSON (structured); every other field is plain text, typed by :data:`_TYPES`.
+_JSON_FIELDS = ("metadata", "tags")
+_TYPES: dict[str, type] = {"slot": int, "size": int, "created_at": float}
+
+
+def unreadable(model_id: str, why: str) -> UnreadableRecordError:
+    """The error for a LoggedModel of ours whose tags someone edited into something we cannot read."""
+    return UnreadableRecordError(
+        f"record {model_id} cannot be read: {why}; put the tag back as tracker_saver wrote it (MLflow's UI: the "
+        "model's tags), or delete the model",
+        record_id=model_id,
+        why=why,
+    )
+
 
 #: MLflow's status for each record state.
 STATUS = {
@@ -59,8 +100,42 @@ def _json(value: Any) -> str:
     return json.dumps(value, sort_keys=True, separators=(",", ":"))
 
 
+def encode(field: str, value: Any, schema: int = SCHEMA) -> str:
+    """A field's tag value as ``schema`` writes it: schema 2 JSON for metadata and tags, else plain text.
+
+    A record keeps the schema it was created with: a field changed later is written its way.
+
+    Examples:
+        >>> encode("name", "best_model_3_acc=0.91.pt"), encode("slot", 1), encode("tags", ["b", "a"])
+        ('best_model_3_acc=0.91.pt', '1', '["b","a"]')
+        >>> encode("name", "old", schema=1)
+        '"old"'
+    """
+    if schema == 1 or field in _JSON_FIELDS:
+        return _json(value)
+    return repr(value) if isinstance(value, float) else str(value)
+
+
+def schema_of(model: Any) -> int:
+    """The schema a LoggedModel's tags were written in (1 when it has no ``tracker_saver.schema`` tag)."""
+    text = (model.tags or {}).get(PREFIX + "schema", "1")
+    return int(text) if text in ("1", str(SCHEMA)) else SCHEMA
+
+
+def spellings(field: str, value: Any) -> list[str]:
+    """Every way ``value`` may be stored in ``field``'s tag: schema 2's, then schema 1's JSON.
+
+    A search matches either, so records written before schema 2 are still found.
+
+    Examples:
+        >>> spellings("project", "mnist")
+        ['mnist', '"mnist"']
+    """
+    return list(dict.fromkeys([encode(field, value), _json(value)]))
+
+
 def record_tags(info: UploadInfo, *, uri: str, created_at: float) -> dict[str, str]:
-    """The ``tracker_saver.*`` tags of a new pending record."""
+    """The ``tracker_saver.*`` tags of a new pending record (fields that are ``None`` get no tag)."""
     fields: dict[str, Any] = {
         "project": info.project,
         "run": info.run,
@@ -76,7 +151,8 @@ def record_tags(info: UploadInfo, *, uri: str, created_at: float) -> dict[str, s
         "metadata": dict(info.metadata),
         "tags": sorted(set(info.tags)),
     }
-    return {PREFIX + k: _json(v) for k, v in fields.items()}
+    tags = {PREFIX + k: encode(k, v) for k, v in fields.items() if v is not None}
+    return {**tags, PREFIX + "schema": str(SCHEMA)}
 
 
 def status_of(state: RecordState) -> str:
@@ -89,25 +165,90 @@ def state_filter(states: tuple[RecordState, ...]) -> str:
 
     Examples:
         >>> print(state_filter((RecordState.LIVE, RecordState.PINNED)))
-        tags.`tracker_saver.state` IN ('"live"', '"pinned"')
+        tags.`tracker_saver.state` IN ('live', '"live"', 'pinned', '"pinned"')
     """
-    return f"tags.`{PREFIX}state` IN ({', '.join(repr(_json(s.value)) for s in states)})"
+    return (
+        f"tags.`{PREFIX}state` IN ({', '.join(quoted(s) for state in states for s in spellings('state', state.value))})"
+    )
+
+
+def quoted(text: str) -> str:
+    """``text`` as a single-quoted string of an MLflow filter.
+
+    Examples:
+        >>> print(quoted("it's"))
+        'it\\'s'
+    """
+    escaped = text.replace("\\", "\\\\").replace("'", "\\'")
+    return f"'{escaped}'"
+
+
+def _decode(schema: int, field: str, text: str, model_id: str) -> Any:
+    """One field's value from its tag text; ``UnreadableRecordError`` when the text is not what we write."""
+    try:
+        if schema == 1 or field in _JSON_FIELDS:
+            try:
+                return json.loads(text)
+            except ValueError:
+                if field == "name":  # renamed by hand in MLflow's UI (schema 1 kept it as JSON)
+                    return text
+                raise
+        kind = _TYPES.get(field)
+        if kind is None:
+            return text
+        value = kind(text)
+        if kind is not float or math.isfinite(value):
+            return value
+    except ValueError:
+        pass
+    raise unreadable(model_id, f"its tag {PREFIX}{field} is {text[:60]!r}, not what tracker_saver writes")
+
+
+def read_filename(model: Any) -> str | None:
+    """The Ignite filename a LoggedModel records, in either schema (``None``: not ours, or unreadable)."""
+    text = (model.tags or {}).get(PREFIX + "filename")
+    if text is None:
+        return None
+    try:
+        value = _decode(schema_of(model), "filename", text, str(model.model_id))
+    except UnreadableRecordError:
+        return None
+    return value if isinstance(value, str) else None
 
 
 def read_record(model: Any) -> Record | None:
-    """The record a LoggedModel holds, or ``None`` when tracker_saver did not write it."""
+    """The record a LoggedModel holds, ``None`` when tracker_saver did not write it.
+
+    Raises:
+        UnreadableRecordError: a tag of ours was edited into something that cannot be read back.
+    """
+    model_id = str(model.model_id)
     tags: dict[str, str] = dict(model.tags or {})
     if PREFIX + "state" not in tags:
         return None
-    f = {k[len(PREFIX) :]: json.loads(v) for k, v in tags.items() if k.startswith(PREFIX)}
-    state = RecordState(f["state"])
+    schema_text = tags.pop(PREFIX + "schema", "1")
+    if schema_text not in ("1", str(SCHEMA)):
+        raise unreadable(model_id, f"its schema {schema_text!r} is newer than this tracker_saver reads")
+    schema = int(schema_text)
+    f = {
+        k[len(PREFIX) :]: _decode(schema, k[len(PREFIX) :], v, model_id)
+        for k, v in tags.items()
+        if k.startswith(PREFIX)
+    }
+    missing = [k for k in ("project", "run", "stream", "filename", "name") if not isinstance(f.get(k), str)]
+    if missing:
+        raise unreadable(model_id, f"its tags lack {', '.join(PREFIX + k for k in missing)}")
+    try:
+        state = RecordState(f["state"])
+    except ValueError:
+        raise unreadable(model_id, f"its state {f['state']!r} is none of tracker_saver's") from None
     metadata: dict[str, MetaValue] = dict(f.get("metadata") or {})
     extra = {"slot": f.get("slot"), "created_at": f.get("created_at")}
     if state is not RecordState.PENDING and state is not RecordState.FAILED:
         extra.update(sha256=f.get("sha256"), size=f.get("size"), uri=f.get("uri"))
     metadata.update({k: v for k, v in extra.items() if v is not None})
     return Record(
-        id=str(model.model_id),
+        id=model_id,
         project=f["project"],
         run=f["run"],
         stream=f["stream"],
@@ -124,12 +265,8 @@ def read_record(model: Any) -> Record | None:
         created_at=float(f.get("created_at") or 0.0),
         error=f.get("error"),
         output_uri=f.get("output_uri"),
+        fingerprint=f.get("fingerprint"),
     )
-
-
-def encode(value: Any) -> str:
-    """A tag value as tracker_saver writes it (JSON)."""
-    return _json(value)
 
 
 def digest(text: str) -> str:

@@ -31,7 +31,16 @@ from tracker_saver.core.records import (
     check_alias,
 )
 from tracker_saver.integrations.mlflow.claims import MLflowClaims
-from tracker_saver.integrations.mlflow.codec import PREFIX, encode, model_name, read_record, record_tags, status_of
+from tracker_saver.integrations.mlflow.codec import (
+    PREFIX,
+    encode,
+    model_name,
+    read_filename,
+    read_record,
+    record_tags,
+    schema_of,
+    status_of,
+)
 from tracker_saver.integrations.mlflow.store import MLflowStore
 from tracker_saver.integrations.mlflow.transport import MLflowTransport
 from tracker_saver.registry.base import Query, Registry, check_transition, derived_aliases, select, with_aliases
@@ -74,6 +83,7 @@ class MLflowRegistry(Registry):
         self._store = MLflowStore(self._transport, experiment_prefix=experiment_prefix)
         self._claims = MLflowClaims(self._transport, self._store)
         self.uri = self._transport.uri
+        self._ids: dict[str, str] = {}  # project -> its experiment's registry id
         #: The tracking server, the experiments' name prefix, and the bound on one call's wait (seconds).
         self.tracking_uri, self.experiment_prefix, self.timeout = (
             self._transport.tracking_uri,
@@ -90,6 +100,11 @@ class MLflowRegistry(Registry):
 
     def release(self, stream: StreamId, holder: Holder) -> None:
         self._claims.release(stream, holder)
+
+    def registry_id(self, project: str) -> str:
+        if project not in self._ids:
+            self._ids[project] = self._store.registry_id(project)
+        return self._ids[project]
 
     # --- RunContext: what the active MLflow run knows -------------------------------------
     def run_defaults(self) -> dict[str, str]:
@@ -130,9 +145,9 @@ class MLflowRegistry(Registry):
             [exp_id],
             filter_string=f"name = '{name}'",
         )
-        taken = any((m.tags or {}).get(PREFIX + "filename") != encode(info.filename) for m in same)
+        taken = any(read_filename(m) != info.filename for m in same)
         tags = record_tags(info, uri=uri, created_at=time.time())
-        tags.update({PREFIX + k: encode(v) for k, v in {**extra, "state": state.value}.items()})
+        tags.update({PREFIX + k: encode(k, v) for k, v in {**extra, "state": state.value}.items() if v is not None})
         params = {k: str(v) for k, v in info.metadata.items() if v is not None and _LEGAL_KEY.match(k)}
         model = self._transport.call(
             self._transport.client.create_logged_model,
@@ -179,18 +194,22 @@ class MLflowRegistry(Registry):
     def create_pending(self, info: UploadInfo, *, uri: str) -> Record:
         return self._create(info, uri=uri, state=RecordState.PENDING, extra={})
 
-    def create_pinned(self, info: UploadInfo, *, uri: str, sha256: str, size: int) -> Record:
-        return self._create(info, uri=uri, state=RecordState.PINNED, extra={"sha256": sha256, "size": int(size)})
+    def create_pinned(
+        self, info: UploadInfo, *, uri: str, sha256: str, size: int, fingerprint: str | None = None
+    ) -> Record:
+        extra = {"sha256": sha256, "size": int(size), "fingerprint": fingerprint}
+        return self._create(info, uri=uri, state=RecordState.PINNED, extra=extra)
 
-    def _write(self, record: Record, fields: Mapping[str, Any], state: RecordState | None = None) -> None:
-        """Write ``fields`` and the state tag in one request, and MLflow's status when it changes:
-        after the tag when the status becomes ``READY``, before it otherwise (see the module doc)."""
-        tags = {PREFIX + k: encode(v) for k, v in fields.items()}
+    def _write(self, model: Any, record: Record, fields: Mapping[str, Any], state: RecordState | None = None) -> None:
+        """Write ``fields`` and the state tag in one request (in the schema ``model`` was written in), and
+        MLflow's status when it changes: after the tag when it becomes ``READY``, before it otherwise."""
+        schema = schema_of(model)
+        tags = {PREFIX + k: encode(k, v, schema) for k, v in fields.items() if v is not None}
         status = status_of(state) if state is not None and status_of(state) != status_of(record.state) else None
         if status is not None and status != "READY":  # MLflow stops offering it before the tag says so
             self._status(record.id, status)
         if state is not None:
-            tags[PREFIX + "state"] = encode(state.value)
+            tags[PREFIX + "state"] = encode("state", state.value, schema)
         if tags:
             what = f"moving model {record.id} to {state.value}" if state is not None else f"updating model {record.id}"
             self._transport.call(
@@ -204,7 +223,13 @@ class MLflowRegistry(Registry):
                    record_id, status, record_id=record_id)  # fmt: skip
 
     def make_live(
-        self, record_id: str, *, sha256: str, size: int, metadata: dict[str, MetaValue] | None = None
+        self,
+        record_id: str,
+        *,
+        sha256: str,
+        size: int,
+        metadata: dict[str, MetaValue] | None = None,
+        fingerprint: str | None = None,
     ) -> Record:
         model, record = self._store.read(record_id)
         if record.state is not RecordState.PENDING:
@@ -212,7 +237,8 @@ class MLflowRegistry(Registry):
                 f"record {record_id} is {record.state.value}, not pending: it cannot become live", record_id=record_id
             )
         meta = {k: v for k, v in record.metadata.items() if k not in ("slot", "created_at")} | dict(metadata or {})
-        self._write(record, {"sha256": sha256, "size": int(size), "metadata": meta}, RecordState.LIVE)
+        self._write(model, record, {"sha256": sha256, "size": int(size), "metadata": meta, "fingerprint": fingerprint},
+                    RecordState.LIVE)  # fmt: skip
         changed = {k: v for k, v in (metadata or {}).items() if record.metadata.get(k) != v}
         self._metrics(record_id, str(model.source_run_id), changed)  # the rest were logged at creation
         return self.get(record_id)
@@ -221,40 +247,40 @@ class MLflowRegistry(Registry):
         self, record_id: str, state: RecordState, *, expected: Sequence[RecordState], error: str | None = None
     ) -> Record:
         state = RecordState(state)
-        _, record = self._store.read(record_id)
+        model, record = self._store.read(record_id)
         check_transition(record, state, expected)
-        self._write(record, {"error": error} if error is not None else {}, state)
+        self._write(model, record, {"error": error} if error is not None else {}, state)
         return self.get(record_id)
 
     def supersede(self, record_id: str, *, sha256: str, size: int, replaces: str | None) -> None:
         """Check both records, note the staged digest, then evict ``replaces`` (no transaction in MLflow)."""
-        _, record = self._store.read(record_id)
+        model, record = self._store.read(record_id)
         if record.state is not RecordState.PENDING:
             raise RegistryError(
                 f"record {record_id} is {record.state.value}, no longer pending: its save cannot commit",
                 record_id=record_id,
             )
-        old = self._store.read(replaces)[1] if replaces is not None else None
+        old_model, old = self._store.read(replaces) if replaces is not None else (None, None)
         if old is not None and old.state not in LOADABLE:
             raise RegistryError(
                 f"record {old.id}, which record {record_id} replaces in its slot, is {old.state.value}, no longer "
                 "live: another writer changed the slot",
                 record_id=old.id,
             )
-        self._write(record, {"sha256": sha256, "size": int(size)})
+        self._write(model, record, {"sha256": sha256, "size": int(size)})
         if old is not None:
-            self._write(old, {}, RecordState.EVICTED)
+            self._write(old_model, old, {}, RecordState.EVICTED)
 
     def rename(self, record_id: str, name: str) -> Record:
         if not isinstance(name, str) or not name.strip():
             raise ConfigError(f"a record's name must be a non-empty string, got {name!r}: e.g. 'baseline'")
-        _, record = self._store.read(record_id)
-        self._write(record, {"name": name})
+        model, record = self._store.read(record_id)
+        self._write(model, record, {"name": name})
         return self.get(record_id)
 
     def _retag(self, record_id: str, change: Callable[[set[str]], set[str]]) -> Record:
-        _, record = self._store.read(record_id)
-        self._write(record, {"tags": sorted(change(set(record.tags)))})
+        model, record = self._store.read(record_id)
+        self._write(model, record, {"tags": sorted(change(set(record.tags)))})
         return self.get(record_id)
 
     def add_tags(self, record_id: str, tags: Iterable[str]) -> Record:
@@ -320,7 +346,9 @@ class MLflowRegistry(Registry):
         # The states too, with every loadable one: ``best``/``latest`` (and user aliases) name those.
         states = (*LOADABLE_OR_PINNED, *(s for s in query.states or () if s not in LOADABLE_OR_PINNED))
         pushed = states if query.states is not None or query.alias is not None else ()
-        records = self._store.search(experiments, {k: v for k, v in filters.items() if v is not None}, pushed)
+        records = self._store.search(
+            experiments, {k: v for k, v in filters.items() if v is not None}, pushed, unreadable=self._skip
+        )
         derived = derived_aliases((r.id, r.stream_id, r.created_at, r.score) for r in records if r.state in LOADABLE)
         user: dict[str, list[str]] = {}
         for exp in experiments:

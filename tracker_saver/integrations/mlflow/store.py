@@ -7,14 +7,25 @@ deleted experiment is an error naming the fix, never silently re-created.
 
 from __future__ import annotations
 
+import uuid
+from collections.abc import Callable
 from typing import Any
 
-from tracker_saver.core.errors import RecordNotFoundError, RegistryError
+from tracker_saver.core.errors import RecordNotFoundError, RegistryError, UnreadableRecordError
 from tracker_saver.core.records import Record, RecordState
-from tracker_saver.integrations.mlflow.codec import PREFIX, encode, read_record, state_filter
+from tracker_saver.integrations.mlflow.codec import (
+    PREFIX,
+    quoted,
+    read_record,
+    spellings,
+    state_filter,
+)
 from tracker_saver.integrations.mlflow.transport import MLflowTransport
 
 __all__ = ["MLflowStore"]
+
+#: The experiment tag that holds the random id of this registry for the experiment's streams.
+REGISTRY_ID = PREFIX + "registry_id"
 
 #: Logged models per ``search_logged_models`` page (the server has no cap; 1000 took 2.2 s for 2000
 #: records where 100 took 7.3 s, benchmarks/bench_mlflow.py).
@@ -46,11 +57,24 @@ class MLflowStore:
                 f"it (`mlflow experiments restore --experiment-id {exp.experiment_id}`) or save under another project"
             )
         if exp is None and create:
-            exp_id = self._transport.call(
-                self._transport.client.create_experiment, f"creating experiment {project!r}", project
-            )
+            # Born with its registry id (tracker_saver.save.ownership), so no saver ever finds it without one.
+            exp_id = self._transport.call(self._transport.client.create_experiment, f"creating experiment {project!r}",
+                                          project, tags={REGISTRY_ID: uuid.uuid4().hex})  # fmt: skip
             exp = self._transport.call(self._transport.client.get_experiment, f"reading experiment {project!r}", exp_id)
         return exp
+
+    def registry_id(self, project: str) -> str:
+        """The random id of ``project``'s experiment (tag ``tracker_saver.registry_id``), made if it has none.
+
+        An experiment made by someone else gets one on first use; two savers doing that at once
+        both read back the tag that stayed.
+        """
+        exp = self.experiment(project, create=True)
+        if not (exp.tags or {}).get(REGISTRY_ID):
+            self._transport.call(self._transport.client.set_experiment_tag, f"naming experiment {project!r}'s registry",
+                                 exp.experiment_id, REGISTRY_ID, uuid.uuid4().hex)  # fmt: skip
+            exp = self._transport.call(self._transport.client.get_experiment, "reading it back", exp.experiment_id)
+        return str(exp.tags[REGISTRY_ID])
 
     def run_id(self, experiment_id: str, run: str) -> str:
         """The id of the MLflow run called ``run`` in the experiment: the active run when it is that one
@@ -71,7 +95,7 @@ class MLflowStore:
                 self._transport.client.search_runs,
                 f"looking up run {run!r}",
                 [experiment_id],
-                filter_string=f"tags.`{PREFIX}run` = '{_quote(run)}'",
+                filter_string=f"tags.`{PREFIX}run` = {quoted(run)}",
                 max_results=1,
             )
             if found:
@@ -89,7 +113,7 @@ class MLflowStore:
 
     def read(self, record_id: str) -> tuple[Any, Record]:
         model = self.model(record_id)
-        record = read_record(model)
+        record = read_record(model)  # UnreadableRecordError: edited by hand into something we cannot read
         if record is None or str(getattr(model.status, "name", model.status)) == "DELETED":
             raise RecordNotFoundError(
                 f"record {record_id} does not exist in {self._transport.uri} (the logged model is not one tracker_saver "
@@ -106,10 +130,20 @@ class MLflowStore:
         return [e for e in found if str(e.name).startswith(self.experiment_prefix)]
 
     def search(
-        self, experiments: list[Any], filters: dict[str, Any], states: tuple[RecordState, ...] = ()
+        self,
+        experiments: list[Any],
+        filters: dict[str, Any],
+        states: tuple[RecordState, ...] = (),
+        *,
+        unreadable: Callable[[str, str], None],
     ) -> list[Record]:
-        """Every record in ``experiments`` whose ``tracker_saver.*`` tags equal ``filters`` (and in ``states``)."""
-        clauses = [f"tags.`{PREFIX}{k}` = '{_quote(encode(v))}'" for k, v in filters.items()]
+        """Every record in ``experiments`` whose ``tracker_saver.*`` tags equal ``filters`` (and in ``states``).
+
+        A model of ours whose tags cannot be read back is left out and passed to ``unreadable(id, why)``.
+        """
+        clauses = [
+            f"tags.`{PREFIX}{k}` IN ({', '.join(quoted(s) for s in spellings(k, v))})" for k, v in filters.items()
+        ]
         where = " AND ".join([*clauses, state_filter(states)] if states else clauses)
         out: list[Record] = []
         ids = [str(e.experiment_id) for e in experiments]
@@ -124,13 +158,15 @@ class MLflowStore:
                     max_results=PAGE,
                     page_token=token,
                 )
-                out.extend(r for m in page if (r := read_record(m)) is not None)
+                for model in page:
+                    try:
+                        record = read_record(model)
+                    except UnreadableRecordError as exc:
+                        unreadable(str(exc.record_id), exc.why)
+                        continue
+                    if record is not None:
+                        out.append(record)
                 token = page.token
                 if not token:
                     break
         return out
-
-
-def _quote(text: str) -> str:
-    """``text`` inside a single-quoted MLflow filter string."""
-    return text.replace("\\", "\\\\").replace("'", "\\'")
