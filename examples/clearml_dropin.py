@@ -55,7 +55,10 @@ trainer.run(DataLoader(data, batch_size=32), max_epochs=3)
 # --8<-- [end:task]
 task.flush(wait_for_uploads=True)
 
-objects = sorted(str(path.relative_to(output_dir)) for path in output_dir.rglob("*") if path.is_file())
+# .tracker_saver/ says which registry owns each stream: not a checkpoint (docs/sharing.md)
+objects = sorted(
+    str(p.relative_to(output_dir)) for p in output_dir.rglob("*") if p.is_file() and ".tracker_saver" not in p.parts
+)
 print(f"{output_dir} holds {len(objects)} object(s): {', '.join(objects)}")
 
 if use_ignite:

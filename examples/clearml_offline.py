@@ -43,7 +43,10 @@ session = f"{task.get_offline_mode_folder()}.zip"
 task.close()
 # --8<-- [end:offline]
 
-objects = sorted(str(path.relative_to(output_dir)) for path in output_dir.rglob("*") if path.is_file())
+# .tracker_saver/ says which registry owns each stream: not a checkpoint (docs/sharing.md)
+objects = sorted(
+    str(p.relative_to(output_dir)) for p in output_dir.rglob("*") if p.is_file() and ".tracker_saver" not in p.parts
+)
 print(f"{output_dir} holds {len(objects)} object(s): {', '.join(objects)}")
 
 # --8<-- [start:sync]

@@ -357,7 +357,11 @@ def test_prefix_dotdot(row: Row, world: World) -> None:
     (record,) = saver.records(live=True)
     assert record.name == "../../outside_model_1.pt"
     assert record.key is not None and ".." not in record.key and record.key.startswith("p/r/outside_model-")
-    assert sorted(f for f in world.files() if not f.endswith("/")) == [f"out/{record.key}", "registry.db"]
+    files = [f for f in world.files() if not f.endswith("/")]
+    assert sorted(f for f in files if "/.tracker_saver/" not in f) == [f"out/{record.key}", "registry.db"]
+    assert [f for f in files if "/.tracker_saver/" in f] == [
+        f"out/.tracker_saver/owners/{record.key[: -len('.slot0.pt')]}.json"
+    ]
     world.assert_truthful()
 
 

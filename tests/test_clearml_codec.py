@@ -11,7 +11,7 @@ import math
 import pytest
 
 from tracker_saver.core.claims import Holder
-from tracker_saver.core.errors import ConfigError, RecordNotFoundError
+from tracker_saver.core.errors import ConfigError, RecordNotFoundError, UnreadableRecordError
 from tracker_saver.core.query import parse_where
 from tracker_saver.core.records import RecordState, StreamId, UploadInfo
 from tracker_saver.integrations.clearml.codec import (
@@ -81,7 +81,8 @@ def test_a_pending_model_looks_unusable_and_its_digest_shows_once_committed() ->
 
 
 def test_a_hand_edited_state_is_never_loadable() -> None:
-    assert model_record(with_metadata(_pending(), {"state": "LIVE!"}), "mnist").state is RecordState.FAILED
+    with pytest.raises(UnreadableRecordError, match="record m1 cannot be read: its metadata 'state' is 'LIVE!'"):
+        model_record(with_metadata(_pending(), {"state": "LIVE!"}), "mnist")  # queries skip it, fsck names it
     assert not is_record_model({"id": "x", "metadata": {}}) and is_record_model(_pending())
 
 

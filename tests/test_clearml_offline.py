@@ -28,11 +28,12 @@ from tests.helpers import process_env
 from tracker_saver import ConfigError, RecordState, TrackerSaver, load_checkpoint
 from tracker_saver.clearml import ClearMLSaver, import_offline_session
 from tracker_saver.cli.main import main
+from tracker_saver.fsck import check
 from tracker_saver.integrations.clearml.journal import JOURNAL, ClearMLJournal
 from tracker_saver.integrations.clearml.registry import ClearMLRegistry
 from tracker_saver.integrations.clearml.sync import SESSION_TAG
 from tracker_saver.registry import Query
-from tracker_saver.registry.base import RunContext
+from tracker_saver.registry.context import RunContext
 from tracker_saver.registry.sqlite import SQLiteRegistry
 
 pytestmark = pytest.mark.clearml
@@ -55,7 +56,8 @@ def offline(clearml_server: Any) -> Iterator[None]:
 
 
 def _objects(root: Path) -> list[str]:
-    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+    # .tracker_saver/ holds who owns each stream, never a checkpoint (docs/sharing.md)
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and ".tracker_saver" not in p.parts)
 
 
 def _fields(record: Any) -> tuple[Any, ...]:
@@ -186,6 +188,10 @@ def test_a_session_imported_later_shows_each_checkpoint_as_a_model(offline, clea
     Task.set_offline(False)  # later, on a machine that reaches the server
     report = import_offline_session(zip_path)
     assert (report.imported, report.created, report.completed, report.unchanged) == (True, 5, 0, 0)
+    # The server's registry now owns the stream at output_uri, as the journal did: fsck checks it from there.
+    assert report.handed_over == 1
+    fsck = check(ClearMLRegistry(), project=clearml_project)
+    assert len(fsck.streams) == 1 and [f.kind for f in fsck.findings] == [], fsck.findings
     pushed = _pushed(clearml_project)
     assert [_fields(r) for r in pushed] == [_fields(r) for r in records]  # names, typed metadata, states
     assert [r.aliases for r in pushed] == [r.aliases for r in records]  # production, latest, best
@@ -213,7 +219,7 @@ def test_syncing_twice_is_syncing_once(offline, clearml_project, clearml_standin
     capsys.readouterr()
     assert main(["sync", str(zip_path), "--json"]) == 0  # ... and its zip, from the command line
     second = json.loads(capsys.readouterr().out)
-    assert second == {"task_id": first.task_id, "imported": False, "created": 0, "completed": 0, "unchanged": 5,
+    assert second == {"task_id": first.task_id, "imported": False, "created": 0, "completed": 0, "unchanged": 5, "handed_over": 0,
                       "records": 5}  # fmt: skip
     assert (len(clearml_standin.models), len(clearml_standin.tasks)) == (models, tasks)
     pushed = _pushed(clearml_project)

@@ -255,7 +255,7 @@ def assert_true_and_small(out: Path, root: str, *, settled: bool = True) -> list
             with open_verified(record, storage=storage):  # IntegrityError for a lie
                 pass
             assert (out / record.key).stat().st_size == record.size
-    files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file())
+    files = sorted(str(p.relative_to(out)) for p in out.rglob("*") if p.is_file() and ".tracker_saver" not in p.parts)
     assert not [f for f in files if Path(f).name.startswith(".tmp-")], f"a temp file was left behind: {files}"
     assert len(files) <= N_SAVED, f"more than n_saved objects: {files}"
     assert all(".slot" in f for f in files), files

@@ -39,7 +39,8 @@ _MASTER_ENV = ("CLEARML_PROC_MASTER_ID", "TRAINS_PROC_MASTER_ID", "CLEARML_TASK_
 
 
 def _objects(root: Path) -> list[str]:
-    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file())
+    # .tracker_saver/ holds who owns each stream, never a checkpoint (docs/sharing.md)
+    return sorted(str(p.relative_to(root)) for p in root.rglob("*") if p.is_file() and ".tracker_saver" not in p.parts)
 
 
 def _train(saver: Any, epochs: int = 3) -> None:

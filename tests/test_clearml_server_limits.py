@@ -28,8 +28,8 @@ from tests.conftest_clearml import ClearMLApi, ClearMLServer, init_task  # noqa:
 from tests.contracts.records import SHA  # noqa: E402
 from tests.helpers import attach, model, trainer_engine  # noqa: E402
 from tracker_saver import TrackerSaver, find_models, get_model  # noqa: E402
-from tracker_saver.integrations.clearml.registry import ClearMLRegistry, task_run  # noqa: E402
 from tracker_saver.core.records import RecordState, UploadInfo  # noqa: E402
+from tracker_saver.integrations.clearml.registry import ClearMLRegistry, task_run  # noqa: E402
 
 pytestmark = pytest.mark.clearml
 
@@ -229,3 +229,23 @@ def test_a_model_deleted_in_the_web_ui_is_gone_and_later_saves_go_on(api, root, 
     more(5)  # Ignite removes the deleted one at epoch 4: its slot is reused
     live = find_models(project="ckpts", live=True, registry=f"clearml:{root}")
     assert sorted(r.global_step for r in live) == [3, 4, 5]
+
+
+def test_a_state_edited_into_nonsense_in_the_web_ui_hides_the_model_and_fsck_names_its_object(
+    api, root, trained
+) -> None:
+    from tracker_saver import UnreadableRecordError, get_model
+    from tracker_saver.fsck import check
+    from tracker_saver.registry import open_registry
+
+    more, (first, second) = trained
+    api.ok("models.add_or_update_metadata", model=first.id, metadata=[{"key": "state", "type": "str", "value": "meh"}])
+    assert _raw(api, first.id)["metadata"]["state"]["value"] == "meh"
+    # Queries select tracker_saver's models by their metadata state: this one is no longer among them.
+    assert [r.id for r in find_models(project="ckpts", registry=f"clearml:{root}")] == [second.id]
+    with pytest.raises(UnreadableRecordError, match=f"record {first.id} cannot be read: its metadata 'state' is 'meh'"):
+        get_model(first.id, registry=f"clearml:{root}")
+    more(3)  # the saver goes on beside it, then closes
+    assert len(find_models(project="ckpts", live=True, registry=f"clearml:{root}")) == 2
+    report = check(open_registry(f"clearml:{root}"), project="ckpts")
+    assert [(f.kind, f.key) for f in report.problems] == [("orphan", first.key), ("over-slots", None)]  # named by fsck

@@ -72,7 +72,8 @@ def _rows(db: str) -> list[tuple[Any, ...]]:
 
 
 def _files(folder: Path) -> set[str]:
-    return {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file()}
+    """The objects under ``folder`` but its owner objects (``.tracker_saver/``, never a checkpoint)."""
+    return {str(p.relative_to(folder)) for p in folder.rglob("*") if p.is_file() and ".tracker_saver" not in p.parts}
 
 
 @FUZZ
@@ -136,7 +137,8 @@ _NOT_FUZZED = {("demo",), ("sync",), ("ui",)}
 #: Arguments that are paths on this machine, not text for records: a fixed registry and destination.
 _PATHS = {"registry", "dest", "download"}
 #: What each positional gets when another argument is fuzzed.
-_DEFAULTS = {"ref": "2", "name": "kept", "tags": "t", "alias_name": "prod", "project_name": "p", "project_run": "p/r"}
+_DEFAULTS = {"ref": "2", "name": "kept", "tags": "t", "alias_name": "prod", "project_name": "p", "project_run": "p/r",
+             "project": "p", "run": "r", "stream": "model", "from_id": "none"}  # fmt: skip
 
 
 #: Every command's parser, by its path (``("models", "list")``).
@@ -161,10 +163,14 @@ def _argv(path: tuple[str, ...], fuzzed: argparse.Action, text: str, registry: s
     for action in actions(PARSERS[path]):
         value = text if action is fuzzed else None
         if action.option_strings:
+            if value is None and action.required:
+                value = _DEFAULTS[action.dest]
             if value is not None:
                 options.append(f"{action.option_strings[0]}={value}")  # a value may start with '-'
         elif action.dest == "dest":
             positionals.append(dest)
+        elif action.dest == "output_uri" and value is None:  # a folder of the test's (streams take-over)
+            positionals.append(dest + "output")
         elif isinstance(action, (argparse._StoreAction, argparse._AppendAction)):
             positionals.append(value if value is not None else _DEFAULTS[action.dest])
     return [*path, *options, *(["--", *positionals] if positionals else [])]
@@ -174,7 +180,7 @@ def test_the_cli_fuzz_reaches_every_command_with_text_arguments() -> None:
     commands = {path for path, _ in CLI_DOORS}
     assert {("models", "list"), ("models", "rename"), ("models", "tag"), ("models", "unalias"), ("runs", "stats"),
             ("runs", "logs"), ("fsck",), ("repair",)} <= commands  # fmt: skip
-    assert len(commands) == 16 and len(CLI_DOORS) >= 35
+    assert len(commands) == 17 and len(CLI_DOORS) >= 35
 
 
 def _cli_answers(

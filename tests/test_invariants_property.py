@@ -65,6 +65,10 @@ class SaverMachine(RuleBasedStateMachine):
         # no live ``checkpoint`` to restore from) is a fresh Checkpoint: it inherits the earlier records
         # and reuses their slots (a same-named save replaces its slot, as DiskSaver overwrites a file).
         self.inexact.update(s for s in N_SAVED if self.commits[s] and not self.worker.restored[s])
+        # Without a restored ``checkpoint`` (the trainer's state) the epochs start over at 1: a filename saved
+        # again replaces its own slot (DiskSaver overwrites the file), so a stream holds fewer objects than commits.
+        if not self.worker.restored["checkpoint"]:
+            self.inexact.update(s for s in N_SAVED if self.commits[s])
 
     @precondition(lambda self: self.worker is not None)
     @rule(

@@ -82,7 +82,7 @@ def test_pending_failed_and_evicted_are_not_ready_in_mlflow(reg: MLflowRegistry)
     other = live(reg, "a_2.pt", slot=1)
     reg.evict(other.id)
     assert str(_model(reg, other.id).status) == "FAILED"
-    assert _model(reg, other.id).tags["tracker_saver.state"] == '"evicted"'
+    assert _model(reg, other.id).tags["tracker_saver.state"] == "evicted"  # plain text, as people read it
     reg.restore(other.id)
     assert str(_model(reg, other.id).status) == "READY"
 
@@ -91,7 +91,7 @@ def test_rename_keeps_the_mlflow_name_and_sets_the_display_name_tag(reg: MLflowR
     record = live(reg, "best_model_1_acc=0.5.pt")
     assert reg.rename(record.id, "baseline").name == "baseline"
     model = _model(reg, record.id)
-    assert model.name == "best_model_1_acc=0_5" and model.tags["tracker_saver.name"] == '"baseline"'
+    assert model.name == "best_model_1_acc=0_5" and model.tags["tracker_saver.name"] == "baseline"
 
 
 def test_a_model_deleted_in_the_ui_is_not_found(reg: MLflowRegistry) -> None:
@@ -157,7 +157,7 @@ def test_a_tag_write_on_a_deleted_model_is_record_not_found(reg: MLflowRegistry)
 
 
 def test_the_mlflow_registry_is_a_run_context_that_offers_no_artifact_task(mlflow_uri: str) -> None:
-    from tracker_saver.registry.base import RunContext
+    from tracker_saver.registry.context import RunContext
 
     reg = MLflowRegistry(mlflow_uri)
     assert isinstance(reg, RunContext) and reg.artifact_task() is None
@@ -199,5 +199,5 @@ def test_an_eviction_cut_short_never_leaves_mlflow_offering_the_evicted_record(
     monkeypatch.undo()
     model = _model(reg, record.id)
     offered = str(model.status) == "READY"
-    assert not offered or model.tags["tracker_saver.state"] == '"live"', (model.status, model.tags)
+    assert not offered or model.tags["tracker_saver.state"] == "live", (model.status, model.tags)
     assert reg.get(record.id).state in (RecordState.LIVE, RecordState.EVICTED)

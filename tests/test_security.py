@@ -138,7 +138,9 @@ class Place:
 
 
 def _files_under(folder: Path) -> set[str]:
-    return {str(p) for p in folder.rglob("*") if p.is_file() or p.is_symlink()}
+    """Files and links under ``folder``, but an output_uri's owner objects (``.tracker_saver/``: who owns each
+    stream, never a checkpoint; ``tests/test_shared_bucket.py`` checks they stay inside output_uri)."""
+    return {str(p) for p in folder.rglob("*") if (p.is_file() or p.is_symlink()) and ".tracker_saver" not in p.parts}
 
 
 @pytest.fixture(params=["local", pytest.param("ceph", marks=pytest.mark.ceph)])
@@ -165,6 +167,7 @@ def place(request: pytest.FixtureRequest, tmp_path: Path) -> Place:
             f"s3://{bucket}/{o['Key']}"
             for page in client.get_paginator("list_objects_v2").paginate(Bucket=bucket)
             for o in page.get("Contents", [])
+            if "/.tracker_saver/" not in f"/{o['Key']}"  # owner objects: never a checkpoint, as _files_under
         }
         return keys | _files_under(tmp_path)
 

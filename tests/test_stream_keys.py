@@ -54,16 +54,19 @@ def test_fsck_counts_each_streams_objects_apart(tmp_path: Path) -> None:
 
 
 def test_a_streams_first_save_removes_its_own_leftovers_and_not_its_twins(tmp_path: Path) -> None:
+    def save() -> None:
+        saver = TrackerSaver(tmp_path / "out", project="p", run="r", registry=tmp_path / "registry.db")
+        Checkpoint({"model": model()}, saver, n_saved=1)(Engine(lambda e, b: None))
+        saver.close()
+
+    save()  # the stream exists and is this registry's
     storage = open_storage(tmp_path / "out")
-    storage.check()
     mine, twins = (
         storage.stage(slot_key("p", "r", "model", 0, ".pt")),
         storage.stage(slot_key("p", "r", TWIN, 0, ".pt")),
     )
     plain = StreamId(storage.uri, "p", "r", "model")
-    assert [item.key for item in leftovers(storage, plain)] == [mine.key]
-    saver = TrackerSaver(tmp_path / "out", project="p", run="r", registry=tmp_path / "registry.db")
-    Checkpoint({"model": model()}, saver, n_saved=1)(Engine(lambda e, b: None))
-    saver.close()
+    assert [item.key for item in leftovers(storage, plain)] == [mine.key]  # a kill left them, say
+    save()  # a new process: its stream's first save settles what the stream left
     assert [item.key for item in storage.staged("p/r/")] == [twins.key]  # the twin's write is not ours to end
     twins.abort()

@@ -32,7 +32,8 @@ from tracker_saver.core.text import check_text
 from tracker_saver.find import RegistryArg, count_models, find_models, get_model, resolve_model, run_stats
 from tracker_saver.registry import Query
 from tracker_saver.registry.shared import shared_registry
-from tracker_saver.storage import Storage, open_storage
+from tracker_saver.save.locate import locate
+from tracker_saver.storage import Storage
 from tracker_saver.storage.verify import Digest, check, copy_checked, digest
 
 __all__ = [
@@ -149,12 +150,6 @@ def slot_history(record: Record, *, registry: RegistryArg = None) -> list[Record
     return shared_registry(registry, create=False).query(query)
 
 
-def _storage_of(record: Record, storage_options: Mapping[str, Any] | None) -> Storage:
-    """The storage that holds ``record``'s object (its output_uri)."""
-    assert record.key is not None and record.uri is not None
-    return open_storage(record.uri[: -len(record.key) - 1], **dict(storage_options or {}))
-
-
 def _check_loadable(record: Record, states: Sequence[RecordState] = LOADABLE_OR_PINNED) -> None:
     if record.state not in states or record.key is None or record.uri is None:
         raise RegistryError(
@@ -178,7 +173,8 @@ def download_model(
 
     Args:
         record_or_ref: a record, or a reference as :func:`resolve_model` reads it.
-        dest: a file path, or an existing folder (or a path ending in ``/``): then the file is
+        dest: a file path in an existing folder, or a folder (a path ending in ``/`` is made if its
+            parent exists, as ``mkdir`` makes one): then the file is
             ``dest/<record name>`` as a safe slug (letters, digits, ``._-=``) with the extension
             of the checkpoint's filename: ``the one we ship`` is ``the_one_we_ship.pt``.
         registry: where to resolve a reference.
@@ -201,13 +197,17 @@ def download_model(
     _check_loadable(record)
     assert record.key is not None
     target = Path(dest).expanduser()
+    if not target.is_dir() and os.fspath(dest).endswith(("/", os.sep)):
+        with contextlib.suppress(FileNotFoundError):  # its own folder, never a tree: copy_checked says what is missing
+            target.mkdir()
     if target.is_dir() or os.fspath(dest).endswith(("/", os.sep)):
         target = target / safe_filename(record.name, key_ext(record.filename))
-    return copy_verified(_storage_of(record, storage_options), record, target)
+    return copy_verified(locate(record, storage_options=storage_options)[0], record, target)
 
 
 def copy_verified(storage: Storage, record: Record, target: Path) -> Path:
-    """Copy a loadable record's object from ``storage`` to the local file ``target``, verified as it streams.
+    """Copy a loadable record's object (from ``storage`` when it is the record's) to the local file ``target``,
+    verified as it streams.
 
     Nothing half-written or wrong is ever left at ``target`` (:func:`~tracker_saver.storage.verify.copy_checked`).
 
@@ -216,8 +216,8 @@ def copy_verified(storage: Storage, record: Record, target: Path) -> Path:
         IntegrityError: the object differs from the record (nothing is written).
         StorageError: the object cannot be read.
     """
-    assert record.key is not None
-    with storage.get(record.key) as src:
+    storage, key = locate(record, storage=storage)
+    with storage.get(key) as src:
         return copy_checked(
             src, target, _expected(record), what=_what(record), label=record.name, key=record.key, record_id=record.id,
             fix="the object was probably overwritten or corrupted; nothing was written; download another record",
@@ -259,7 +259,7 @@ def pin_model(
         return source
     _check_loadable(source, LOADABLE)
     assert source.key is not None
-    storage = _storage_of(source, storage_options)
+    storage, _ = locate(source, storage_options=storage_options)
     key = pinned_key(source.project, source.run, source.filename)
     pinned = Query(output_uri=source.output_uri, project=source.project, run=source.run, states=(RecordState.PINNED,))
     for other in reg.query(pinned):
@@ -306,7 +306,7 @@ def unpin_model(
             "be unpinned; pin one with pin_model / `tracker-saver models pin`",
             record_id=record.id,
         )
-    storage = _storage_of(record, storage_options)
+    storage, _ = locate(record, storage_options=storage_options)
     reg.delete_pinned(record.id)
     storage.delete(record.key)
 
@@ -326,8 +326,7 @@ def open_verified(
     """
     _check_loadable(record)
     assert record.key is not None
-    if storage is None or storage.url(record.key) != record.uri:
-        storage = _storage_of(record, storage_options)
+    storage, _ = locate(record, storage=storage, storage_options=storage_options)
     with storage.get(record.key) as src:
         check(digest(src), _expected(record), what=_what(record), key=record.key, record_id=record.id,
               fix="the slot was probably overwritten or corrupted; load another record")  # fmt: skip

@@ -33,6 +33,8 @@ MiB = 1024 * 1024
 TEMP_PREFIX = ".tmp-"
 #: The S3 storage's write probe (``S3Storage.check``): not an object of any stream.
 PROBE_NAME = ".tracker-saver-check"
+#: The prefix of owner objects (one per stream: which registry owns it), never among a stream's objects.
+RESERVED = ".tracker_saver/"
 #: S3 storage options: 11 MiB checkpoints go up as 3 parts of at most 5 MiB (S3's minimum part).
 S3_OPTIONS: dict[str, Any] = {
     "multipart_threshold": 5 * MiB,
@@ -122,7 +124,7 @@ class Backend:
                 key = path.relative_to(root).as_posix()
                 if name.startswith(TEMP_PREFIX):
                     staged.append(key)
-                else:
+                elif not key.startswith(RESERVED):  # owner objects: who owns each stream, not among its objects
                     objects.append(Obj(key, path.stat().st_size))
         return sorted(objects, key=lambda o: o.key), sorted(staged)
 
@@ -132,7 +134,7 @@ class Backend:
         for page in self.s3.get_paginator("list_objects_v2").paginate(Bucket=self.bucket, Prefix=base):
             for item in page.get("Contents", []):
                 key = item["Key"][len(base) :]
-                if key != PROBE_NAME:
+                if key != PROBE_NAME and not key.startswith(RESERVED):
                     objects.append(Obj(key, int(item["Size"])))
         staged = []
         for page in self.s3.get_paginator("list_multipart_uploads").paginate(Bucket=self.bucket, Prefix=base):
@@ -213,10 +215,9 @@ class Backend:
         rows, token = [], None
         while True:
             page = client.search_logged_models([exp.experiment_id], max_results=1000, page_token=token,
-                                               filter_string=f"tags.`tracker_saver.run` = '\"{self.run}\"'")  # fmt: skip
+                                               filter_string=f"tags.`tracker_saver.run` IN ('{self.run}', '\"{self.run}\"')")  # fmt: skip
             for model in page:
-                meta = {k.removeprefix("tracker_saver."): json.loads(v) for k, v in (model.tags or {}).items()
-                        if k.startswith("tracker_saver.")}  # fmt: skip
+                meta = _mlflow_fields(model.tags or {})
                 if "state" not in meta or meta.get("output_uri") != self.storage_uri:
                     continue
                 rows.append(Row(
@@ -266,6 +267,22 @@ def _number(kind: str | None, text: str | None) -> Any:
         return int(text) if kind == "int" else float(text) if kind == "float" else text
     except ValueError:
         return text
+
+
+def _mlflow_fields(tags: dict[str, str]) -> dict[str, Any]:
+    """A LoggedModel's ``tracker_saver.*`` fields, read without the package: schema 2 is plain text
+    (metadata and tags JSON), schema 1 (no ``tracker_saver.schema`` tag) every value JSON."""
+    plain = tags.get("tracker_saver.schema") == "2"
+    out: dict[str, Any] = {}
+    for key, text in tags.items():
+        if not key.startswith("tracker_saver.") or key == "tracker_saver.schema":
+            continue
+        field = key.removeprefix("tracker_saver.")
+        if not plain or field in ("metadata", "tags"):
+            out[field] = json.loads(text)
+        else:
+            out[field] = int(text) if field in ("slot", "size") else float(text) if field == "created_at" else text
+    return out
 
 
 def _int(value: Any) -> int | None:

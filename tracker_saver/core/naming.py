@@ -46,6 +46,7 @@ __all__ = [
     "fallback_basename",
     "key_ext",
     "key_path",
+    "key_problem",
     "key_segment",
     "log_key",
     "logs_prefix",
@@ -247,6 +248,37 @@ def pinned_key(project: str, run: str, filename: str) -> str:
         'mnist/r1/pinned/best_model_17_val_acc=0.9312.pt'
     """
     return check_key(f"{key_path(project)}/{key_segment(run)}/pinned/{key_segment(filename)}")
+
+
+def key_problem(project: str, run: str, stream: str, slot: int | None, key: str | None) -> str | None:
+    """Why ``key`` is not where a record of this stream (and ``slot``) may keep its object; ``None`` if it is.
+
+    Paths come from the stream, never from a record (DESIGN, "Others write too"): a slot
+    record's key is its stream's slot key, a pinned record's (``slot`` ``None``) a pin key
+    under its own run's folder. Anyone who can write records could otherwise point one at any
+    file, and a download or an unpin would read or delete it.
+
+    Examples:
+        >>> key_problem("p", "r", "best_model", 1, "p/r/best_model.slot1.pt") is None
+        True
+        >>> key_problem("p", "r", "best_model", None, "p/r/pinned/best_model_3.pt") is None
+        True
+        >>> key_problem("p", "r", "best_model", 1, "id_rsa")
+        "key 'id_rsa' is not slot 1's of stream p/r/best_model (p/r/best_model.slot1.<ext>)"
+    """
+    if key is None:
+        return "it has no key"
+    path = stream_path(project, run, stream)
+    if slot is not None:
+        parsed = parse_slot_key(key)
+        if parsed is None or (parsed.stream_path, parsed.slot) != (path, slot):
+            return f"key {key!r} is not slot {slot}'s of stream {project}/{run}/{stream} ({path}.slot{slot}.<ext>)"
+        return None
+    folder = run_prefix(project, run) + "pinned/"
+    rest = key[len(folder) :] if key.startswith(folder) else ""
+    if not rest or "/" in rest:
+        return f"key {key!r} is not a pin key of run {project}/{run} ({folder}<name>)"
+    return None
 
 
 def safe_filename(name: str, ext: str = "") -> str:

@@ -28,6 +28,7 @@ from pathlib import Path
 from tracker_saver.core.errors import ConfigError, StorageError
 from tracker_saver.core.naming import key_ext, run_prefix, safe_filename
 from tracker_saver.core.records import Record
+from tracker_saver.save.locate import locate
 from tracker_saver.storage.base import Storage
 from tracker_saver.storage.verify import Digest, copy_checked, digest
 
@@ -140,8 +141,9 @@ class LocalView:
         """A local file with ``record``'s bytes, checked against its size and sha256 first.
 
         Raises:
-            IntegrityError: the object differs from the record.
+            IntegrityError: the object differs from the record, or its key is not its stream's (:mod:`.locate`).
         """
+        locate(record, storage=self.storage)
         path = self.path(record.filename)
         with contextlib.suppress(FileNotFoundError), open(path, "rb") as f:
             if digest(f) == _expected(record):

@@ -29,6 +29,7 @@ from tracker_saver.core.errors import (
     SerializationError,
     StorageError,
     StreamBusyError,
+    StreamOwnedError,
     TrackerSaverError,
 )
 from tracker_saver.core.naming import key_ext, run_prefix, slot_key
@@ -39,6 +40,7 @@ from tracker_saver.save.callbacks import CallbackChain
 from tracker_saver.save.hashing import HashingWriter, hash_alongside
 from tracker_saver.save.local_view import LocalView
 from tracker_saver.save.memory import StableMemory
+from tracker_saver.save.ownership import ensure_owner, owned
 from tracker_saver.save.recovery import Action, leftovers, owner_of, recover_slot, recover_stream
 from tracker_saver.save.slots import Choice, SlotAllocator
 from tracker_saver.storage.base import StagedWrite, Storage
@@ -137,6 +139,7 @@ class Pipeline:
         self.view = view
         self.slots = SlotAllocator()
         self._claimed: dict[StreamId, float] = {}  # stream -> when the claim was last renewed
+        self._owned: set[StreamId] = set()  # streams whose owner object names this registry
         # ``open`` runs on the async worker and on the caller's thread (``TrackerSaver.adopt``):
         # one at a time, so a stream is settled and loaded once.
         self._lock = threading.RLock()
@@ -152,15 +155,23 @@ class Pipeline:
             if now - self._claimed.get(stream, -LEASE_S) >= LEASE_S / 4:
                 self.registry.claim(stream, self.holder)
                 self._claimed[stream] = now
+            # Whose objects these are, before any byte of the stream is written or deleted. A stream
+            # this registry has no record of is claimed by its first save (`save`), after its checks.
+            if stream not in self._owned and owned(self.storage, self.registry, stream):
+                self._owned.add(stream)
+            elif stream not in self._owned and self.registry.query(stream_query(stream, limit=1)):
+                ensure_owner(self.storage, self.registry, stream)  # written before owners were recorded
+                self._owned.add(stream)
             if not self.slots.loaded(stream):
-                # We hold the claim: every pending record of the stream is a dead writer's (or ours,
-                # from a save that failed), and every unfinished write to its slots is one that an
-                # outage or a kill left (a retried CreateMultipartUpload the server ran late, say).
-                for action in recover_stream(self.storage, self.registry, stream):
-                    log.warning("%s: %s", stream.label, action)
-                for item in leftovers(self.storage, stream):
-                    self.storage.abort_staged(item)
-                    log.warning("%s: removed unfinished write %s", stream.label, item.ref)
+                if stream in self._owned:
+                    # We hold the claim: every pending record of the stream is a dead writer's (or ours,
+                    # from a save that failed), and every unfinished write to its slots is one that an
+                    # outage or a kill left (a retried CreateMultipartUpload the server ran late, say).
+                    for action in recover_stream(self.storage, self.registry, stream):
+                        log.warning("%s: %s", stream.label, action)
+                    for item in leftovers(self.storage, stream):
+                        self.storage.abort_staged(item)
+                        log.warning("%s: removed unfinished write %s", stream.label, item.ref)
                 self.slots.load(stream, self.registry.query(stream_query(stream, states=LOADABLE)))
 
     def recover(self, project: str, run: str) -> list[Action]:
@@ -184,10 +195,13 @@ class Pipeline:
             except StreamBusyError:
                 continue
             try:
+                ensure_owner(self.storage, self.registry, stream)
                 actions += recover_stream(self.storage, self.registry, stream)
                 for item in leftovers(self.storage, stream):  # we hold the claim: no one else writes it
                     self.storage.abort_staged(item)
                     log.warning("start-up recovery in %s: removed unfinished write %s", stream.label, item.ref)
+            except StreamOwnedError as exc:  # its owner settles it; this saver refuses to save there
+                log.warning("start-up recovery left %s alone: %s", stream.label, exc)
             finally:
                 with self._lock:
                     self.registry.release(stream, self.holder)
@@ -226,6 +240,9 @@ class Pipeline:
                 self.slots.abandon(stream, choice)
                 log.debug("upload of %s skipped by a pre-upload callback", info.filename)
                 return None
+            if stream not in self._owned:  # a stream new to this registry: claimed once the save is checked
+                ensure_owner(self.storage, self.registry, stream)
+                self._owned.add(stream)
             record = self.registry.create_pending(final, uri=self.storage.url(info.key))
         except BaseException:
             self.slots.abandon(stream, choice)
@@ -243,7 +260,7 @@ class Pipeline:
             self.registry.supersede(record.id, sha256=writer.sha256, size=writer.size, replaces=replaces)  # step 6
             superseded = True
             staged.commit()  # step 7: the commit point
-            self._check_size(info.key, writer.size)
+            fingerprint = self._committed(info.key, writer.size)
         except BaseException as exc:
             reached = staged.abort() if staged is not None else False
             self._undo(stream, choice, record, exc, superseded=superseded, reached=reached)
@@ -259,7 +276,7 @@ class Pipeline:
             # Last, so no callback can forge them; durable ends here, before the commit's round-trip.
             final.metadata.update(clock.metadata(size=writer.size, write_s=write_s))
             live = self.registry.make_live(  # step 9
-                record.id, sha256=writer.sha256, size=writer.size, metadata=final.metadata
+                record.id, sha256=writer.sha256, size=writer.size, metadata=final.metadata, fingerprint=fingerprint
             )
         except BaseException:
             # The bytes are in the slot, the record is pending with their digest: start-up
@@ -328,8 +345,9 @@ class Pipeline:
                 "put only state_dict()-able objects in Checkpoint's to_save"
             ) from exc
 
-    def _check_size(self, key: str, size: int) -> None:
-        """The committed object holds every byte written (a store that cut it short is caught here)."""
+    def _committed(self, key: str, size: int) -> str | None:
+        """The committed object's fingerprint, once it is seen to hold every byte written (a store that
+        cut it short is caught here)."""
         stat = self.storage.stat(key)
         if stat is None or stat.size != size:
             raise IntegrityError(
@@ -337,6 +355,7 @@ class Pipeline:
                 f"{size}: the write did not complete",
                 key=key,
             )
+        return stat.fingerprint
 
     def remove(self, filename: str, *, project: str, run: str) -> None:
         """Ignite's ``remove``: the record stays live; its slot is the next its stream replaces.

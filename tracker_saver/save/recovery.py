@@ -19,7 +19,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from tracker_saver.core.naming import parse_slot_key, stream_path
+from tracker_saver.core.naming import key_problem, parse_slot_key, stream_path
 from tracker_saver.core.records import LOADABLE, Record, RecordState, StreamId
 from tracker_saver.registry.base import Registry, stream_query
 from tracker_saver.storage.base import Staged, Storage
@@ -81,8 +81,10 @@ def recover_slot(
     plan = plan_slot(storage, records)
     for record, change in plan:
         if change == "promoted":
-            assert record.sha256 is not None and record.size is not None
-            registry.make_live(record.id, sha256=record.sha256, size=record.size)
+            assert record.sha256 is not None and record.size is not None and record.key is not None
+            found = storage.stat(record.key)
+            registry.make_live(record.id, sha256=record.sha256, size=record.size,
+                               fingerprint=found.fingerprint if found is not None else None)  # fmt: skip
         elif change == "restored":
             registry.restore(record.id, restored)
         else:
@@ -95,8 +97,11 @@ def recover_slot(
 def plan_slot(storage: Storage, records: list[Record]) -> list[tuple[Record, str]]:
     """What recovery does to one slot's records (``promoted``, ``restored`` or ``failed``); changes nothing.
 
-    ``fsck`` reports this plan and ``repair`` runs it through :func:`recover_slot`.
+    ``fsck`` reports this plan and ``repair`` runs it through :func:`recover_slot`. A record whose
+    key is not its stream's slot key (:func:`~tracker_saver.core.naming.key_problem`: someone else
+    wrote it) is left out: its key is never read.
     """
+    records = [r for r in records if key_problem(r.project, r.run, r.stream, r.slot, r.key) is None]
     newest_first = sorted(records, key=lambda r: r.created_at, reverse=True)
     pending = [r for r in newest_first if r.state is RecordState.PENDING]
     live = [r for r in newest_first if r.state in LOADABLE]

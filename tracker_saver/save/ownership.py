@@ -1,0 +1,194 @@
+"""Who owns a stream's objects: the registry an owner object at output_uri names, checked before any byte.
+
+A team shares a bucket: a second person's saver, with their own registry, must not take a
+stream's slots. So the claim lives where the bytes live (DESIGN, "Others write too"): one small
+object per stream under the reserved prefix ``.tracker_saver/owners/`` (never counted among the
+stream's objects, never under a run's folder) names the registry whose records describe the
+stream's objects, by :meth:`Registry.registry_id` (a random id kept inside the registry, never
+its path). A saver whose registry is another refuses with :class:`StreamOwnedError` before it
+writes or deletes anything. Ownership lasts until :func:`take_over`; the writer's lease (the
+registry's claim, which a killed process loses) is another matter.
+
+The owner object is made with ``Storage.put_if_absent`` (a hard link locally; ``If-None-Match:
+*`` on S3, which Ceph RGW honours) and read back, so two savers that start at once agree on one
+owner even on a store that ignores the condition. A stream written before owners were recorded
+(objects, no owner object) goes to the first registry that knows every one of its objects'
+bytes (size, then sha256); any other registry refuses.
+
+Examples:
+    >>> owner_key(StreamId("s3://team/ckpt", "mnist", "r1", "best_model"))
+    '.tracker_saver/owners/mnist/r1/best_model.json'
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import shlex
+import socket
+import time
+from dataclasses import asdict, dataclass
+
+from tracker_saver.core.errors import StreamOwnedError
+from tracker_saver.core.naming import check_key, stream_path
+from tracker_saver.core.records import StreamId
+from tracker_saver.registry.base import Registry, stream_query
+from tracker_saver.save.recovery import owner_of
+from tracker_saver.storage.base import RESERVED, Storage
+
+__all__ = ["OWNERS", "Owner", "ensure_owner", "owned", "owner_key", "read_owner", "take_over"]
+
+#: Where owner objects live at an output_uri: beside every run's folder, never in one (``Storage.list``
+#: shows them only when asked for this prefix).
+OWNERS = RESERVED + "owners/"
+
+
+@dataclass(frozen=True)
+class Owner:
+    """What an owner object says: the owning registry's id, its description for people, who claimed and when."""
+
+    registry_id: str
+    registry: str
+    host: str
+    claimed_at: float
+
+    def describe(self) -> str:
+        """How errors name the owner: its registry, id and where the claim came from."""
+        when = time.strftime("%Y-%m-%d %H:%M", time.localtime(self.claimed_at))
+        return f"{self.registry} (registry id {self.registry_id}, claimed from {self.host} on {when})"
+
+
+def owner_key(stream: StreamId) -> str:
+    """The key of ``stream``'s owner object: ``.tracker_saver/owners/<project>/<run>/<stream>.json``."""
+    return check_key(f"{OWNERS}{stream_path(stream.project, stream.run, stream.stream)}.json")
+
+
+def read_owner(storage: Storage, stream: StreamId) -> Owner | None:
+    """The owner object of ``stream`` at ``storage``, or ``None`` when there is none.
+
+    Raises:
+        StreamOwnedError: the object is there but is not an owner object (someone wrote it by hand).
+    """
+    key = owner_key(stream)
+    data = storage.read_small(key)
+    if data is None:
+        return None
+    try:
+        fields = json.loads(data)
+        return Owner(str(fields["registry_id"]), str(fields["registry"]), str(fields["host"]),
+                     float(fields["claimed_at"]))  # fmt: skip
+    except (ValueError, KeyError, TypeError):
+        raise StreamOwnedError(
+            f"stream {stream.label}: {storage.url(key)} is not an owner object tracker_saver wrote, so who owns the "
+            f"stream is unknown: restore it, or hand the stream over with `tracker-saver streams take-over`",
+            owner="unknown",
+        ) from None
+
+
+def owned(storage: Storage, registry: Registry, stream: StreamId) -> bool:
+    """Whether ``registry`` owns ``stream`` (``False``: nobody does yet); reads one object, writes nothing.
+
+    Raises:
+        StreamOwnedError: another registry owns it.
+    """
+    found = read_owner(storage, stream)
+    if found is None:
+        return False
+    mine = registry.registry_id(stream.project)
+    if found.registry_id != mine:
+        raise _owned_error(stream, found, registry, mine)
+    return True
+
+
+def ensure_owner(storage: Storage, registry: Registry, stream: StreamId) -> Owner:
+    """Make sure ``registry`` owns ``stream`` at ``storage``, claiming it if nobody does; writes nothing else.
+
+    Call it before writing or deleting anything of the stream (an unfinished write included).
+
+    Raises:
+        StreamOwnedError: another registry owns the stream, or (written before owners were
+            recorded) its objects hold bytes this registry has no record of.
+    """
+    mine = registry.registry_id(stream.project)
+    found = read_owner(storage, stream)
+    if found is None:
+        unknown = _unknown_objects(storage, registry, stream)
+        if unknown:
+            raise StreamOwnedError(
+                f"stream {stream.label} already has objects that registry {registry.uri} has no record of "
+                f"({', '.join(unknown[:3])}): another registry wrote them before owners were recorded at output_uri. "
+                "Save with that registry, or to another run, filename_prefix or output_uri; if that registry is gone "
+                f"for good, hand the stream over: {_take_over_command(stream, None)}",
+                owner="unknown (written before owners were recorded)",
+            )
+        claim = Owner(mine, registry.uri, socket.gethostname(), time.time())
+        storage.put_if_absent(owner_key(stream), _encode(claim))
+        found = read_owner(storage, stream)  # read back: a racing saver, or a store ignoring If-None-Match
+    if found is None or found.registry_id != mine:
+        raise _owned_error(stream, found, registry, mine)
+    return found
+
+
+def take_over(storage: Storage, registry: Registry, stream: StreamId, *, from_id: str | None) -> Owner:
+    """Hand ``stream`` over to ``registry``, deliberately: its old registry is gone for good.
+
+    ``from_id`` must be the current owner's registry id (``None``: the stream has no owner
+    object, its objects written before owners were recorded), as the refusal printed it, so a
+    stale command never takes a stream from a registry that claimed it since. The objects stay;
+    the new owner's saves reuse their slots.
+
+    Raises:
+        StreamOwnedError: the owner is not ``from_id``.
+    """
+    found = read_owner(storage, stream)
+    current = found.registry_id if found is not None else None
+    if current != from_id:
+        raise StreamOwnedError(
+            f"stream {stream.label} is owned by {found.describe() if found else 'no registry'}, not by "
+            f"{from_id or 'no registry'}: nothing was changed; check which registry owns it before taking it over",
+            owner=found.describe() if found else "none",
+        )
+    claim = Owner(registry.registry_id(stream.project), registry.uri, socket.gethostname(), time.time())
+    storage.put_stream(owner_key(stream), io.BytesIO(_encode(claim)))
+    return claim
+
+
+def _encode(owner: Owner) -> bytes:
+    return json.dumps(asdict(owner), sort_keys=True).encode()
+
+
+def _unknown_objects(storage: Storage, registry: Registry, stream: StreamId) -> list[str]:
+    """The stream's objects whose bytes no record of ``registry`` has (size first, sha256 to be sure)."""
+    path = stream_path(stream.project, stream.run, stream.stream)
+    objects = [o for o in storage.list(path + ".slot") if owner_of(o.key, [stream]) is not None]
+    if not objects:
+        return []
+    known: dict[str, set[tuple[int | None, str | None]]] = {}
+    for record in registry.query(stream_query(stream)):
+        if record.key is not None and record.sha256 is not None:
+            known.setdefault(record.key, set()).add((record.size, record.sha256))
+    unknown = []
+    for obj in objects:
+        digests = known.get(obj.key, set())
+        if not any(size == obj.size for size, _ in digests) or storage.digest(obj.key) not in digests:
+            unknown.append(obj.key)
+    return unknown
+
+
+def _owned_error(stream: StreamId, owner: Owner | None, registry: Registry, mine: str) -> StreamOwnedError:
+    theirs = owner.describe() if owner is not None else "a registry that did not finish claiming it"
+    return StreamOwnedError(
+        f"stream {stream.label} belongs to another registry: {theirs}; this saver's registry is {registry.uri} "
+        f"(registry id {mine}). Save with that registry, or to another run, filename_prefix or output_uri; if that "
+        f"registry is gone for good, hand the stream over: {_take_over_command(stream, owner)}",
+        owner=theirs,
+    )
+
+
+def _take_over_command(stream: StreamId, owner: Owner | None) -> str:
+    q = shlex.quote
+    frm = owner.registry_id if owner is not None else "none"
+    return (
+        f"`tracker-saver streams take-over {q(stream.output_uri)} --project {q(stream.project)} --run {q(stream.run)} "
+        f"--stream {q(stream.stream)} --from {frm}`"
+    )
