@@ -30,6 +30,7 @@ from tracker_saver.core.naming import key_ext, run_prefix, safe_filename
 from tracker_saver.core.records import Record
 from tracker_saver.save.locate import locate
 from tracker_saver.storage.base import Storage
+from tracker_saver.storage.local import unlink_soon
 from tracker_saver.storage.verify import Digest, copy_checked, digest
 
 __all__ = ["LocalView", "default_dirname"]
@@ -127,8 +128,8 @@ class LocalView:
         """A save made ``live`` and evicted ``replaced``: the folder follows."""
         try:
             if replaced is not None and replaced.filename != live.filename:
-                with contextlib.suppress(FileNotFoundError):
-                    self.path(replaced.filename).unlink()
+                # Often the last link of the replaced slot file: its blocks are freed off this (training) thread.
+                unlink_soon(self.path(replaced.filename))
             if self.places:
                 self._place(live, copy=self.copies)
         except OSError as exc:

@@ -17,7 +17,7 @@ from tracker_saver.core.pools import shared_pool
 from tracker_saver.storage.base import ObjectStat, Stable, Staged, StagedWrite, Storage, listed
 from tracker_saver.storage.verify import file_mode
 
-__all__ = ["LocalStorage", "LocalWrite", "fingerprint", "from_uri"]
+__all__ = ["LocalStorage", "LocalWrite", "fingerprint", "from_uri", "unlink_soon"]
 
 #: Temp files start with this and are invisible to ``list``: a stream's footprint counts
 #: only complete objects. A crash leaves at most one such file per slot, easy to find by name.
@@ -56,6 +56,22 @@ def _close_later(fd: int) -> None:
         shared_pool("tracker-saver-close").submit(os.close, fd)
     except RuntimeError:  # the interpreter is shutting down (an atexit flush)
         os.close(fd)
+
+
+def unlink_soon(path: Path) -> None:
+    """Remove ``path`` now and free its blocks later, off the caller's thread (a missing file is no error).
+
+    An open descriptor keeps the file's blocks while the name goes: the unlink is a metadata
+    change, and the freeing (about 0.05-0.1 s per 256 MiB on ext4) happens at the close, in the pool.
+    """
+    held = _hold(path)
+    try:
+        path.unlink()
+    except FileNotFoundError:
+        pass
+    finally:
+        if held is not None:
+            _close_later(held)
 
 
 class LocalWrite(StagedWrite):
