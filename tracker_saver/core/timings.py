@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from tracker_saver.core.records import TIMING_KEYS, MetaValue, Record
@@ -43,11 +43,27 @@ class SaveClock:
     started: float
     background: bool = False
     blocked_s: float | None = None
+    #: Seconds each step of the pipeline took, in order (:meth:`lap`): logged at DEBUG after each save.
+    laps: dict[str, float] = field(default_factory=dict)
+    _lap_from: float | None = None
 
     @classmethod
     def start(cls, *, background: bool = False) -> SaveClock:
         """A clock started now."""
         return cls(time.perf_counter(), background)
+
+    def lap(self, step: str) -> None:
+        """``step`` ends now: note how long it took since the previous lap (the first lap starts the count).
+
+        Examples:
+            >>> clock = SaveClock.start()
+            >>> clock.lap("begin"); clock.lap("serialize"); list(clock.laps)
+            ['serialize']
+        """
+        now = time.perf_counter()
+        if self._lap_from is not None:
+            self.laps[step] = round(now - self._lap_from, 6)
+        self._lap_from = now
 
     def handed_over(self) -> None:
         """The training thread leaves the save (async: its snapshot is taken): blocked ends here."""

@@ -228,6 +228,7 @@ class Pipeline:
         A failure before the commit point leaves the previous record live and raises.
         """
         clock = clock or SaveClock.start()
+        clock.lap("begin")
         stream = info.stream_id
         self.open(stream)
         self.slots.adopt(stream, [f for f in kept_filenames(checkpoint) if f != info.filename])
@@ -243,7 +244,9 @@ class Pipeline:
             if stream not in self._owned:  # a stream new to this registry: claimed once the save is checked
                 ensure_owner(self.storage, self.registry, stream)
                 self._owned.add(stream)
+            clock.lap("open")
             record = self.registry.create_pending(final, uri=self.storage.url(info.key))
+            clock.lap("pending")
         except BaseException:
             self.slots.abandon(stream, choice)
             raise
@@ -255,12 +258,16 @@ class Pipeline:
         writing_since = time.perf_counter()
         try:
             staged = self.storage.stage(info.key, stable=stable)
-            self._serialize(checkpoint, staged, writer)  # step 5: the bytes are staged
+            self._serialize(checkpoint, staged, writer, clock)  # step 5: the bytes are staged
             replaces = choice.replaces.id if choice.replaces is not None else None
-            self.registry.supersede(record.id, sha256=writer.sha256, size=writer.size, replaces=replaces)  # step 6
+            digest = writer.sha256  # waits for the hash that ran alongside the writes
+            clock.lap("hash")
+            self.registry.supersede(record.id, sha256=digest, size=writer.size, replaces=replaces)  # step 6
             superseded = True
+            clock.lap("supersede")
             staged.commit()  # step 7: the commit point
             fingerprint = self._committed(info.key, writer.size)
+            clock.lap("commit")
         except BaseException as exc:
             reached = staged.abort() if staged is not None else False
             self._undo(stream, choice, record, exc, superseded=superseded, reached=reached)
@@ -284,9 +291,12 @@ class Pipeline:
             self.slots.abandon(stream, choice)
             self.slots.forget(stream)
             raise
+        clock.lap("live")
         self.slots.committed(stream, choice, live)
         if self.view is not None:
             self.view.committed(live, choice.replaces)
+            clock.lap("view")
+        log.debug("saved %s, seconds by step: %s", info.filename, clock.laps)
         if post_error is not None:
             raise post_error
         return live
@@ -321,14 +331,18 @@ class Pipeline:
             self.slots.forget(stream)
             log.warning("could not settle the records of %s after a failed save", stream.label, exc_info=True)
 
-    def _serialize(self, checkpoint: Mapping[str, Any], staged: StagedWrite, writer: HashingWriter) -> None:
+    def _serialize(
+        self, checkpoint: Mapping[str, Any], staged: StagedWrite, writer: HashingWriter, clock: SaveClock
+    ) -> None:
         """``torch.save`` through ``writer`` into ``staged``, then ``finish`` it; errors made ours."""
         key = staged.key
         try:
             writer.target = staged.file
             with writing():
                 torch.save(checkpoint, writer, **self.save_kwargs)  # type: ignore[arg-type]
+            clock.lap("serialize")
             staged.finish()
+            clock.lap("finish")
         except TrackerSaverError:
             raise
         except Exception as exc:
