@@ -154,7 +154,7 @@ class SQLiteRegistry(Registry):
 
     def create_pending(self, info: UploadInfo, *, uri: str) -> Record:
         now = time.time()
-        with self._db.atomic() as conn:
+        with self._db.atomic(durable=False) as conn:  # synced by supersede, the durable step after it
             cur = conn.execute(
                 "INSERT INTO records (project, run, stream, filename, name, state, slot, key, uri, output_uri,"
                 " created_at, updated_at) VALUES (?, ?, ?, ?, ?, 'pending', ?, ?, ?, ?, ?, ?)",
@@ -187,7 +187,7 @@ class SQLiteRegistry(Registry):
         fingerprint: str | None = None,
     ) -> Record:
         rid = self._id(record_id)
-        with self._db.atomic() as conn:
+        with self._db.atomic(durable=False) as conn:  # lost to a power cut: recovery promotes it
             row = conn.execute("SELECT state, uri FROM records WHERE id = ?", (rid,)).fetchone()
             if row is None:
                 raise self._missing(record_id)

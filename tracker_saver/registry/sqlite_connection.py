@@ -81,19 +81,27 @@ class SQLiteConnection:
             raise ConfigError(f"registry {self.uri!r} cannot be opened ({exc}): pass a path to a SQLite file") from exc
 
     @contextlib.contextmanager
-    def atomic(self) -> Iterator[sqlite3.Connection]:
+    def atomic(self, *, durable: bool = True) -> Iterator[sqlite3.Connection]:
         """One write transaction; a nested call is a savepoint. Errors roll back and raise ``RegistryError``.
 
         ``BEGIN IMMEDIATE`` takes the write lock up front, so the busy timeout applies instead
-        of a deadlock between two processes that both read first.
+        of a deadlock between two processes that both read first. A transaction is on disk when it
+        commits (``synchronous = FULL``) unless ``durable=False``: then (``NORMAL``, still safe from
+        corruption in WAL mode) a power cut may roll it back, and the next durable commit of this
+        file syncs it. A save's pending and live steps are that kind: the durable step between
+        them (supersede, before the storage commit point) syncs the first, and recovery promotes a
+        pending record whose bytes are committed, so the second needs no sync of its own.
         """
         with self._lock:
+            nested = self._conn.in_transaction
             try:
                 begin, commit, rollback = (
                     ("SAVEPOINT atomic", "RELEASE atomic", "ROLLBACK TO atomic; RELEASE atomic")
-                    if self._conn.in_transaction
+                    if nested
                     else ("BEGIN IMMEDIATE", "COMMIT", "ROLLBACK")
                 )
+                if not durable and not nested and self.path != ":memory:":
+                    self._conn.execute("PRAGMA synchronous = NORMAL")
                 self._conn.execute(begin)
                 try:
                     yield self._conn
@@ -104,6 +112,9 @@ class SQLiteConnection:
                 self._conn.execute(commit)
             except sqlite3.Error as exc:
                 raise self._error(exc) from exc
+            finally:
+                if not durable and not nested and self.path != ":memory:":
+                    self._conn.execute("PRAGMA synchronous = FULL")
 
     def _error(self, exc: sqlite3.Error) -> RegistryError:
         """The ``RegistryError`` for a failed statement, with the fix when SQLite says what is wrong."""
