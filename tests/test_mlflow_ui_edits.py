@@ -78,7 +78,7 @@ def test_a_name_typed_in_mlflows_ui_is_the_records_new_name(reg: MLflowRegistry)
 
 
 def test_a_record_written_by_0_1_is_read_and_its_hand_typed_name_too(reg: MLflowRegistry) -> None:
-    record = live(reg, "best_model_1_acc=0.5.pt")
+    record = reg.get(live(reg, "best_model_1_acc=0.5.pt").id)
     _as_schema_1(reg, record.id)
     assert _client(reg).get_logged_model(record.id).tags["tracker_saver.name"] == '"best_model_1_acc=0.5.pt"'
     assert reg.get(record.id) == record

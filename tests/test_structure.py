@@ -174,6 +174,7 @@ SHIMS = (
     "save/ignite_engine.py",  # Engine._event_handlers (tests/test_ignite_engine.py)
     "cli/argparse_walk.py",  # ArgumentParser._actions, … (tests/test_argparse_walk.py)
     "integrations/clearml/internals.py",  # ClearML's Session, ConfigWrapper, a request's _action
+    "integrations/mlflow/internals.py",  # MlflowClient._tracking_client (tests/test_mlflow_internals.py)
 )
 
 #: Underscored names that are a documented public API: namedtuple's methods and fields.

@@ -228,7 +228,11 @@ class RecordStore(ABC):
         metadata: dict[str, MetaValue] | None = None,
         fingerprint: str | None = None,
     ) -> Record:
-        """Move ``pending`` → ``live`` with its sha256, size, extra metadata and the object's fingerprint."""
+        """Move ``pending`` → ``live`` with its sha256, size, extra metadata and the object's fingerprint.
+
+        Returns the record as committed. Its derived aliases (``latest``, ``best``) are computed
+        when records are read (:meth:`get`, :meth:`query`): a backend may return it without them.
+        """
 
     @abstractmethod
     def supersede(self, record_id: str, *, sha256: str, size: int, replaces: str | None) -> None:

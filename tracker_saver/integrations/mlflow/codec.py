@@ -22,6 +22,7 @@ import hashlib
 import json
 import math
 import re
+from dataclasses import replace
 from typing import Any
 
 from tracker_saver.core.errors import UnreadableRecordError
@@ -31,6 +32,7 @@ __all__ = [
     "PREFIX",
     "SCHEMA",
     "STATUS",
+    "as_committed",
     "encode",
     "model_name",
     "quoted",
@@ -267,6 +269,28 @@ def read_record(model: Any) -> Record | None:
         output_uri=f.get("output_uri"),
         fingerprint=f.get("fingerprint"),
     )
+
+
+def as_committed(
+    record: Record,
+    state: RecordState,
+    *,
+    sha256: str,
+    size: int,
+    metadata: dict[str, MetaValue],
+    fingerprint: str | None,
+) -> Record:
+    """``record`` as :func:`read_record` reads it back once its commit wrote these fields (no read needed).
+
+    Examples:
+        >>> pending = Record("m-1", "p", "r", "s", "s_1.pt", "s_1.pt", RecordState.PENDING, 0, "p/r/s.slot0.pt",
+        ...                  "file:///o/p/r/s.slot0.pt", metadata={"slot": 0, "created_at": 1.0, "step": 1}, created_at=1.0)
+        >>> as_committed(pending, RecordState.LIVE, sha256="ab", size=3, metadata={"step": 1}, fingerprint=None).metadata
+        {'step': 1, 'slot': 0, 'created_at': 1.0, 'sha256': 'ab', 'size': 3, 'uri': 'file:///o/p/r/s.slot0.pt'}
+    """
+    extra = {"slot": record.slot, "created_at": record.created_at, "sha256": sha256, "size": size, "uri": record.uri}
+    meta = {**metadata, **{k: v for k, v in extra.items() if v is not None}}
+    return replace(record, state=state, sha256=sha256, size=size, metadata=meta, fingerprint=fingerprint)
 
 
 def digest(text: str) -> str:

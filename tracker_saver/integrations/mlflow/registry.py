@@ -14,7 +14,7 @@ import os
 import re
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from typing import Any
 
 from tracker_saver.core.claims import Holder
@@ -33,6 +33,8 @@ from tracker_saver.core.records import (
 from tracker_saver.integrations.mlflow.claims import MLflowClaims
 from tracker_saver.integrations.mlflow.codec import (
     PREFIX,
+    SCHEMA,
+    as_committed,
     encode,
     model_name,
     read_filename,
@@ -41,6 +43,7 @@ from tracker_saver.integrations.mlflow.codec import (
     schema_of,
     status_of,
 )
+from tracker_saver.integrations.mlflow.internals import tag_writer
 from tracker_saver.integrations.mlflow.store import MLflowStore
 from tracker_saver.integrations.mlflow.transport import MLflowTransport
 from tracker_saver.registry.base import Query, Registry, check_transition, derived_aliases, select, with_aliases
@@ -48,6 +51,8 @@ from tracker_saver.registry.base import Query, Registry, check_transition, deriv
 __all__ = ["MLflowRegistry", "from_spec", "tracking_uri"]
 
 _ALIAS = PREFIX + "alias."
+#: Keys a read adds to a record's metadata from its own fields; never written into the metadata tag.
+_OWN = ("slot", "created_at", "sha256", "size", "uri")
 #: The metric and param names MLflow takes; other metadata keys live in the metadata tag only.
 _LEGAL_KEY = re.compile(r"^[\w\-. :/]{1,250}$")
 
@@ -68,6 +73,15 @@ def tracking_uri(uri: str | None = None) -> str:
     return found
 
 
+@dataclass(frozen=True)
+class _Written:
+    """A pending record as this process made it: what its save's later writes need, without a read."""
+
+    schema: int
+    record: Record
+    run_id: str
+
+
 class MLflowRegistry(Registry):
     """Records as MLflow LoggedModels on the tracking server at ``uri`` (default ``$MLFLOW_TRACKING_URI``).
 
@@ -84,6 +98,10 @@ class MLflowRegistry(Registry):
         self._claims = MLflowClaims(self._transport, self._store)
         self.uri = self._transport.uri
         self._ids: dict[str, str] = {}  # project -> its experiment's registry id
+        # Pending records this process made, until they go live: a save's later steps write them
+        # without reading them back. Any other record is read first: someone may have edited it.
+        self._written: dict[str, _Written] = {}
+        self._write_tags = tag_writer(self._transport.client)
         #: The tracking server, the experiments' name prefix, and the bound on one call's wait (seconds).
         self.tracking_uri, self.experiment_prefix, self.timeout = (
             self._transport.tracking_uri,
@@ -135,8 +153,7 @@ class MLflowRegistry(Registry):
 
     # --- writes ---------------------------------------------------------------------------
     def _create(self, info: UploadInfo, *, uri: str, state: RecordState, extra: dict[str, Any]) -> Record:
-        exp = self._store.experiment(info.project, create=True)
-        exp_id = str(exp.experiment_id)
+        exp_id = self._store.experiment_id(info.project)
         run_id = self._store.run_id(exp_id, info.run)
         name = model_name(info.filename)
         same = self._transport.call(
@@ -149,24 +166,31 @@ class MLflowRegistry(Registry):
         tags = record_tags(info, uri=uri, created_at=time.time())
         tags.update({PREFIX + k: encode(k, v) for k, v in {**extra, "state": state.value}.items() if v is not None})
         params = {k: str(v) for k, v in info.metadata.items() if v is not None and _LEGAL_KEY.match(k)}
-        model = self._transport.call(
-            self._transport.client.create_logged_model,
-            f"creating the logged model of {info.filename}",
-            exp_id,
-            name=model_name(info.filename, taken=taken),
-            source_run_id=run_id,
-            tags=tags,
-            params=params,
-        )
-        self._metrics(str(model.model_id), run_id, info.metadata)
+        try:
+            model = self._transport.call(
+                self._transport.client.create_logged_model,
+                f"creating the logged model of {info.filename}",
+                exp_id,
+                name=model_name(info.filename, taken=taken),
+                source_run_id=run_id,
+                tags=tags,
+                params=params,
+            )
+        except RegistryError:
+            self._store.recheck(info.project)  # deleted since it was cached: that error names the restore command
+            raise
         self._link(str(model.model_id), run_id, info.metadata.get("global_step"))
         if state is not RecordState.PENDING:
+            self._metrics(str(model.model_id), run_id, info.metadata)
             self._transport.call(
                 self._transport.client.finalize_logged_model, "finalizing a model", model.model_id, status_of(state)
             )
             return self.get(str(model.model_id))
         created = read_record(model)  # as just written: a pending record has no alias, so no read-back
-        return created if created is not None else self.get(str(model.model_id))
+        if created is None:
+            return self.get(str(model.model_id))
+        self._written[created.id] = _Written(SCHEMA, created, run_id)
+        return created
 
     def _metrics(self, model_id: str, run_id: str, metadata: Mapping[str, MetaValue]) -> None:
         from mlflow.entities import Metric
@@ -200,10 +224,17 @@ class MLflowRegistry(Registry):
         extra = {"sha256": sha256, "size": int(size), "fingerprint": fingerprint}
         return self._create(info, uri=uri, state=RecordState.PINNED, extra=extra)
 
-    def _write(self, model: Any, record: Record, fields: Mapping[str, Any], state: RecordState | None = None) -> None:
-        """Write ``fields`` and the state tag in one request (in the schema ``model`` was written in), and
-        MLflow's status when it changes: after the tag when it becomes ``READY``, before it otherwise."""
-        schema = schema_of(model)
+    def _mine(self, record_id: str) -> _Written:
+        """The pending record as this process made it, else as the server has it (one read)."""
+        found = self._written.get(record_id)
+        if found is not None:
+            return found
+        model, record = self._store.read(record_id)
+        return _Written(schema_of(model), record, str(model.source_run_id))
+
+    def _write(self, schema: int, record: Record, fields: Mapping[str, Any], state: RecordState | None = None) -> None:
+        """Write ``fields`` and the state tag in one request (in the record's ``schema``), and MLflow's
+        status when it changes: after the tag when it becomes ``READY``, before it otherwise."""
         tags = {PREFIX + k: encode(k, v, schema) for k, v in fields.items() if v is not None}
         status = status_of(state) if state is not None and status_of(state) != status_of(record.state) else None
         if status is not None and status != "READY":  # MLflow stops offering it before the tag says so
@@ -212,9 +243,7 @@ class MLflowRegistry(Registry):
             tags[PREFIX + "state"] = encode("state", state.value, schema)
         if tags:
             what = f"moving model {record.id} to {state.value}" if state is not None else f"updating model {record.id}"
-            self._transport.call(
-                self._transport.client.set_logged_model_tags, what, record.id, tags, record_id=record.id
-            )
+            self._transport.call(self._write_tags, what, record.id, tags, record_id=record.id)
         if status == "READY":
             self._status(record.id, status)
 
@@ -231,56 +260,65 @@ class MLflowRegistry(Registry):
         metadata: dict[str, MetaValue] | None = None,
         fingerprint: str | None = None,
     ) -> Record:
-        model, record = self._store.read(record_id)
+        mine = self._mine(record_id)
+        record = mine.record
         if record.state is not RecordState.PENDING:
             raise RegistryError(
                 f"record {record_id} is {record.state.value}, not pending: it cannot become live", record_id=record_id
             )
-        meta = {k: v for k, v in record.metadata.items() if k not in ("slot", "created_at")} | dict(metadata or {})
-        self._write(model, record, {"sha256": sha256, "size": int(size), "metadata": meta, "fingerprint": fingerprint},
-                    RecordState.LIVE)  # fmt: skip
-        changed = {k: v for k, v in (metadata or {}).items() if record.metadata.get(k) != v}
-        self._metrics(record_id, str(model.source_run_id), changed)  # the rest were logged at creation
-        return self.get(record_id)
+        meta = {k: v for k, v in record.metadata.items() if k not in _OWN} | dict(metadata or {})
+        self._write(mine.schema, record, {"sha256": sha256, "size": int(size), "metadata": meta,
+                                          "fingerprint": fingerprint}, RecordState.LIVE)  # fmt: skip
+        self._metrics(record_id, mine.run_id, meta)  # every number of the checkpoint, logged once: now
+        self._written.pop(record_id, None)  # live: others may edit it from now on
+        return as_committed(
+            record, RecordState.LIVE, sha256=sha256, size=int(size), metadata=meta, fingerprint=fingerprint
+        )
 
     def set_state(
         self, record_id: str, state: RecordState, *, expected: Sequence[RecordState], error: str | None = None
     ) -> Record:
         state = RecordState(state)
-        model, record = self._store.read(record_id)
-        check_transition(record, state, expected)
-        self._write(model, record, {"error": error} if error is not None else {}, state)
+        mine = self._mine(record_id)
+        check_transition(mine.record, state, expected)
+        self._write(mine.schema, mine.record, {"error": error} if error is not None else {}, state)
+        self._written.pop(record_id, None)
         return self.get(record_id)
 
     def supersede(self, record_id: str, *, sha256: str, size: int, replaces: str | None) -> None:
         """Check both records, note the staged digest, then evict ``replaces`` (no transaction in MLflow)."""
-        model, record = self._store.read(record_id)
+        mine = self._mine(record_id)
+        record = mine.record
         if record.state is not RecordState.PENDING:
             raise RegistryError(
                 f"record {record_id} is {record.state.value}, no longer pending: its save cannot commit",
                 record_id=record_id,
             )
-        old_model, old = self._store.read(replaces) if replaces is not None else (None, None)
-        if old is not None and old.state not in LOADABLE:
+        # The replaced record is read: live for a while, anyone may have edited it since.
+        old = self._store.read(replaces) if replaces is not None else None
+        if old is not None and old[1].state not in LOADABLE:
             raise RegistryError(
-                f"record {old.id}, which record {record_id} replaces in its slot, is {old.state.value}, no longer "
-                "live: another writer changed the slot",
-                record_id=old.id,
+                f"record {old[1].id}, which record {record_id} replaces in its slot, is "
+                f"{old[1].state.value}, no longer live: another writer changed the slot",
+                record_id=old[1].id,
             )
-        self._write(model, record, {"sha256": sha256, "size": int(size)})
+        self._write(mine.schema, record, {"sha256": sha256, "size": int(size)})
+        self._written[record_id] = _Written(mine.schema, replace(record, sha256=sha256, size=int(size)), mine.run_id)
         if old is not None:
-            self._write(old_model, old, {}, RecordState.EVICTED)
+            self._write(schema_of(old[0]), old[1], {}, RecordState.EVICTED)
 
     def rename(self, record_id: str, name: str) -> Record:
         if not isinstance(name, str) or not name.strip():
             raise ConfigError(f"a record's name must be a non-empty string, got {name!r}: e.g. 'baseline'")
         model, record = self._store.read(record_id)
-        self._write(model, record, {"name": name})
+        self._write(schema_of(model), record, {"name": name})
+        self._written.pop(record_id, None)
         return self.get(record_id)
 
     def _retag(self, record_id: str, change: Callable[[set[str]], set[str]]) -> Record:
         model, record = self._store.read(record_id)
-        self._write(model, record, {"tags": sorted(change(set(record.tags)))})
+        self._write(schema_of(model), record, {"tags": sorted(change(set(record.tags)))})
+        self._written.pop(record_id, None)
         return self.get(record_id)
 
     def add_tags(self, record_id: str, tags: Iterable[str]) -> Record:

@@ -44,6 +44,7 @@ class MLflowStore:
         self._transport = transport
         self.experiment_prefix = experiment_prefix
         self._run_ids: dict[tuple[str, str], str] = {}  # (experiment id, run name) -> MLflow run id
+        self._experiment_ids: dict[str, str] = {}  # project -> its experiment's id, for the write path
 
     def experiment(self, project: str, *, create: bool) -> Any:
         """The experiment of ``project`` (``None`` when absent and not ``create``)."""
@@ -62,6 +63,17 @@ class MLflowStore:
                                           project, tags={REGISTRY_ID: uuid.uuid4().hex})  # fmt: skip
             exp = self._transport.call(self._transport.client.get_experiment, f"reading experiment {project!r}", exp_id)
         return exp
+
+    def experiment_id(self, project: str) -> str:
+        """The id of ``project``'s experiment, made if needed: looked up once per process (each save needs it)."""
+        if project not in self._experiment_ids:
+            self._experiment_ids[project] = str(self.experiment(project, create=True).experiment_id)
+        return self._experiment_ids[project]
+
+    def recheck(self, project: str) -> None:
+        """Forget ``project``'s cached experiment id; raise the named fix if it was deleted since."""
+        self._experiment_ids.pop(project, None)
+        self.experiment(project, create=False)
 
     def registry_id(self, project: str) -> str:
         """The random id of ``project``'s experiment (tag ``tracker_saver.registry_id``), made if it has none.
