@@ -20,7 +20,14 @@ from pathlib import Path
 import pytest
 
 ROOT = Path(__file__).resolve().parent.parent
-LOCAL_VARIANTS = ["torch.save", "torch.save+fsync", "DiskSaver", "sync-local", "async-local"]
+LOCAL_VARIANTS = [
+    "torch.save",
+    "torch.save+fsync",
+    "torch.save+fsync overwrite",
+    "DiskSaver",
+    "sync-local",
+    "async-local",
+]
 
 
 def test_bench_save_runs_every_requested_local_variant(tmp_path: Path) -> None:
@@ -36,6 +43,11 @@ def test_bench_save_runs_every_requested_local_variant(tmp_path: Path) -> None:
         # async variants are "n/a (not built)" until TrackerSaver takes async_upload
         assert "blocked_s" in row or row.get("status") == "n/a (not built)", (variant, row)
         assert "error" not in row, (variant, row["error"])
+    steps = rows["sync-local"]["steps_s"]  # where a save's time went, step by step
+    assert list(steps) == ["open", "pending", "serialize", "finish", "hash", "supersede", "commit", "live", "view"]
+    assert (
+        rows["sync-local"]["first_s"] > 0 and "reused<=1.1x torch.save+fsync overwrite" in rows["sync-local"]["goals"]
+    )
 
 
 CLEARML_OUTAGES = "clearml-stopped,clearml-hanging,clearml-500,clearml-503"
