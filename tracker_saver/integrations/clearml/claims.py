@@ -72,8 +72,8 @@ class ClearMLClaims:
 
     def _drop_claim(self, model_id: str) -> None:
         try:
-            self._transport.send(self._transport.services().models.DeleteRequest(model=model_id, force=True),
-                       f"deleting claim model {model_id}", record_id=model_id)  # fmt: skip
+            delete = self._transport.services().models.DeleteRequest(model=model_id, force=True)
+            self._transport.send(delete, f"deleting claim model {model_id}", record_id=model_id)
         except RecordNotFoundError:
             pass  # someone else deleted it first
 

@@ -84,8 +84,8 @@ class ClearMLLabels:
         return [m for m in data.get("models") or [] if ALIAS_TAG_PREFIX + alias in (m.get("tags") or [])]
 
     def _edit_tags(self, model: dict[str, Any], tags: list[str], what: str) -> None:
-        self._transport.send(self._transport.services().models.EditRequest(model=model["id"], tags=sorted(set(tags))), what,
-                   record_id=str(model["id"]))  # fmt: skip
+        edit = self._transport.services().models.EditRequest(model=model["id"], tags=sorted(set(tags)))
+        self._transport.send(edit, what, record_id=str(model["id"]))
 
     def set_alias(self, record_id: str, alias: str) -> None:
         """Tag the model ``alias:<alias>`` and untag every other model of its project that had it.
@@ -143,5 +143,5 @@ class ClearMLLabels:
                 "(slot records stay as history)",
                 record_id=record_id,
             )
-        self._transport.send(self._transport.services().models.DeleteRequest(model=record_id, force=True),
-                   f"deleting pinned model {record_id}", record_id=record_id)  # fmt: skip
+        delete = self._transport.services().models.DeleteRequest(model=record_id, force=True)
+        self._transport.send(delete, f"deleting pinned model {record_id}", record_id=record_id)
