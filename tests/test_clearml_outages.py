@@ -225,7 +225,7 @@ def make_training(server: ClearMLStandIn, root: str, tmp_path: Path) -> Iterator
         server.unhang()
         server.clear_faults()
         with contextlib.suppress(Exception):
-            let_time_pass(training.registry._outage)
+            let_time_pass(training.registry.transport._outage)
             training.saver.close()
 
 
@@ -305,7 +305,7 @@ def test_sync_the_next_save_raises_by_the_bound_and_a_later_one_succeeds(
     # Read back after the outage: the previous checkpoints are live and true, their files untouched.
     after = assert_true_and_small(training.out, root)
     assert {r.name: (r.state, r.sha256) for r in after} == {n: (r.state, r.sha256) for n, r in before.items()}
-    let_time_pass(training.registry._outage)
+    let_time_pass(training.registry.transport._outage)
     training.run(1)  # the server is back: the next save succeeds
     assert training.live() == ["model_2.pt", "model_4.pt"]
     final = by_name(assert_true_and_small(training.out, root))
@@ -320,7 +320,7 @@ def test_a_stop_shorter_than_half_the_bound_is_ridden_through(
     the save retries and succeeds, nothing is raised."""
     training = make_training()
     training.run(1)
-    refused = on_first_failure(training.registry._outage, server.resume)
+    refused = on_first_failure(training.registry.transport._outage, server.resume)
     training.run(1, before_save={2: server.pause})
     assert refused and training.events[-2:] == ["outage", "saved 2"], (refused, training.events)
     assert training.live() == ["model_1.pt", "model_2.pt"]
@@ -354,7 +354,7 @@ def test_async_training_goes_on_and_the_error_surfaces_then_a_later_save_succeed
     finally:
         down.end()
     assert_true_and_small(training.out, root)
-    let_time_pass(training.registry._outage)
+    let_time_pass(training.registry.transport._outage)
     assert training.live() == ["model_1.pt", "model_2.pt"]
     training.run(1)  # the server is back: a later save succeeds (and attach's flush raises nothing)
     newest = f"model_{training.epoch}.pt"
@@ -428,7 +428,7 @@ def test_registry_down_after_the_storage_commit_leaves_a_pending_record_that_is_
     pending_id = found["model_3.pt"].id
     assert pending_id == third_id
     registry = registry_of(root)
-    let_time_pass(training.registry._outage)
+    let_time_pass(training.registry.transport._outage)
     if settle == "next save":
         training.run(1)
         assert training.live() == ["model_3.pt", "model_4.pt"]

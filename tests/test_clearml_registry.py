@@ -66,7 +66,7 @@ def run_task(clearml_server: ClearMLServer, tmp_path: Path):
 
 def _run(registry: ClearMLRegistry) -> str:
     """The run of the registry's task (``<task name>.<task id>``), else ``train-run``."""
-    return task_run(registry._task) if registry._task is not None else "train-run"
+    return task_run(registry.tasks.task) if registry.tasks.task is not None else "train-run"
 
 
 def _listed(task: Any) -> list[str]:
@@ -313,9 +313,9 @@ def test_requests_per_operation_are_few(clearml_standin, run_task) -> None:
 def test_another_process_evicting_reads_the_task_before_taking_a_model_off(clearml_standin, run_task) -> None:
     task, first = run_task
     old = _commit(first, "checkpoint_5.pt", stream="checkpoint")
-    second = ClearMLRegistry(task, project_root=first._root)  # e.g. the run resumed in a new process
+    second = ClearMLRegistry(task, project_root=first.transport.root)  # e.g. the run resumed in a new process
     newer = _commit(second, "checkpoint_5.pt", stream="checkpoint", slot=1)  # same filename saved again
-    third = ClearMLRegistry(task, project_root=first._root)  # knows nothing of either listing
+    third = ClearMLRegistry(task, project_root=first.transport.root)  # knows nothing of either listing
     with clearml_standin.count("tasks\\.") as calls:
         third.evict(old.id)
     assert [c.endpoint for c in calls] == ["tasks.get_all"]  # the entry names the newer model: keep it
@@ -571,13 +571,13 @@ def test_two_savers_claiming_at_once_leave_one_claim_the_oldest(clearml_standin,
     first_owner, second_owner = _Saver(), _Saver()
     first, second = new_holder(first_owner), new_holder(second_owner)
     claim_registry.claim(_stream(), first)
-    real, looks = claim_registry._claims, []
+    real, looks = claim_registry._claims._stream_claims, []
 
     def claims(*args: Any) -> Any:  # the second saver's first look came before the first saver's claim
         looks.append(args)
         return [] if len(looks) == 1 else real(*args)
 
-    monkeypatch.setattr(claim_registry, "_claims", claims)
+    monkeypatch.setattr(claim_registry._claims, "_stream_claims", claims)
     with clearml_standin.count() as calls, pytest.raises(StreamBusyError) as err:
         claim_registry.claim(_stream(), second)
     assert [c.endpoint for c in calls if c.endpoint.startswith("models.")] == [
@@ -624,7 +624,7 @@ def test_a_connection_error_is_chained_and_never_shows_credentials(clearml_serve
     import requests
 
     registry = ClearMLRegistry(project_root=_root(), timeout=0.5)
-    registry._session = _RefusingSession()  # the server went away after the registry connected
+    registry.transport._session = _RefusingSession()  # the server went away after the registry connected
     # A read is retried until the timeout; the last network error is chained under the outage.
     with pytest.raises(RegistryError, match="reading model 0123abcd failed: the server stopped answering") as err:
         registry.get("0123abcd")
@@ -635,7 +635,7 @@ def test_a_connection_error_is_chained_and_never_shows_credentials(clearml_serve
     registry = ClearMLRegistry(project_root=_root(), timeout=60)
     info = _info(_run(registry), "checkpoint_1.pt")
     registry.fail(registry.create_pending(info, uri="file:///x.pt").id, "only to look the project up")
-    registry._session = refusing = _RefusingSession()
+    registry.transport._session = refusing = _RefusingSession()
     with pytest.raises(RegistryError, match="creating .* failed .*cannot reach") as err:
         registry.create_pending(info, uri="file:///x.pt")
     assert refusing.sent == 1  # not retried: no wait for the timeout
@@ -662,7 +662,7 @@ def test_the_registry_has_its_own_bounded_session_and_leaves_the_sdks_alone(clea
     from clearml.config import ConfigWrapper
 
     registry = ClearMLRegistry(project_root=_root(), timeout=12)
-    session = registry._get_session()
+    session = registry.transport.session()
     sdk = InterfaceBase._get_default_session()
     assert isinstance(session, Session) and session is not sdk
     assert session._session_timeout == session._write_session_timeout == (2.0, 4.0)  # timeout/6, timeout/3

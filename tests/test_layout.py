@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import ast
 import importlib
+from pathlib import Path
 
 import pytest
 
-from tests.test_structure import PACKAGE, _graph
+import tracker_saver
+from tests.test_structure import PACKAGE, _graph, _modules
 from tracker_saver import registry, storage
 
 #: The floors, lowest first: a module imports only from its own floor or below.
@@ -105,3 +107,40 @@ def test_nothing_but_the_table_imports_a_backend() -> None:
         if (dep == backend or dep.startswith(backend + ".")) and not module.startswith(allowed)
     )
     assert stray == [], "open a backend through registry.open_registry / storage.open_storage"
+
+
+#: Classes that may derive from a class of another of our files: the seams' ABCs, and the public
+#: subclasses users rely on (the drop-in ClearMLSaver is a TrackerSaver; the offline journal is a registry).
+SEAM_BASES = {
+    "tracker_saver.registry.base.Registry",
+    "tracker_saver.storage.base.Storage",
+    "tracker_saver.storage.base.StagedWrite",
+}
+PUBLIC_SUBCLASSES = {
+    "tracker_saver.integrations.clearml.saver.ClearMLSaver": "tracker_saver.save.saver.TrackerSaver",
+    "tracker_saver.integrations.clearml.journal.ClearMLJournal": "tracker_saver.registry.sqlite.SQLiteRegistry",
+}
+
+
+def test_no_class_inherits_from_another_files_class_but_a_seam() -> None:
+    for export in tracker_saver.__all__:
+        # Resolve the lazy exports first: importing the module ``tracker_saver.resume`` binds it
+        # over the package's ``resume`` function (PEP 562 exports are not in the package's globals).
+        getattr(tracker_saver, export)
+    towers = []
+    for name in _modules():
+        module = importlib.import_module(name)
+        for cls in [c for c in vars(module).values() if isinstance(c, type) and c.__module__ == name]:
+            for base in cls.__bases__:
+                qualified = f"{base.__module__}.{base.__qualname__}"
+                if not base.__module__.startswith("tracker_saver") or base.__module__ == name:
+                    continue
+                if issubclass(base, BaseException) or qualified in SEAM_BASES:
+                    continue  # the error tree, and the seams' ABCs
+                if PUBLIC_SUBCLASSES.get(f"{name}.{cls.__qualname__}") != qualified:
+                    towers.append(f"{name}.{cls.__qualname__}({qualified})")
+    assert towers == [], "hold a collaborator instead of inheriting from another file's class"
+
+
+def test_every_module_path_is_a_file_of_the_package() -> None:
+    assert all(Path(path).is_file() for path in _modules().values())

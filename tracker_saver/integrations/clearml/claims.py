@@ -22,13 +22,27 @@ from tracker_saver.registry.base import busy
 __all__ = ["ClearMLClaims"]
 
 
-class ClearMLClaims(ClearMLTransport):
-    """A ClearML registry's stream claims: claim, renew, look up and release a stream's writer."""
+class ClearMLClaims:
+    """A ClearML registry's stream claims: claim, renew, look up and release a stream's writer.
 
-    def _claims(self, stream: StreamId, project_id: str) -> list[tuple[str, Holder, float]]:
+    Args:
+        transport: the registry's transport, through which every request goes.
+
+    Examples:
+        Needs a ClearML server (``tests/test_clearml_*.py`` run these against the stand-in)::
+
+            claims = ClearMLClaims(ClearMLTransport())
+            claims.claim(stream, holder)   # StreamBusyError if another live saver holds it
+            claims.holder(stream) == holder   # True
+    """
+
+    def __init__(self, transport: ClearMLTransport) -> None:
+        self._transport = transport
+
+    def _stream_claims(self, stream: StreamId, project_id: str) -> list[tuple[str, Holder, float]]:
         """The stream's claims, oldest first: ``(model id, holder, heartbeat)``."""
-        data = self._send(
-            self._services().models.GetAllRequest(
+        data = self._transport.send(
+            self._transport.services().models.GetAllRequest(
                 project=[project_id], tags=[claim_tag(stream)], only_fields=["id", "comment", "created"]
             ),
             f"reading the claims on stream {stream.label}",
@@ -47,7 +61,7 @@ class ClearMLClaims(ClearMLTransport):
         """
         winner: tuple[str, Holder] | None = None
         mine: list[str] = []
-        for model_id, other, heartbeat in self._claims(stream, project_id):
+        for model_id, other, heartbeat in self._stream_claims(stream, project_id):
             if other.token == holder.token:
                 mine.append(model_id)
             elif not is_alive(other, heartbeat=heartbeat):
@@ -58,18 +72,18 @@ class ClearMLClaims(ClearMLTransport):
 
     def _drop_claim(self, model_id: str) -> None:
         try:
-            self._send(self._services().models.DeleteRequest(model=model_id, force=True),
-                       f"deleting claim model {model_id}", record_id=model_id)  # fmt: skip
+            delete = self._transport.services().models.DeleteRequest(model=model_id, force=True)
+            self._transport.send(delete, f"deleting claim model {model_id}", record_id=model_id)
         except RecordNotFoundError:
             pass  # someone else deleted it first
 
     def claim(self, stream: StreamId, holder: Holder) -> None:
-        project_id = self._project_id(stream.project, create=True)
+        project_id = self._transport.project_id(stream.project, create=True)
         assert project_id is not None
         winner, mine = self._settle(stream, project_id, holder)
         if winner is None:
-            self._send(
-                self._services().models.CreateRequest(
+            self._transport.send(
+                self._transport.services().models.CreateRequest(
                     uri="", name=f"tracker_saver claim: {stream.stream}"[:250], project=project_id,
                     ready=False, tags=[claim_tag(stream)], system_tags=[ARCHIVED_TAG],
                     comment=claim_comment(stream, holder, time.time()),
@@ -79,8 +93,8 @@ class ClearMLClaims(ClearMLTransport):
             # Two savers may both have found the stream free: the oldest claim wins.
             winner, mine = self._settle(stream, project_id, holder)
         elif winner[0] in mine:
-            self._send(
-                self._services().models.EditRequest(
+            self._transport.send(
+                self._transport.services().models.EditRequest(
                     model=winner[0], comment=claim_comment(stream, holder, time.time())
                 ),
                 f"renewing the claim on stream {stream.label}",
@@ -92,18 +106,20 @@ class ClearMLClaims(ClearMLTransport):
             raise busy(stream, winner[1])
 
     def holder(self, stream: StreamId) -> Holder | None:
-        project_id = self._project_id(stream.project, create=False)
+        project_id = self._transport.project_id(stream.project, create=False)
         if project_id is None:
             return None
         alive = (
-            other for _, other, heartbeat in self._claims(stream, project_id) if is_alive(other, heartbeat=heartbeat)
+            other
+            for _, other, heartbeat in self._stream_claims(stream, project_id)
+            if is_alive(other, heartbeat=heartbeat)
         )
         return next(alive, None)
 
     def release(self, stream: StreamId, holder: Holder) -> None:
-        project_id = self._project_id(stream.project, create=False)
+        project_id = self._transport.project_id(stream.project, create=False)
         if project_id is None:
             return
-        for model_id, other, _ in self._claims(stream, project_id):
+        for model_id, other, _ in self._stream_claims(stream, project_id):
             if other.token == holder.token:
                 self._drop_claim(model_id)

@@ -19,47 +19,64 @@ from tracker_saver.integrations.clearml.codec import (
     check_tags,
 )
 from tracker_saver.integrations.clearml.tasks import ClearMLTasks
+from tracker_saver.integrations.clearml.transport import ClearMLTransport
 
 __all__ = ["ClearMLLabels"]
 
 
-class ClearMLLabels(ClearMLTasks):
-    """A ClearML registry's names, tags, aliases and pinned records."""
+class ClearMLLabels:
+    """A ClearML registry's names, tags, aliases and pinned records.
+
+    Args:
+        transport: the registry's transport, through which every request goes.
+        tasks: the registry's tasks, which create a pinned record's model and show its state.
+
+    Examples:
+        Needs a ClearML server (``tests/test_clearml_*.py`` run these against the stand-in)::
+
+            transport = ClearMLTransport()
+            labels = ClearMLLabels(transport, ClearMLTasks(transport, None, framework="PyTorch"))
+            labels.add_tags("4f1c...", ["baseline"]).tags   # ('baseline',)
+    """
+
+    def __init__(self, transport: ClearMLTransport, tasks: ClearMLTasks) -> None:
+        self._transport = transport
+        self._tasks = tasks
 
     def rename(self, record_id: str, name: str) -> Record:
         check_display_name(record_id, name)
-        model = self._fetch(record_id)
+        model = self._transport.fetch(record_id)
         if len(name.strip()) < MIN_NAME:
             raise ConfigError(
                 f"new name {name!r} for record {record_id} is too short for a ClearML model "
                 f"(at least {MIN_NAME} characters): give a longer name"
             )
-        self._send(
-            self._services().models.EditRequest(model=record_id, name=name),
+        self._transport.send(
+            self._transport.services().models.EditRequest(model=record_id, name=name),
             f"renaming model {record_id}",
             record_id=record_id,
         )
-        return self._record({**model, "name": name.strip()})
+        return self._transport.record({**model, "name": name.strip()})
 
     def add_tags(self, record_id: str, tags: Iterable[str]) -> Record:
         new = check_tags(tags, f"record {record_id}")
-        model = self._fetch(record_id)
+        model = self._transport.fetch(record_id)
         merged = sorted({*(model.get("tags") or []), *new})
         if merged != sorted(model.get("tags") or []):
             self._edit_tags(model, merged, f"tagging model {record_id}")
-        return self._record({**model, "tags": merged})
+        return self._transport.record({**model, "tags": merged})
 
     def remove_tags(self, record_id: str, tags: Iterable[str]) -> Record:
         gone = set(check_tags(tags, f"record {record_id}"))
-        model = self._fetch(record_id)
+        model = self._transport.fetch(record_id)
         kept = sorted(t for t in model.get("tags") or [] if t not in gone)
         if kept != sorted(model.get("tags") or []):
             self._edit_tags(model, kept, f"untagging model {record_id}")
-        return self._record({**model, "tags": kept})
+        return self._transport.record({**model, "tags": kept})
 
     def _alias_holders(self, project_id: str, alias: str) -> list[dict[str, Any]]:
-        data = self._send(
-            self._services().models.GetAllRequest(
+        data = self._transport.send(
+            self._transport.services().models.GetAllRequest(
                 project=[project_id], tags=[ALIAS_TAG_PREFIX + alias], only_fields=["id", "tags"]
             ),
             f"looking up alias {alias!r}",
@@ -67,18 +84,18 @@ class ClearMLLabels(ClearMLTasks):
         return [m for m in data.get("models") or [] if ALIAS_TAG_PREFIX + alias in (m.get("tags") or [])]
 
     def _edit_tags(self, model: dict[str, Any], tags: list[str], what: str) -> None:
-        self._send(self._services().models.EditRequest(model=model["id"], tags=sorted(set(tags))), what,
-                   record_id=str(model["id"]))  # fmt: skip
+        edit = self._transport.services().models.EditRequest(model=model["id"], tags=sorted(set(tags)))
+        self._transport.send(edit, what, record_id=str(model["id"]))
 
-    def set_alias(self, record_id: str, alias: str) -> Record:
+    def set_alias(self, record_id: str, alias: str) -> None:
         """Tag the model ``alias:<alias>`` and untag every other model of its project that had it.
 
         ClearML has no transaction: the new holder is tagged first, so the alias always names
-        a record (for a moment, two).
+        a record (for a moment, two). The registry then reads the record back, derived aliases included.
         """
         check_alias(alias)
-        model = self._fetch(record_id)
-        record = self._record(model)
+        model = self._transport.fetch(record_id)
+        record = self._transport.record(model)
         if not record.state.loadable:
             raise RegistryError(
                 f"record {record_id} is {record.state.value}: an alias names a loadable record (live, revived or "
@@ -92,14 +109,13 @@ class ClearMLLabels(ClearMLTasks):
             if str(other["id"]) != record_id:
                 rest = [t for t in other.get("tags") or [] if t != tag]
                 self._edit_tags(other, rest, f"moving alias {alias!r} off model {other['id']}")
-        return self.get(record_id)
 
     def remove_alias(self, project: str, alias: str) -> None:
-        project_id = self._project_id(project, create=False)
+        project_id = self._transport.project_id(project, create=False)
         holders = self._alias_holders(project_id, alias) if project_id is not None else []
         if not holders:
             raise RecordNotFoundError(
-                f"project {project!r} has no alias {alias!r} in {self.uri}: see `tracker-saver models list "
+                f"project {project!r} has no alias {alias!r} in {self._transport.uri}: see `tracker-saver models list "
                 f"--project {project}` for its aliases"
             )
         for model in holders:
@@ -116,16 +132,16 @@ class ClearMLLabels(ClearMLTasks):
         extra: dict[str, MetaValue] = {"sha256": sha256, "size": int(size), "state": RecordState.PINNED.value}
         if fingerprint is not None:
             extra["fingerprint"] = fingerprint
-        model = self._create_model(info, uri=uri, metadata=metadata, tags=tags, extra=extra, kind="pinned model")
-        return self._record(self._show(model, RecordState.PINNED, info.stream))
+        model = self._tasks.create_model(info, uri=uri, metadata=metadata, tags=tags, extra=extra, kind="pinned model")
+        return self._transport.record(self._tasks.show(model, RecordState.PINNED, info.stream))
 
     def delete_pinned(self, record_id: str) -> None:
-        record = self._record(self._fetch(record_id))
+        record = self._transport.record(self._transport.fetch(record_id))
         if record.state is not RecordState.PINNED:
             raise RegistryError(
                 f"record {record_id} is {record.state.value}, not pinned: only a pinned record can be deleted "
                 "(slot records stay as history)",
                 record_id=record_id,
             )
-        self._send(self._services().models.DeleteRequest(model=record_id, force=True),
-                   f"deleting pinned model {record_id}", record_id=record_id)  # fmt: skip
+        delete = self._transport.services().models.DeleteRequest(model=record_id, force=True)
+        self._transport.send(delete, f"deleting pinned model {record_id}", record_id=record_id)

@@ -1,14 +1,16 @@
-"""The ClearML registry: records as ClearML models, read and written over the API through one ``_send``.
+"""The ClearML registry: records as ClearML models, read and written over the API through one ``send``.
 
 How records map to models (and claims to hidden models) is
-:mod:`tracker_saver.integrations.clearml.codec`. :class:`ClearMLRegistry` is built from one class
-per job, each in its own module: the transport, the one place ClearML errors become
-``RegistryError`` (:mod:`~tracker_saver.integrations.clearml.transport`); the record's model on its
-task and its state mirror (:mod:`~tracker_saver.integrations.clearml.tasks`); state changes
-(:mod:`~tracker_saver.integrations.clearml.states`); stream claims
-(:mod:`~tracker_saver.integrations.clearml.claims`); names, tags, aliases and pinned records
-(:mod:`~tracker_saver.integrations.clearml.labels`). This module adds queries, derived aliases
-and what a ``TrackerSaver`` asks of a registry that knows its run (``RunContext``).
+:mod:`tracker_saver.integrations.clearml.codec`. :class:`ClearMLRegistry` holds its transport, the
+one place ClearML errors become ``RegistryError`` (:mod:`~tracker_saver.integrations.clearml.transport`),
+and one collaborator per job, each in its own module and given only the transport (and the tasks
+where it creates or mirrors models): the record's model on its task and its state mirror
+(:mod:`~tracker_saver.integrations.clearml.tasks`); state changes
+(:mod:`~tracker_saver.integrations.clearml.states`); names, tags, aliases and pinned records
+(:mod:`~tracker_saver.integrations.clearml.labels`); stream claims
+(:mod:`~tracker_saver.integrations.clearml.claims`). The registry's seam methods delegate to them;
+this module adds queries, derived aliases and what a ``TrackerSaver`` asks of a registry that
+knows its run (``RunContext``).
 
 Queries push down what ``models.get_all`` (the call behind ``Model.query_models``) can
 answer exactly: project, run, stream, filename, output_uri, slot, states, and ``==``/``in`` conditions on
@@ -41,12 +43,14 @@ Examples:
 from __future__ import annotations
 
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import replace
 from typing import Any
 
+from tracker_saver.core.claims import Holder
 from tracker_saver.core.errors import UnreadableRecordError
-from tracker_saver.core.records import DERIVED_ALIASES, LOADABLE, Record, StreamId
+from tracker_saver.core.outage import DEFAULT_TIMEOUT_S
+from tracker_saver.core.records import DERIVED_ALIASES, LOADABLE, MetaValue, Record, RecordState, StreamId, UploadInfo
 from tracker_saver.integrations.clearml.binding import skip_saves_while
 from tracker_saver.integrations.clearml.claims import ClearMLClaims
 from tracker_saver.integrations.clearml.codec import (
@@ -63,13 +67,14 @@ from tracker_saver.integrations.clearml.conf import with_clearml_credentials
 from tracker_saver.integrations.clearml.journal import offline_journal
 from tracker_saver.integrations.clearml.labels import ClearMLLabels
 from tracker_saver.integrations.clearml.states import ClearMLStates
-from tracker_saver.integrations.clearml.transport import MODEL_FIELDS
+from tracker_saver.integrations.clearml.tasks import ClearMLTasks
+from tracker_saver.integrations.clearml.transport import MODEL_FIELDS, ClearMLTransport
 from tracker_saver.registry.base import Candidate, Query, Registry, derived_aliases, select, with_aliases
 
 __all__ = ["CLAIM_TAG_PREFIX", "ClearMLRegistry", "STATE_TAGS", "STREAM_TAG_PREFIX", "from_spec", "task_run"]
 
 
-class ClearMLRegistry(ClearMLStates, ClearMLLabels, ClearMLClaims):
+class ClearMLRegistry(Registry):
     """Records as ClearML models: the run's task lists its live checkpoints as output models.
 
     Args:
@@ -83,6 +88,10 @@ class ClearMLRegistry(ClearMLStates, ClearMLLabels, ClearMLClaims):
             hanging, or answering 5xx) before it raises ``RegistryError``; default 60. The
             registry logs in with a session of its own, so this never changes the SDK's
             settings (:mod:`tracker_saver.integrations.clearml.session`, docs/outages.md).
+
+    Attributes:
+        transport: the connection every request goes through (session, ``send``, projects, model reads).
+        tasks: the models' tasks: the task given, each model's output-model entry, the state mirror.
 
     Note:
         Safe to call from the upload worker thread: the session is thread-safe and the
@@ -98,9 +107,89 @@ class ClearMLRegistry(ClearMLStates, ClearMLLabels, ClearMLClaims):
             registry.get("4f1c...").name   # 'best_model_17_val_acc=0.9312.pt'
     """
 
+    def __init__(
+        self,
+        task: Any = None,
+        *,
+        project_root: str | None = None,
+        framework: str = "PyTorch",
+        timeout: float = DEFAULT_TIMEOUT_S,
+    ) -> None:
+        self.transport = ClearMLTransport(task, project_root=project_root, timeout=timeout)
+        self.tasks = ClearMLTasks(self.transport, task, framework=framework)
+        self._states = ClearMLStates(self.transport, self.tasks)
+        self._labels = ClearMLLabels(self.transport, self.tasks)
+        self._claims = ClearMLClaims(self.transport)
+        self.transport.session()  # connect now: a bad configuration fails here, before any training
+        self.uri = self.transport.uri  # its final form once logged in: clearml://HOST[:PORT][/ROOT]
+
+    # -- RecordStore: state changes (tracker_saver.integrations.clearml.states) --------------------
+    def create_pending(self, info: UploadInfo, *, uri: str) -> Record:
+        return self._states.create_pending(info, uri=uri)
+
+    def make_live(
+        self,
+        record_id: str,
+        *,
+        sha256: str,
+        size: int,
+        metadata: dict[str, MetaValue] | None = None,
+        fingerprint: str | None = None,
+    ) -> Record:
+        return self._states.make_live(record_id, sha256=sha256, size=size, metadata=metadata, fingerprint=fingerprint)
+
+    def supersede(self, record_id: str, *, sha256: str, size: int, replaces: str | None) -> None:
+        self._states.supersede(record_id, sha256=sha256, size=size, replaces=replaces)
+
+    def set_state(
+        self, record_id: str, state: RecordState, *, expected: Sequence[RecordState], error: str | None = None
+    ) -> Record:
+        return self._states.set_state(record_id, state, expected=expected, error=error)
+
+    # -- Labels: names, tags, aliases, pins (tracker_saver.integrations.clearml.labels) ------------
+    def rename(self, record_id: str, name: str) -> Record:
+        return self._labels.rename(record_id, name)
+
+    def add_tags(self, record_id: str, tags: Iterable[str]) -> Record:
+        return self._labels.add_tags(record_id, tags)
+
+    def remove_tags(self, record_id: str, tags: Iterable[str]) -> Record:
+        return self._labels.remove_tags(record_id, tags)
+
+    def set_alias(self, record_id: str, alias: str) -> Record:
+        self._labels.set_alias(record_id, alias)
+        return self.get(record_id)
+
+    def remove_alias(self, project: str, alias: str) -> None:
+        self._labels.remove_alias(project, alias)
+
+    def create_pinned(
+        self, info: UploadInfo, *, uri: str, sha256: str, size: int, fingerprint: str | None = None
+    ) -> Record:
+        return self._labels.create_pinned(info, uri=uri, sha256=sha256, size=size, fingerprint=fingerprint)
+
+    def delete_pinned(self, record_id: str) -> None:
+        self._labels.delete_pinned(record_id)
+
+    # -- StreamClaims: one hidden model per claim (tracker_saver.integrations.clearml.claims) ------
+    def claim(self, stream: StreamId, holder: Holder) -> None:
+        self._claims.claim(stream, holder)
+
+    def holder(self, stream: StreamId) -> Holder | None:
+        return self._claims.holder(stream)
+
+    def release(self, stream: StreamId, holder: Holder) -> None:
+        self._claims.release(stream, holder)
+
+    def registry_id(self, project: str) -> str:
+        """The id clearml-server gave ``project`` (random, made by the server): this registry, for its streams."""
+        found = self.transport.project_id(project, create=True)
+        assert found is not None  # create=True makes it
+        return found
+
     def artifact_task(self) -> Any:
         """The ClearML task that runs now (``None`` if none): ``LogUploader(saver=...)`` attaches logs to it."""
-        return self._current_task()
+        return self.tasks.current_task()
 
     # -- what a TrackerSaver asks of a registry that knows its run (tracker_saver.save.saver.RunContext)
     def run_defaults(self) -> dict[str, str]:
@@ -109,7 +198,7 @@ class ClearMLRegistry(ClearMLStates, ClearMLLabels, ClearMLClaims):
         if found is None:
             return {}
         defaults = {"project": found[0], "run": found[1]}
-        output_uri = getattr(self._current_task(), "output_uri", None)
+        output_uri = getattr(self.tasks.current_task(), "output_uri", None)
         if output_uri:
             defaults["output_uri"] = str(output_uri)
         return defaults
@@ -125,11 +214,11 @@ class ClearMLRegistry(ClearMLStates, ClearMLLabels, ClearMLClaims):
     @property
     def task_project_run(self) -> tuple[str, str] | None:
         """``(project, run)`` of the registry's task, as records name them; ``None`` without a task."""
-        task = self._current_task()
+        task = self.tasks.current_task()
         if task is None:
             return None
-        names = self._project_names_for([task.project])
-        return self._record_project(names.get(task.project, "")), task_run(task)
+        names = self.transport.project_names([task.project])
+        return self.transport.record_project(names.get(task.project, "")), task_run(task)
 
     def _candidates(self, records: list[Record]) -> list[Candidate]:
         """The loadable records of the streams of ``records`` that may hold a derived alias: one query."""
@@ -137,21 +226,23 @@ class ClearMLRegistry(ClearMLStates, ClearMLLabels, ClearMLClaims):
         if not streams:
             return []
         projects = sorted({s.project for s in streams})
-        ids = [pid for pid in (self._project_id(p, create=False) for p in projects) if pid is not None]
+        ids = [pid for pid in (self.transport.project_id(p, create=False) for p in projects) if pid is not None]
         params: dict[str, Any] = {"metadata.state.value": [s.value for s in LOADABLE]}
         for key in ("run", "stream"):
             values = sorted({getattr(s, key) for s in streams})
             if all(isinstance(v, str) and v and not v.startswith(("-", "__$")) for v in values):
                 params[f"metadata.{key}.value"] = values
         out: list[Candidate] = []
-        for model in self._all_models({"project": ids, **params}, ["id", "project", "metadata"], "reading aliases"):
+        for model in self.transport.all_models(
+            {"project": ids, **params}, ["id", "project", "metadata"], "reading aliases"
+        ):
             if not is_record_model(model):
                 continue
             meta = {k: decode_item(v) for k, v in (model.get("metadata") or {}).items()}
-            names = self._project_names_for([model.get("project") or ""])
+            names = self.transport.project_names([model.get("project") or ""])
             stream = StreamId(
                 str(meta.get("output_uri") or ""),
-                self._record_project(names.get(model.get("project") or "", "")),
+                self.transport.record_project(names.get(model.get("project") or "", "")),
                 str(meta.get("run") or ""),
                 str(meta.get("stream") or ""),
             )
@@ -174,25 +265,21 @@ class ClearMLRegistry(ClearMLStates, ClearMLLabels, ClearMLClaims):
         return with_aliases(records, derived_aliases(candidates), {r.id: r.aliases for r in records})
 
     def get(self, record_id: str) -> Record:
-        return self._aliased([self._record(self._fetch(record_id))])[0]
-
-    def registry_id(self, project: str) -> str:
-        """The id clearml-server gave ``project`` (random, made by the server): this registry, for its streams."""
-        found = self._project_id(project, create=True)
-        assert found is not None  # create=True makes it
-        return found
+        return self._aliased([self.transport.record(self.transport.fetch(record_id))])[0]
 
     def query(self, query: Query) -> list[Record]:
         params: dict[str, Any] = {}
         if query.project is not None:
-            pid = self._project_id(query.project, create=False)
+            pid = self.transport.project_id(query.project, create=False)
             if pid is None:
                 return []
             params["project"] = [pid]
-        elif self._root:
-            data = self._send(
-                self._services().projects.GetAllRequest(name=f"^{re.escape(self._root)}/", only_fields=["id", "name"]),
-                f"listing the projects under {self._root!r}",
+        elif root := self.transport.root:
+            data = self.transport.send(
+                self.transport.services().projects.GetAllRequest(
+                    name=f"^{re.escape(root)}/", only_fields=["id", "name"]
+                ),
+                f"listing the projects under {root!r}",
             )
             ids = [p["id"] for p in data.get("projects") or []]
             if not ids:
@@ -208,12 +295,12 @@ class ClearMLRegistry(ClearMLStates, ClearMLLabels, ClearMLClaims):
         if filters is None:
             return []
         params.update(filters)
-        models = self._all_models(params, MODEL_FIELDS, "querying models")
-        names = self._project_names_for(m.get("project") or "" for m in models)
+        models = self.transport.all_models(params, MODEL_FIELDS, "querying models")
+        names = self.transport.project_names(m.get("project") or "" for m in models)
         records = []
         for model in models:
             try:
-                records.append(self._record(model, names))
+                records.append(self.transport.record(model, names))
             except UnreadableRecordError as exc:  # edited by hand in the web UI: skipped, fsck names it
                 self._skip(str(exc.record_id), exc.why)
         # Without narrowing filters, the answer already holds every loadable record of its streams.

@@ -26,6 +26,7 @@ from tracker_saver.integrations.clearml.codec import (
     with_metadata,
 )
 from tracker_saver.integrations.clearml.tasks import ClearMLTasks
+from tracker_saver.integrations.clearml.transport import ClearMLTransport
 from tracker_saver.registry.base import check_transition
 
 __all__ = ["ClearMLStates"]
@@ -33,8 +34,24 @@ __all__ = ["ClearMLStates"]
 log = logging.getLogger(__name__)
 
 
-class ClearMLStates(ClearMLTasks):
-    """A ClearML registry's record states: metadata ``state`` is the truth, the rest mirrors it."""
+class ClearMLStates:
+    """A ClearML registry's record states: metadata ``state`` is the truth, the rest mirrors it.
+
+    Args:
+        transport: the registry's transport, through which every request goes.
+        tasks: the registry's tasks, which create models, list them on their task and mirror states.
+
+    Examples:
+        Needs a ClearML server (``tests/test_clearml_*.py`` run these against the stand-in)::
+
+            transport = ClearMLTransport()
+            states = ClearMLStates(transport, ClearMLTasks(transport, None, framework="PyTorch"))
+            states.set_state("4f1c...", RecordState.EVICTED, expected=LOADABLE).state   # RecordState.EVICTED
+    """
+
+    def __init__(self, transport: ClearMLTransport, tasks: ClearMLTasks) -> None:
+        self._transport = transport
+        self._tasks = tasks
 
     def create_pending(self, info: UploadInfo, *, uri: str) -> Record:
         metadata = check_metadata(info.metadata, f"record {info.filename!r}")
@@ -44,7 +61,9 @@ class ClearMLStates(ClearMLTasks):
                 f"record name {info.name!r} is too short for a ClearML model (at least {MIN_NAME} characters): "
                 "use a longer filename_prefix or name"
             )
-        return self._record(self._create_model(info, uri=uri, metadata=metadata, tags=tags, extra={}, kind="model"))
+        return self._transport.record(
+            self._tasks.create_model(info, uri=uri, metadata=metadata, tags=tags, extra={}, kind="model")
+        )
 
     def make_live(
         self,
@@ -55,8 +74,8 @@ class ClearMLStates(ClearMLTasks):
         metadata: dict[str, MetaValue] | None = None,
         fingerprint: str | None = None,
     ) -> Record:
-        model = self._fetch(record_id)
-        record = self._record(model)
+        model = self._transport.fetch(record_id)
+        record = self._transport.record(model)
         if record.state is not RecordState.PENDING:
             raise RegistryError(
                 f"record {record_id} is {record.state.value}, not pending: it cannot become live", record_id=record_id
@@ -66,10 +85,11 @@ class ClearMLStates(ClearMLTasks):
         items = {**extra, "sha256": sha256, "size": int(size), "uri": uri, "state": RecordState.LIVE.value}
         if fingerprint is not None:
             items["fingerprint"] = fingerprint
-        self._metadata_write(record_id, items, f"committing model {record_id} ({record.filename!r})")  # commit point
-        model = self._show(with_metadata(model, items), RecordState.LIVE, record.stream)
-        self._attach(model, record.filename)
-        return self._record(model)
+        # The commit point: from here the record is live, whatever the mirror says.
+        self._transport.write_metadata(record_id, items, f"committing model {record_id} ({record.filename!r})")
+        model = self._tasks.show(with_metadata(model, items), RecordState.LIVE, record.stream)
+        self._tasks.attach(model, record.filename)
+        return self._transport.record(model)
 
     def _move(self, model: dict[str, Any], record: Record, state: RecordState, error: str | None = None) -> Record:
         """Change a checked record's state: metadata ``state`` is the truth, the rest mirrors it.
@@ -83,24 +103,24 @@ class ClearMLStates(ClearMLTasks):
             items["error"] = str(error)
         what = f"marking model {record.id} ({record.filename!r}) {state.value}"
         if state.loadable:
-            self._metadata_write(record.id, items, what)
-            model = self._show(with_metadata(model, items), state, record.stream)
+            self._transport.write_metadata(record.id, items, what)
+            model = self._tasks.show(with_metadata(model, items), state, record.stream)
             if not record.state.loadable:
-                self._attach(model, record.filename)
+                self._tasks.attach(model, record.filename)
         else:
-            model = self._show(model, state, record.stream)
+            model = self._tasks.show(model, state, record.stream)
             if record.state.loadable:
-                self._detach(model, record.filename)
-            self._metadata_write(record.id, items, what)
+                self._tasks.detach(model, record.filename)
+            self._transport.write_metadata(record.id, items, what)
             model = with_metadata(model, items)
-        return self._record(model)
+        return self._transport.record(model)
 
     def set_state(
         self, record_id: str, state: RecordState, *, expected: Sequence[RecordState], error: str | None = None
     ) -> Record:
         state = RecordState(state)
-        model = self._fetch(record_id)
-        record = self._record(model)
+        model = self._transport.fetch(record_id)
+        record = self._transport.record(model)
         check_transition(record, state, expected)
         return self._move(model, record, state, error)
 
@@ -111,20 +131,20 @@ class ClearMLStates(ClearMLTasks):
         is written, then the digest is written, then the eviction (see :meth:`_move`).
         """
         replaced = [] if replaces is None else [replaces]
-        models = self._fetch_many([record_id, *replaced], missing_ok=replaced)
-        record = self._record(models[record_id])
+        models = self._transport.fetch_many([record_id, *replaced], missing_ok=replaced)
+        record = self._transport.record(models[record_id])
         if record.state is not RecordState.PENDING:
             raise RegistryError(
                 f"record {record_id} is {record.state.value}, no longer pending: its save cannot commit",
                 record_id=record_id,
             )
-        old = self._record(models[replaces]) if replaces in models else None
+        old = self._transport.record(models[replaces]) if replaces in models else None
         if replaces is not None and old is None:
             # Deleted by another client (the web UI's delete): nothing to evict, the slot is reused.
             log.warning(
                 "ClearML registry %s: record %s, which record %s replaces in its slot, no longer exists "
                 "(deleted in ClearML's web UI?): the slot is reused",
-                self.uri,
+                self._transport.uri,
                 replaces,
                 record_id,
             )
@@ -134,7 +154,7 @@ class ClearMLStates(ClearMLTasks):
                 "live: another writer changed the slot",
                 record_id=old.id,
             )
-        self._metadata_write(
+        self._transport.write_metadata(
             record_id, {"sha256": sha256, "size": int(size)}, f"noting the staged digest of model {record_id}"
         )
         if old is not None:

@@ -54,7 +54,6 @@ from tracker_saver.integrations.clearml.codec import (
     ARCHIVED_TAG,
     STATE_TAGS,
     STREAM_TAG_PREFIX,
-    encode_value,
     mirror,
     with_metadata,
 )
@@ -130,8 +129,9 @@ def _open_session(session: str | Path, into: Path) -> dict[str, Any]:
 
 def _find_task(registry: ClearMLRegistry, offline_id: str) -> str | None:
     """The task an earlier sync imported this session into (the oldest, if several)."""
-    data = registry._send(
-        registry._services().tasks.GetAllRequest(
+    transport = registry.transport
+    data = transport.send(
+        transport.services().tasks.GetAllRequest(
             system_tags=[SESSION_TAG + offline_id], only_fields=["id", "created"], order_by=["created"]
         ),
         f"looking up the task of offline session {offline_id}",
@@ -180,10 +180,11 @@ def push_record(
     Each step is safe to repeat, so a sync killed anywhere in it finishes on the next run.
     Returns the model as it is now, and whether this call wrote anything.
     """
-    services, wrote = registry._services(), False
+    transport, wrote = registry.transport, False
+    services = transport.services()
     what = f"model of offline record {record.id} ({record.filename!r})"
     if model is None:
-        project_id = registry._project_id(record.project, create=True)
+        project_id = transport.project_id(record.project, create=True)
         fields = {
             "name": record.name,
             "uri": "",
@@ -192,30 +193,24 @@ def push_record(
             "system_tags": [ARCHIVED_TAG, SESSION_TAG + session, f"{SESSION_TAG}{session}/{record.id}"],
             "comment": f"tracker_saver checkpoint {record.filename} of run {record.run} (saved offline)",
         }  # fmt: skip
-        data = registry._send(
+        data = transport.send(
             services.models.CreateRequest(
-                **fields, project=project_id, task=task_id, framework=registry._framework, ready=False
+                **fields, project=project_id, task=task_id, framework=registry.tasks.framework, ready=False
             ),
             f"creating the {what}",
         )
         model, wrote = {**fields, "id": str(data["id"]), "project": project_id, "task": task_id, "metadata": {}}, True
     if "state" not in (model.get("metadata") or {}):  # the commit point: the model is a record from here
         items = _fields(record)
-        registry._send(
-            services.models.AddOrUpdateMetadataRequest(
-                model=model["id"], metadata=[encode_value(k, v) for k, v in items.items()], replace_metadata=False
-            ),
-            f"writing the metadata of the {what}",
-            record_id=model["id"],
-        )
+        transport.write_metadata(model["id"], items, f"writing the metadata of the {what}")
         model, wrote = with_metadata(model, items), True
-    state = registry._record(model).state  # the server's, once it has one
+    state = transport.record(model).state  # the server's, once it has one
     shown = mirror(model, state, record.stream)
     if (
         any(sorted(model.get(k) or []) != shown[k] for k in ("tags", "system_tags"))
         or (model.get("uri") or "") != shown["uri"]
     ):
-        registry._send(services.models.EditRequest(model=model["id"], **shown), f"updating the {what}",
+        transport.send(services.models.EditRequest(model=model["id"], **shown), f"updating the {what}",
                        record_id=model["id"])  # fmt: skip
         model, wrote = {**model, **shown}, True
     return model, wrote
@@ -228,8 +223,9 @@ def _task_outputs(registry: ClearMLRegistry, task_id: str) -> dict[str, str] | N
     an imported offline session's task is ``completed``: its models are linked by their ``task``
     field only, and the task is left as it is.
     """
-    data = registry._send(
-        registry._services().tasks.GetAllRequest(id=[task_id], only_fields=["id", "status", "models.output"]),
+    transport = registry.transport
+    data = transport.send(
+        transport.services().tasks.GetAllRequest(id=[task_id], only_fields=["id", "status", "models.output"]),
         f"reading the models of task {task_id}",
     )
     tasks = data.get("tasks") or []
@@ -288,7 +284,7 @@ def import_offline_session(
         finally:
             journal.close()
         existing: dict[str, dict[str, Any]] = {}
-        for model in registry._all_models(
+        for model in registry.transport.all_models(
             {"system_tags": [SESSION_TAG + offline_id]},
             ["id", "name", "project", "task", "uri", "tags", "system_tags", "metadata", "created"],
             f"reading the models of offline session {offline_id}",
@@ -307,7 +303,7 @@ def import_offline_session(
                 and listed.get(record.filename) == record.id
                 and outputs.get(record.filename) != model["id"]
             ):
-                wrote = registry._attach(model, record.filename) or wrote
+                wrote = registry.tasks.attach(model, record.filename) or wrote
             counts["created" if before is None else "completed" if wrote else "unchanged"] += 1
             if progress is not None:
                 progress(record)

@@ -1,8 +1,9 @@
-"""The ClearML registry's transport: its own session, every request through one ``_send``, projects, model reads.
+"""The ClearML registry's transport: its own session, every request through one ``send``, projects, model reads.
 
 Every ClearML, ``requests`` or urllib3 error is mapped to ``RegistryError`` in
-:meth:`ClearMLTransport._send`, the one boundary, with the cause chained. The registry
-(:class:`tracker_saver.integrations.clearml.registry.ClearMLRegistry`) is built on this class.
+:meth:`ClearMLTransport.send`, the one boundary, with the cause chained. The registry
+(:class:`tracker_saver.integrations.clearml.registry.ClearMLRegistry`) holds one transport and
+hands it to each of its collaborators (tasks, states, labels, claims).
 """
 
 from __future__ import annotations
@@ -20,7 +21,6 @@ from tracker_saver.core.outage import DEFAULT_TIMEOUT_S, Outage, OutageError, ch
 from tracker_saver.core.records import MetaValue, Record
 from tracker_saver.integrations.clearml.codec import MIN_NAME, check_id, encode_value, is_record_model, model_record
 from tracker_saver.integrations.clearml.session import open_session, send
-from tracker_saver.registry.base import Registry
 
 __all__ = ["MODEL_FIELDS", "ClearMLTransport", "TaskNotWritableError"]
 
@@ -57,19 +57,25 @@ def _import_clearml() -> Any:
     return clearml
 
 
-class ClearMLTransport(Registry):
-    """A ClearML registry's connection: the session it logs in with, ``_send``, its projects and models.
+class ClearMLTransport:
+    """A ClearML registry's connection: the session it logs in with, ``send``, its projects and model reads.
 
-    The arguments are :class:`~tracker_saver.integrations.clearml.registry.ClearMLRegistry`'s.
+    Args:
+        task: a ``clearml.Task`` whose session's server to log in to; ``None``: the configured server.
+        project_root: a ClearML project under which record projects live (``None``: none).
+        timeout: seconds one call may wait on a server that stopped answering.
+
+    The arguments are checked here; the first request (or :meth:`session`) logs in.
+
+    Examples:
+        Needs a ClearML server (``tests/test_clearml_*.py`` run these against the stand-in)::
+
+            transport = ClearMLTransport(project_root="experiments")
+            transport.record(transport.fetch("4f1c...")).project   # 'mnist'
     """
 
     def __init__(
-        self,
-        task: Any = None,
-        *,
-        project_root: str | None = None,
-        framework: str = "PyTorch",
-        timeout: float = DEFAULT_TIMEOUT_S,
+        self, task: Any = None, *, project_root: str | None = None, timeout: float = DEFAULT_TIMEOUT_S
     ) -> None:
         _import_clearml()
         self._outage = Outage(check_timeout("timeout", timeout))
@@ -77,26 +83,23 @@ class ClearMLTransport(Registry):
             raise ConfigError(
                 f"task {task!r} is not a clearml.Task: pass the result of Task.init(...), or None for the current task"
             )
-        if not isinstance(framework, str) or not framework:
-            raise ConfigError(f"framework {framework!r} must be a framework name such as 'PyTorch'")
         if project_root is not None:
             if not isinstance(project_root, str) or not project_root.strip("/ "):
                 raise ConfigError(f"project_root {project_root!r} is empty: give a ClearML project name or None")
             project_root = project_root.strip("/ ")
         self._task = task
-        self._root = project_root
-        self._framework = framework
+        #: The ClearML project that record projects live under (``None``: none).
+        self.root = project_root
         self._session: Any = None
         self._lock = threading.RLock()
         self._project_ids: dict[str, str] = {}  # ClearML project name -> id
         self._project_names: dict[str, str] = {}  # id -> ClearML project name
-        self._attached: dict[tuple[str, str], str] = {}  # (task id, entry name) -> model id we listed
-        self._last_created = 0.0
-        self.uri = "clearml" + (f":{self._root}" if self._root else "")
-        self._get_session()  # connect now: a bad configuration fails here, before any training
+        #: A URI-like description for messages: ``clearml://HOST[:PORT][/ROOT]`` once logged in.
+        self.uri = "clearml" + (f":{self.root}" if self.root else "")
 
     # -- the one boundary to ClearML ------------------------------------------------------------
-    def _get_session(self) -> Any:
+    def session(self) -> Any:
+        """The logged-in API session (logs in on the first call; ``ConfigError`` with the fix if it cannot)."""
         with self._lock:
             if self._session is not None:
                 return self._session
@@ -131,7 +134,7 @@ class ClearMLTransport(Registry):
             host = urlsplit(str(getattr(session, "host", "") or ""))
             if host.hostname:
                 self.uri = f"clearml://{host.hostname}{':' + str(host.port) if host.port else ''}" + (
-                    f"/{self._root}" if self._root else ""
+                    f"/{self.root}" if self.root else ""
                 )
             self._session = session
             return session
@@ -144,9 +147,9 @@ class ClearMLTransport(Registry):
                 text = text.replace(str(secret), "***")
         return text
 
-    def _send(self, request: Any, what: str, *, record_id: str | None = None) -> dict[str, Any]:
+    def send(self, request: Any, what: str, *, record_id: str | None = None) -> dict[str, Any]:
         """Send one API request; map every failure to ``RegistryError`` (chained)."""
-        session = self._get_session()
+        session = self.session()
         try:
             result = send(session, request, self._outage)
         except OutageError as exc:
@@ -192,29 +195,31 @@ class ClearMLTransport(Registry):
         data = result.response_data
         return data if isinstance(data, dict) else {}
 
-    def _services(self) -> Any:
-        # The request classes follow the API level the server announced at login, so log in first.
-        self._get_session()
+    def services(self) -> Any:
+        """``clearml.backend_api.services``, whose request classes follow the API level the server announced."""
+        self.session()  # log in first, so the classes match the server
         from clearml.backend_api import services
 
         return services
 
     # -- projects -----------------------------------------------------------------------------
     def _clearml_project(self, project: str) -> str:
-        return f"{self._root}/{project}" if self._root else project
+        return f"{self.root}/{project}" if self.root else project
 
-    def _record_project(self, clearml_name: str) -> str:
-        if self._root and clearml_name.startswith(self._root + "/"):
-            return clearml_name[len(self._root) + 1 :]
+    def record_project(self, clearml_name: str) -> str:
+        """A record's project for a ClearML project name (the root taken off)."""
+        if self.root and clearml_name.startswith(self.root + "/"):
+            return clearml_name[len(self.root) + 1 :]
         return clearml_name
 
-    def _project_id(self, project: str, *, create: bool) -> str | None:
+    def project_id(self, project: str, *, create: bool) -> str | None:
+        """The id of ``project``'s ClearML project, made if ``create``, else ``None`` when it has none."""
         name = self._clearml_project(project)
         with self._lock:
             if name in self._project_ids:
                 return self._project_ids[name]
-        projects = self._services().projects
-        data = self._send(
+        projects = self.services().projects
+        data = self.send(
             projects.GetAllRequest(name=f"^{re.escape(name)}$", only_fields=["id", "name"]),
             f"looking up project {name!r}",
         )
@@ -229,7 +234,7 @@ class ClearMLTransport(Registry):
                     f"project {project!r} is too short for ClearML (at least {MIN_NAME} characters): "
                     "use a longer project name or a project_root"
                 )
-            pid = self._send(
+            pid = self.send(
                 projects.CreateRequest(name=name, description="tracker_saver checkpoints"), f"creating project {name!r}"
             )["id"]
         with self._lock:
@@ -237,12 +242,13 @@ class ClearMLTransport(Registry):
             self._project_names[pid] = name
         return str(pid)
 
-    def _project_names_for(self, ids: Iterable[str]) -> dict[str, str]:
+    def project_names(self, ids: Iterable[str]) -> dict[str, str]:
+        """ClearML project id → name, every one of ``ids`` included (looked up once, then cached)."""
         with self._lock:
             missing = sorted({i for i in ids if i and i not in self._project_names})
         if missing:
-            data = self._send(
-                self._services().projects.GetAllRequest(id=missing, only_fields=["id", "name"]),
+            data = self.send(
+                self.services().projects.GetAllRequest(id=missing, only_fields=["id", "name"]),
                 "looking up project names",
             )
             with self._lock:
@@ -261,19 +267,20 @@ class ClearMLTransport(Registry):
             )
         return model
 
-    def _fetch(self, record_id: str) -> dict[str, Any]:
+    def fetch(self, record_id: str) -> dict[str, Any]:
+        """The model of record ``record_id`` (``RecordNotFoundError`` if none, or not a record's)."""
         check_id(record_id)
-        data = self._send(
-            self._services().models.GetByIdRequest(model=record_id), f"reading model {record_id}", record_id=record_id
+        data = self.send(
+            self.services().models.GetByIdRequest(model=record_id), f"reading model {record_id}", record_id=record_id
         )
         return self._checked(data.get("model"), record_id)
 
-    def _fetch_many(self, ids: list[str], *, missing_ok: Iterable[str] = ()) -> dict[str, dict[str, Any]]:
+    def fetch_many(self, ids: list[str], *, missing_ok: Iterable[str] = ()) -> dict[str, dict[str, Any]]:
         """Several records' models in one request (a missing one is ``RecordNotFoundError``, unless in ``missing_ok``)."""
         for record_id in ids:
             check_id(record_id)
-        data = self._send(
-            self._services().models.GetAllRequest(id=ids, only_fields=MODEL_FIELDS), f"reading models {', '.join(ids)}"
+        data = self.send(
+            self.services().models.GetAllRequest(id=ids, only_fields=MODEL_FIELDS), f"reading models {', '.join(ids)}"
         )
         found = {str(m.get("id")): m for m in data.get("models") or []}
         for record_id in ids:
@@ -288,26 +295,29 @@ class ClearMLTransport(Registry):
             self._checked(found[record_id], record_id)
         return found
 
-    def _record(self, model: dict[str, Any], names: dict[str, str] | None = None) -> Record:
+    def record(self, model: dict[str, Any], names: dict[str, str] | None = None) -> Record:
+        """The record ``model`` holds; ``names``: project id → ClearML name, if at hand."""
         if names is None or (model.get("project") and model["project"] not in names):
-            names = self._project_names_for([model.get("project") or ""])
-        return model_record(model, self._record_project(names.get(model.get("project") or "", "")))
+            names = self.project_names([model.get("project") or ""])
+        return model_record(model, self.record_project(names.get(model.get("project") or "", "")))
 
-    def _metadata_write(self, record_id: str, items: dict[str, MetaValue], what: str) -> None:
-        self._send(
-            self._services().models.AddOrUpdateMetadataRequest(
+    def write_metadata(self, record_id: str, items: dict[str, MetaValue], what: str) -> None:
+        """Add or replace ``items`` in the model's metadata (other keys stay)."""
+        self.send(
+            self.services().models.AddOrUpdateMetadataRequest(
                 model=record_id, metadata=[encode_value(k, v) for k, v in items.items()], replace_metadata=False
             ),
             what,
             record_id=record_id,
         )
 
-    def _all_models(self, params: dict[str, Any], fields: list[str], what: str) -> list[dict[str, Any]]:
+    def all_models(self, params: dict[str, Any], fields: list[str], what: str) -> list[dict[str, Any]]:
+        """Every model ``models.get_all`` finds for ``params``, oldest first, page by page."""
         models: list[dict[str, Any]] = []
         page = 0
         while True:
-            data = self._send(
-                self._services().models.GetAllRequest(
+            data = self.send(
+                self.services().models.GetAllRequest(
                     only_fields=fields, order_by=["created"], page=page, page_size=_PAGE,
                     _allow_extra_fields_=True, **params,
                 ),
