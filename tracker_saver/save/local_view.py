@@ -30,7 +30,7 @@ from tracker_saver.core.naming import key_ext, run_prefix, safe_filename
 from tracker_saver.core.records import Record
 from tracker_saver.save.locate import locate
 from tracker_saver.storage.base import Storage
-from tracker_saver.storage.local import unlink_soon
+from tracker_saver.storage.files import unlink_soon
 from tracker_saver.storage.verify import Digest, copy_checked, digest
 
 __all__ = ["LocalView", "default_dirname"]

@@ -13,11 +13,11 @@ from urllib.request import url2pathname
 
 from tracker_saver.core.errors import ConfigError, StorageError
 from tracker_saver.core.naming import check_key
-from tracker_saver.core.pools import shared_pool
 from tracker_saver.storage.base import ObjectStat, Stable, Staged, StagedWrite, Storage, listed
+from tracker_saver.storage.files import close_later, fsync_dir, hold
 from tracker_saver.storage.verify import file_mode
 
-__all__ = ["LocalStorage", "LocalWrite", "fingerprint", "from_uri", "unlink_soon"]
+__all__ = ["LocalStorage", "LocalWrite", "fingerprint", "from_uri"]
 
 #: Temp files start with this and are invisible to ``list``: a stream's footprint counts
 #: only complete objects. A crash leaves at most one such file per slot, easy to find by name.
@@ -31,47 +31,6 @@ def fingerprint(found: os.stat_result) -> str:
 
 def _stat(key: str, found: os.stat_result) -> ObjectStat:
     return ObjectStat(key, found.st_size, found.st_mtime, fingerprint(found))
-
-
-def _hold(path: Path) -> int | None:
-    """An open descriptor of the slot's current file, so the rename does not free its blocks."""
-    try:
-        return os.open(path, os.O_RDONLY)
-    except OSError:
-        return None
-
-
-def _fsync_dir(path: Path) -> None:
-    fd = os.open(path, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _close_later(fd: int) -> None:
-    """Close ``fd`` off the caller's thread: freeing a large replaced file's blocks takes a while
-    (about 0.1 s per 256 MiB on ext4), and the rename needs none of it."""
-    try:
-        shared_pool("tracker-saver-close").submit(os.close, fd)
-    except RuntimeError:  # the interpreter is shutting down (an atexit flush)
-        os.close(fd)
-
-
-def unlink_soon(path: Path) -> None:
-    """Remove ``path`` now and free its blocks later, off the caller's thread (a missing file is no error).
-
-    An open descriptor keeps the file's blocks while the name goes: the unlink is a metadata
-    change, and the freeing (about 0.05-0.1 s per 256 MiB on ext4) happens at the close, in the pool.
-    """
-    held = _hold(path)
-    try:
-        path.unlink()
-    except FileNotFoundError:
-        pass
-    finally:
-        if held is not None:
-            _close_later(held)
 
 
 class LocalWrite(StagedWrite):
@@ -118,16 +77,16 @@ class LocalWrite(StagedWrite):
             raise self._error(exc) from exc
 
     def commit(self) -> None:
-        old = _hold(self._path)
+        old = hold(self._path)
         try:
             os.replace(self._tmp, self._path)
             self._replaced = True
-            _fsync_dir(self._path.parent)
+            fsync_dir(self._path.parent)
         except OSError as exc:
             raise self._error(exc) from exc
         finally:
             if old is not None:
-                _close_later(old)
+                close_later(old)
 
     def create(self) -> bool:
         """A commit point that never replaces: link the staged file to the key; ``False`` if the key exists."""
@@ -137,7 +96,7 @@ class LocalWrite(StagedWrite):
             return False
         except OSError as exc:
             raise self._error(exc) from exc
-        _fsync_dir(self._path.parent)
+        fsync_dir(self._path.parent)
         return True
 
     def abort(self) -> bool:
@@ -296,7 +255,7 @@ class LocalStorage(Storage):
             return
         except OSError as exc:
             raise StorageError(f"cannot delete {str(path)!r}: {exc.strerror}", key=key) from exc
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
 
 
 def from_uri(uri: str, **storage_options: Any) -> LocalStorage:
