@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import importlib
+import importlib.util
 import inspect
 import pkgutil
 
@@ -15,6 +16,15 @@ def test_all_is_sorted_complete_and_importable() -> None:
         assert getattr(tracker_saver, name) is not None
     exported = {n for n, v in vars(tracker_saver).items() if not n.startswith("_") and not inspect.ismodule(v)}
     assert exported == set(tracker_saver.__all__)
+
+
+def test_no_submodule_is_named_like_a_lazy_export() -> None:
+    """Importing ``tracker_saver.resume`` (a module, once) bound it over the lazily loaded function:
+    ``from tracker_saver.resume import …`` then ``tracker_saver.resume(...)`` failed."""
+    for name in tracker_saver._LAZY:
+        assert importlib.util.find_spec(f"tracker_saver.{name}") is None, name
+        module = importlib.import_module(tracker_saver._LAZY[name])
+        assert getattr(tracker_saver, name) is getattr(module, name)
 
 
 def test_every_module_declares_all_and_a_docstring() -> None:
