@@ -134,8 +134,9 @@ def test_any_names_and_metadata_through_the_saver_save_identical_or_refuse_befor
 
 #: Commands with no text door to fuzz here: they train (demo), import a ClearML session (sync) or serve (ui).
 _NOT_FUZZED = {("demo",), ("sync",), ("ui",)}
-#: Arguments that are paths on this machine, not text for records: a fixed registry and destination.
-_PATHS = {"registry", "dest", "download"}
+#: Arguments that are paths on this machine, not text for records: a fixed registry, destination and
+#: output folder (fuzzed, `streams take-over`'s OUTPUT_URI wrote owner objects into the working folder).
+_PATHS = {"registry", "dest", "download", "output_uri"}
 #: What each positional gets when another argument is fuzzed.
 _DEFAULTS = {"ref": "2", "name": "kept", "tags": "t", "alias_name": "prod", "project_name": "p", "project_run": "p/r",
              "project": "p", "run": "r", "stream": "model", "from_id": "none"}  # fmt: skip
