@@ -31,6 +31,7 @@ from tracker_saver.core.records import (
 from tracker_saver.core.text import check_text
 from tracker_saver.find import RegistryArg, count_models, find_models, get_model, resolve_model, run_stats
 from tracker_saver.registry import Query
+from tracker_saver.registry.history import Check, better, move_alias
 from tracker_saver.registry.shared import shared_registry
 from tracker_saver.save.locate import locate
 from tracker_saver.storage import Storage
@@ -100,23 +101,32 @@ def remove_tags(record_id: str | int, tags: Sequence[str], *, registry: Registry
     return shared_registry(registry, create=False).remove_tags(str(record_id), check_tags(tags, f"record {record_id}"))
 
 
-def set_alias(record_id: str | int, alias: str, *, registry: RegistryArg = None) -> Record:
+def set_alias(
+    record_id: str | int, alias: str, *, registry: RegistryArg = None, require: str | Check | None = None
+) -> Record:
     """Point the user alias ``alias`` of the record's project at a loadable record.
 
     An alias is unique per project: setting it again moves it. ``latest`` and ``best`` are
     derived from record states and cannot be set. A slot record's alias follows it when its slot
     is reused (it is then evicted): pin it (:func:`pin_model`) and alias the pinned record to keep it.
 
+    ``require``, a promotion gate: a metadata key (``"score"``: higher than the holder's wins) or a
+    ``registry.history.Check`` (``better("loss", lower=True)``), checked and moved as one compare-and-set.
+
     Raises:
         ConfigError: a derived or malformed alias (``[A-Za-z0-9][A-Za-z0-9_.-]{0,63}``).
         RegistryError: the record is not loadable.
+        PromotionRefusedError: ``require`` refused; the message names both records and their values.
 
     Examples:
         >>> set_alias(1, "production", registry=":memory:")  # doctest: +IGNORE_EXCEPTION_DETAIL
         Traceback (most recent call last):
         tracker_saver.core.errors.RecordNotFoundError: record 1 does not exist
     """
-    return shared_registry(registry, create=False).set_alias(str(record_id), alias)
+    reg = shared_registry(registry, create=False)
+    if require is None:
+        return reg.set_alias(str(record_id), alias)
+    return move_alias(reg, str(record_id), alias, check=better(require) if isinstance(require, str) else require)
 
 
 def remove_alias(project: str, alias: str, *, registry: RegistryArg = None) -> None:

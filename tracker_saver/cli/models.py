@@ -121,7 +121,12 @@ def _cmd_models_edit(args: argparse.Namespace) -> int:
 
     function, argument, text = _EDITS[args.models_command]
     registry = open_cli_registry(args)
-    record = getattr(models, function)(resolve(args, registry).id, getattr(args, argument), registry=registry)
+    gate = {}
+    if getattr(args, "if_better", None):
+        from tracker_saver.registry.history import better
+
+        gate["require"] = better(args.if_better, lower=args.lower_wins)
+    record = getattr(models, function)(resolve(args, registry).id, getattr(args, argument), registry=registry, **gate)
     return print_record(args, record, text(args, record))
 
 
@@ -233,6 +238,13 @@ def add_models_commands(commands: Any, command: AddCommand, both: list[Any]) -> 
     )
     alias.add_argument("ref", metavar="REF", help=ref_help)
     alias.add_argument("alias_name", metavar="NAME", help="the alias: letters, digits, '_.-'; not latest or best")
+    alias.add_argument(
+        "--if-better",
+        metavar="KEY",
+        help="move the alias only if the record's metadata KEY (e.g. score) beats the current holder's; "
+        "checked and moved in one transaction on SQLite",
+    )
+    alias.add_argument("--lower-wins", action="store_true", help="with --if-better: the lower value wins (a loss)")
     unalias = command(model_cmds, "unalias", "remove a project's alias", _cmd_models_unalias, both)
     unalias.add_argument("project_name", metavar="PROJECT", help="the project")
     unalias.add_argument("alias_name", metavar="NAME", help="the alias")
