@@ -42,6 +42,11 @@ def add_history_commands(commands: Any, command: Callable[..., argparse.Argument
     events.add_argument(
         "--interval", type=float, default=1.0, metavar="SECONDS", help="with --follow: seconds between reads (1)"
     )
+    events.add_argument(
+        "--webhook", metavar="URL", help="also POST each event, signed, to this URL from its outbox in the registry "
+        "(new events from the first time on; without --follow: what is due now, then exit)",
+    )  # fmt: skip
+    events.add_argument("--secret", metavar="SECRET", help="with --webhook: the HMAC-SHA256 key (never printed)")
     prune = command(commands, "prune", PRUNE_HELP, _cmd_prune, parents)
     prune.add_argument("--keep-last", type=int, metavar="N", help="keep the newest N history records of each stream")
     prune.add_argument("--older-than", metavar="AGE", help="delete only records older than AGE, e.g. 30d, 12h, 90m")
@@ -56,6 +61,13 @@ def _cmd_events(args: argparse.Namespace) -> int:
     from tracker_saver.registry.history import follow, history_of
 
     log = history_of(open_cli_registry(args), "tracker-saver events")
+    if args.webhook is not None:
+        from tracker_saver.registry.webhooks import Relay, Webhook
+
+        relay = Relay(log, Webhook(args.webhook, args.secret or ""))
+        if not args.follow:
+            return _deliver_once(relay)
+        relay.start(args.interval)
 
     def wait() -> bool:
         if args.follow:
@@ -73,6 +85,15 @@ def _cmd_events(args: argparse.Namespace) -> int:
                 flush=True,
             )
     return 0
+
+
+def _deliver_once(relay: Any) -> int:
+    """``events --webhook`` without ``--follow``: send what is due, say what is left; 1 if something is."""
+    sent = relay.pump()
+    box = relay.log.outbox(relay.webhook.endpoint, relay.webhook.shown)
+    left = f"{plural(len(box.events), 'event')} left" + (f" (last try: {box.error})" if box.error else "")
+    print(escape(f"sent {plural(sent, 'event')} to {relay.webhook.shown}; {left}"))
+    return 1 if box.events else 0
 
 
 def _change(before: dict[str, Any] | None, after: dict[str, Any] | None) -> str:

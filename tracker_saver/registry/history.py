@@ -29,6 +29,7 @@ __all__ = [
     "Check",
     "Event",
     "HistoryLog",
+    "Outbox",
     "Pruned",
     "Retention",
     "better",
@@ -141,6 +142,23 @@ class Pruned:
     filename: str
 
 
+@dataclass(frozen=True)
+class Outbox:
+    """A webhook's undelivered events, oldest first, and how delivering the first one went so far.
+
+    Attributes:
+        events: the events it has not taken yet, in order (up to the limit asked).
+        attempts: failed tries of the first of them.
+        due: when the next try may be (seconds since the epoch; 0: now).
+        error: why the last try failed.
+    """
+
+    events: list[Event]
+    attempts: int = 0
+    due: float = 0.0
+    error: str | None = None
+
+
 @runtime_checkable
 class HistoryLog(Protocol):
     """A registry's events, history deletion and gated alias moves (the SQLite registry's ``history``)."""
@@ -153,6 +171,15 @@ class HistoryLog(Protocol):
 
     def move_alias(self, record_id: str, alias: str, *, check: Check) -> Record:
         """Check the record against the alias's holder and move the alias, in one transaction."""
+
+    def outbox(self, endpoint: str, shown: str, *, limit: int = 100) -> Outbox:
+        """The outbox of webhook ``endpoint`` (a hash of its URL; ``shown``: its host), made the first time."""
+
+    def delivered(self, endpoint: str, seq: int) -> None:
+        """Events up to ``seq`` reached ``endpoint``."""
+
+    def failed(self, endpoint: str, *, due: float, error: str) -> None:
+        """The first event of ``endpoint``'s outbox did not get through; try again at ``due``."""
 
 
 def history_of(registry: Registry, what: str) -> HistoryLog:

@@ -149,7 +149,9 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
     (
         8,
         # Events (issue 46): every alias move, pin, unpin, rename and record becoming live, written in
-        # the transaction of the change; and when a record was renamed, so a prune keeps renames and
+        # the transaction of the change; each webhook's outbox, as a cursor (the events after the last
+        # one it took, in order; known by a hash of its URL: the file holds no URL, which may carry a
+        # token, and no secret); and when a record was renamed, so a prune keeps renames and
         # not names a pre-upload callback gave (records renamed before this migration: their name
         # differs from their filename, and they are kept as renamed). Only new tables and a column:
         # it applies after any migration 7.
@@ -167,6 +169,15 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         );
         CREATE INDEX IF NOT EXISTS events_project ON events (project, seq);
         CREATE INDEX IF NOT EXISTS events_record ON events (record_id);
+        CREATE TABLE IF NOT EXISTS webhooks (
+            endpoint    TEXT PRIMARY KEY,
+            shown       TEXT NOT NULL,
+            delivered   INTEGER NOT NULL,
+            attempts    INTEGER NOT NULL DEFAULT 0,
+            due         REAL NOT NULL DEFAULT 0,
+            error       TEXT,
+            created_at  REAL NOT NULL
+        );
         ALTER TABLE records ADD COLUMN renamed_at REAL;
         UPDATE records SET renamed_at = updated_at WHERE name != filename;
         """,

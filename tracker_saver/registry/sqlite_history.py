@@ -17,7 +17,7 @@ from typing import Any
 
 from tracker_saver.core.records import Record, RecordState, StreamId
 from tracker_saver.registry.base import Query, Registry
-from tracker_saver.registry.history import Check, Event, Pruned, Retention, refused
+from tracker_saver.registry.history import Check, Event, Outbox, Pruned, Retention, refused
 from tracker_saver.registry.sqlite_connection import SQLiteConnection
 
 __all__ = ["SQLiteHistory", "add_event", "view"]
@@ -86,8 +86,39 @@ class SQLiteHistory:
     def events(self, *, after: int = 0, project: str | None = None, limit: int | None = None) -> list[Event]:
         """Events with ``seq`` above ``after``, oldest first (of ``project`` only, when given)."""
         where, args = ("seq > ? AND project = ?", [after, project]) if project is not None else ("seq > ?", [after])
-        rows = self._db.read(f"SELECT * FROM events WHERE {where} ORDER BY seq LIMIT ?", [*args, limit or -1])
+        rows = self._db.read(
+            f"SELECT * FROM events WHERE {where} ORDER BY seq LIMIT ?", [*args, -1 if limit is None else limit]
+        )
         return [_event(row) for row in rows]
+
+    def outbox(self, endpoint: str, shown: str, *, limit: int = 100) -> Outbox:
+        """``endpoint``'s outbox (made, from the next event on, the first time): its events, in order."""
+        with self._db.atomic() as conn:
+            conn.execute(
+                "INSERT OR IGNORE INTO webhooks (endpoint, shown, delivered, created_at)"
+                " SELECT ?, ?, COALESCE(MAX(seq), 0), ? FROM events",
+                (endpoint, shown, time.time()),
+            )
+            row = conn.execute("SELECT delivered, attempts, due, error FROM webhooks WHERE endpoint = ?", (endpoint,))
+            delivered, attempts, due, error = row.fetchone()
+        return Outbox(self.events(after=delivered, limit=limit), attempts, due, error)
+
+    def delivered(self, endpoint: str, seq: int) -> None:
+        """Events up to ``seq`` reached ``endpoint``: out of its outbox, its attempts back to 0."""
+        with self._db.atomic() as conn:
+            conn.execute(
+                "UPDATE webhooks SET delivered = MAX(delivered, ?), attempts = 0, due = 0, error = NULL"
+                " WHERE endpoint = ?",
+                (seq, endpoint),
+            )
+
+    def failed(self, endpoint: str, *, due: float, error: str) -> None:
+        """The first event of ``endpoint``'s outbox did not get through: one more attempt, the next at ``due``."""
+        with self._db.atomic() as conn:
+            conn.execute(
+                "UPDATE webhooks SET attempts = attempts + 1, due = ?, error = ? WHERE endpoint = ?",
+                (due, error, endpoint),
+            )
 
     def move_alias(self, record_id: str, alias: str, *, check: Check) -> Record:
         """Read the record and the alias's holder, check, and move the alias, in one write transaction
@@ -106,7 +137,7 @@ class SQLiteHistory:
     def prune(self, scope: Query, rule: Retention, *, dry_run: bool = False, batch: int = 500) -> list[Pruned]:
         """Delete the history records of ``scope``'s streams that ``rule`` names, ``batch`` records a
         transaction (each checked again there: one renamed or aliased meanwhile stays), with their
-        metadata, tags and ``record.live`` events; the records deleted (``dry_run``: that would be),
+        metadata, tags and ``record.live`` events (those every webhook took); the records deleted (``dry_run``: that would be),
         oldest first. Only ``scope``'s output_uri, project, run and stream count."""
         chosen = self._candidates(scope, rule)
         if dry_run:
@@ -119,7 +150,11 @@ class SQLiteHistory:
                 done = conn.execute(f"DELETE FROM records WHERE id IN ({marks}) AND {_DELETABLE} RETURNING id", ids)
                 deleted = [row[0] for row in done.fetchall()]
                 marks = ",".join("?" * len(deleted))
-                conn.execute(f"DELETE FROM events WHERE type = 'record.live' AND record_id IN ({marks})", deleted)
+                conn.execute(
+                    f"DELETE FROM events WHERE type = 'record.live' AND record_id IN ({marks})"
+                    " AND seq <= (SELECT COALESCE(MIN(delivered), 1e18) FROM webhooks)",  # none still in an outbox
+                    deleted,
+                )
             gone.update(str(i) for i in deleted)
         return [p for p in chosen if p.record_id in gone]
 
