@@ -264,3 +264,21 @@ def test_the_prune_command_refuses_a_rule_it_cannot_read(local_target, capsys, a
 def test_a_retention_rule_refuses_an_age_it_cannot_read() -> None:
     with pytest.raises(ConfigError, match="older_than must be seconds, 0 or more, got -5"):
         Retention(older_than=-5)
+
+
+def test_a_saver_with_history_prunes_its_run_when_it_closes(local_target) -> None:
+    saver = local_target.saver(history=Retention(keep_last=1))
+    trainer = trainer_engine(model())
+    attach(trainer, saver, {"model": model()}, n_saved=2, prefix="best")
+    trainer.run([0], max_epochs=6)
+    registry = open_registry(local_target.registry)
+    assert registry.count(Query(project="p", states=(RecordState.EVICTED,))) == 4
+    saver.close()
+    evicted = registry.query(Query(project="p", states=(RecordState.EVICTED,)))
+    assert sorted(r.metadata["global_step"] for r in evicted) == [3, 4]  # each slot's newest evicted record
+    assert not check(registry).problems
+
+
+def test_a_saver_refuses_a_history_rule_it_cannot_use(local_target) -> None:
+    with pytest.raises(ConfigError, match=r"history=1000: pass a Retention, e\.g\. history=Retention\(keep_last=1000"):
+        local_target.saver(history=1000)

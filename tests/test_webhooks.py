@@ -17,10 +17,11 @@ from typing import Any
 
 import pytest
 
-from tracker_saver import ConfigError
+from tests.helpers import attach, model, trainer_engine
+from tracker_saver import ConfigError, RecordState
 from tracker_saver.cli.main import main
 from tracker_saver.core.records import UploadInfo
-from tracker_saver.registry import open_registry
+from tracker_saver.registry import Query, open_registry
 from tracker_saver.registry.sqlite import SQLiteRegistry
 from tracker_saver.registry.webhooks import Relay, Webhook, _post
 
@@ -34,8 +35,7 @@ _spec.loader.exec_module(receiver_example)
 
 
 class Clock:
-    """The relay's clock: starts at the real time (the receiver checks a signature's age) and moves
-    only when the test says."""
+    """The relay's backoff clock: moves only when the test says."""
 
     def __init__(self) -> None:
         self.now = time.time()
@@ -178,3 +178,44 @@ def test_the_events_command_delivers_what_is_due_and_never_prints_the_secret(reg
     out, err = capsys.readouterr()
     assert out.splitlines()[-1] == f"sent 1 event to http://127.0.0.1:{server.server_address[1]}; 0 events left"
     assert SECRET not in out + err and "t0k3n" not in out + err and len(got) == 1
+
+
+# -- TrackerSaver(webhook=...) ---------------------------------------------------------------------
+
+
+def test_a_saver_with_a_webhook_sends_each_save_from_its_own_thread(local_target) -> None:
+    arrived: queue.Queue[dict[str, Any]] = queue.Queue()
+    server = serve(0, arrived.put)
+    webhook = Webhook(f"http://127.0.0.1:{server.server_address[1]}/events", SECRET)
+    try:
+        train(local_target, 2, webhook=webhook)
+        names = [arrived.get(timeout=30)["after"]["filename"] for _ in range(2)]
+    finally:
+        stop(server)
+    assert names == ["model_1.pt", "model_2.pt"]
+
+
+def test_a_dead_webhook_never_fails_a_save_and_its_events_wait_for_the_next_process(local_target) -> None:
+    got: list[dict[str, Any]] = []
+    server = serve(0, got.append)
+    url = f"http://127.0.0.1:{server.server_address[1]}/events"
+    stop(server)  # nothing listens there
+    train(local_target, 3, webhook=Webhook(url, SECRET))
+    registry = open_registry(local_target.registry)
+    assert len(registry.query(Query(project="p", states=(RecordState.LIVE,)))) == 2
+    server = serve(server.server_address[1], got.append)  # back, for the next process's relay
+    try:
+        later = Relay(registry.history, Webhook(url, SECRET), clock=lambda: time.time() + 3600)  # past the backoff
+        assert later.pump() == 3
+    finally:
+        stop(server)
+    assert [e["type"] for e in got] == ["record.live"] * 3
+
+
+def train(target: Any, epochs: int, **options: Any) -> None:
+    """``epochs`` saves of a two-slot ``model`` stream through a real Checkpoint, the saver closed after."""
+    saver = target.saver(**options)
+    trainer = trainer_engine(model())
+    attach(trainer, saver, {"model": model()}, n_saved=2)
+    trainer.run([0], max_epochs=epochs)
+    saver.close()

@@ -48,6 +48,8 @@ from tracker_saver.models import (
     unpin_model,
 )
 from tracker_saver.registry import Query, Registry, open_registry
+from tracker_saver.registry.history import Retention
+from tracker_saver.registry.webhooks import Webhook
 from tracker_saver.save.callbacks import CallbackChain, PostUploadCallback, PreUploadCallback
 from tracker_saver.storage import Storage, open_storage
 
@@ -78,6 +80,7 @@ __all__ = [
     "RecordState",
     "Registry",
     "RegistryError",
+    "Retention",
     "SaveStats",
     "SerializationError",
     "Storage",
@@ -88,6 +91,7 @@ __all__ = [
     "TrackerSaverError",
     "UnreadableRecordError",
     "UploadInfo",
+    "Webhook",
     "add_tags",
     "count_models",
     "download_logs",

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import hashlib
 import hmac
+import logging
 import threading
 import time
 import urllib.error
@@ -25,6 +26,8 @@ from tracker_saver.core.errors import ConfigError
 from tracker_saver.registry.history import Event, HistoryLog
 
 __all__ = ["SIGNATURE_HEADER", "Relay", "Webhook", "sign"]
+
+log = logging.getLogger(__name__)
 
 #: The header that carries the timestamp and the signature.
 SIGNATURE_HEADER = "Tracker-Saver-Signature"
@@ -92,7 +95,8 @@ class Relay:
     Args:
         log: the registry's events and outboxes (``history_of(registry, ...)``).
         webhook: where to, and the secret.
-        clock: seconds since the epoch (tests inject one; backoff is measured on it).
+        clock: seconds since the epoch that backoff is measured on (tests inject one); a signature
+            carries the wall time of its request.
         post: sends one request (tests may inject one; the default is urllib's, with ``timeout``).
         base, cap: the backoff: ``base * 2**attempts`` seconds after a failure, at most ``cap``.
 
@@ -117,7 +121,7 @@ class Relay:
         self.log, self.webhook, self.clock, self._post = log, webhook, clock, post
         self.timeout, self.base, self.cap = timeout, base, cap
         self.log.outbox(webhook.endpoint, webhook.shown, limit=0)  # its outbox starts with the next event
-        self._stop = threading.Event()
+        self._stop, self._wake = threading.Event(), threading.Event()
         self._thread: threading.Thread | None = None
 
     def pump(self) -> int:
@@ -147,24 +151,36 @@ class Relay:
             "Content-Type": "application/json",
             "User-Agent": "tracker-saver-webhook",
             "Tracker-Saver-Event": event.id,
-            SIGNATURE_HEADER: sign(self.webhook.secret, int(self.clock()), body),
+            SIGNATURE_HEADER: sign(self.webhook.secret, int(time.time()), body),  # when sent: wall time
         }
         self._post(self.webhook.url, body, headers, self.timeout)
 
     def start(self, interval: float = 1.0) -> None:
-        """Pump every ``interval`` seconds in a daemon thread until :meth:`stop`; a failure only waits."""
+        """Pump every ``interval`` seconds (or at once after :meth:`poke`) in a daemon thread until :meth:`stop`.
+
+        Nothing it meets stops it: a registry it cannot read is logged, and tried again.
+        """
 
         def loop() -> None:
             while not self._stop.is_set():
-                self.pump()
-                self._stop.wait(interval)
+                try:
+                    self.pump()
+                except Exception as exc:  # noqa: BLE001 (the thread outlives a locked or lost registry)
+                    log.warning("webhook %s: events not sent this time (%s); trying again", self.webhook.shown, exc)
+                self._wake.wait(interval)
+                self._wake.clear()
 
         self._thread = threading.Thread(target=loop, name=f"tracker-saver webhook {self.webhook.shown}", daemon=True)
         self._thread.start()
 
+    def poke(self) -> None:
+        """Wake the thread now: an event was just written (a save, an alias move)."""
+        self._wake.set()
+
     def stop(self, timeout: float | None = None) -> None:
         """Stop the thread (after the request in flight, if any); undelivered events stay in the outbox."""
         self._stop.set()
+        self._wake.set()
         if self._thread is not None:
             self._thread.join(timeout)
 

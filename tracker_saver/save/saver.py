@@ -28,6 +28,7 @@ from tracker_saver.save.pipeline import Pipeline, check_save_kwargs, is_writing
 from tracker_saver.save.preemption import DEFAULT_GRACE_S
 from tracker_saver.save.setup import check_options, check_registry_outside, open_targets, upload_info
 from tracker_saver.save.snapshot import BufferPool, take_snapshot
+from tracker_saver.save.upkeep import Retention, Upkeep, Webhook
 
 __all__ = ["RunContext", "TrackerSaver"]
 
@@ -88,6 +89,8 @@ class TrackerSaver(DiskSaver):
             ``~/.cache/tracker_saver/checkpoints/<hash of output_uri>/<project>/<run>``.
         save_kwargs: keywords passed on to ``torch.save`` (``pickle_protocol``,
             ``_use_new_zipfile_serialization``…), as ``DiskSaver(**kwargs)`` does; checked here.
+        history: a ``Retention``: :meth:`close` prunes this run's old records by it. SQLite only (docs/lifecycle.md).
+        webhook: a ``Webhook(url, secret)``: POST every event, signed, from a thread a save only wakes. SQLite only.
 
     Raises:
         ConfigError: at construction, for an unwritable or unknown output_uri, a bad
@@ -126,8 +129,11 @@ class TrackerSaver(DiskSaver):
         lineage: bool = True,
         dirname: str | os.PathLike[str] | None = None,
         save_kwargs: Mapping[str, Any] | None = None,
+        history: Retention | None = None,
+        webhook: Webhook | None = None,
     ) -> None:
         self.kwargs = check_save_kwargs(save_kwargs)
+        self._upkeep = Upkeep(history=history, webhook=webhook)
         self.callbacks = CallbackChain(pre_upload, post_upload)
         timeout = check_options(max_pending=max_pending, timeout=timeout, lineage=lineage)
         self.save_on_rank = check_save_on_rank(save_on_rank)
@@ -178,14 +184,12 @@ class TrackerSaver(DiskSaver):
             self.storage, registry, self.callbacks, self._holder, save_kwargs=self.kwargs, view=self._view
         )
         self._pipeline.recover(self.project, self.run)
+        self._upkeep.open(registry, Query(output_uri=self.storage.uri, project=self.project, run=self.run))
 
     @property
     def registry(self) -> Registry:
-        """Where this saver's records live.
-
-        On a rank that does not save, it is opened on first use (by :func:`tracker_saver.resume`,
-        :meth:`records`), never created, and only read.
-        """
+        """Where this saver's records live; on a rank that does not save, opened on first use
+        (by :func:`tracker_saver.resume`, :meth:`records`), never created, and only read."""
         if self._registry is None:
             self._registry = open_for_reading(self._registry_spec, timeout=self._timeout)
         return self._registry
@@ -246,6 +250,7 @@ class TrackerSaver(DiskSaver):
     def _save(self, checkpoint: Mapping[str, Any], info: UploadInfo, clock: SaveClock) -> None:
         try:
             self._pipeline_of_saving_rank().save(checkpoint, info, clock)
+            self._upkeep.saved()
         except TypeError as exc:
             # Ignite retries save_handler(checkpoint, filename) on TypeError: never let one out.
             raise SerializationError(f"saving {info.filename!r} failed: {exc!r}") from exc
@@ -323,11 +328,8 @@ class TrackerSaver(DiskSaver):
         return str(self._view.local_copy(found[-1])) if found else None
 
     def check(self) -> None:
-        """Check again that output_uri can be written (the constructor already did once).
-
-        For S3 this reaches the endpoint: wrong credentials, a missing bucket or a wrong
-        endpoint raise ``ConfigError`` here, before training spends time.
-        """
+        """Check again that output_uri can be written (the constructor did once): on S3 wrong credentials,
+        a missing bucket or a wrong endpoint raise ``ConfigError`` here, before training spends time."""
         self.storage.check()
 
     def add_pre_upload(self, callback: PreUploadCallback) -> None:
@@ -436,6 +438,7 @@ class TrackerSaver(DiskSaver):
             try:
                 if self._pipeline is not None:
                     self._pipeline.close()
+                self._upkeep.close()
             finally:
                 release_local(self._holder)
                 if self._registry is not None:
