@@ -1,4 +1,4 @@
-"""The CLI's history commands: ``tracker-saver events [--follow]`` and ``tracker-saver prune``.
+"""The CLI's history commands, ``events`` and ``prune``: a registry's events, webhooks, old records deleted.
 
 A thin face over :mod:`tracker_saver.registry.history`; ``cli.main`` registers both with
 :func:`add_history_commands`. Standard library and the pure core only at module level: each
