@@ -61,6 +61,7 @@ def test_every_save_alias_move_pin_rename_and_unpin_is_an_event_with_before_and_
     set_alias(records[3].id, "production", registry=local_target.registry)
     pinned = pin_model(records[3].id, registry=local_target.registry)
     rename_model(pinned.id, "the one we ship", registry=local_target.registry)
+    set_alias(pinned.id, "shipped", registry=local_target.registry)
     unpin_model(pinned.id, registry=local_target.registry)
 
     events = history_of(open_registry(local_target.registry), "events").events()
@@ -72,6 +73,8 @@ def test_every_save_alias_move_pin_rename_and_unpin_is_an_event_with_before_and_
         ("alias.moved", records[3].id),
         ("record.pinned", pinned.id),
         ("record.renamed", pinned.id),
+        ("alias.moved", pinned.id),
+        ("alias.removed", pinned.id),  # an unpin takes the pin's aliases with it
         ("record.unpinned", pinned.id),
     ]
     assert [e.seq for e in events] == sorted(e.seq for e in events) and len({e.id for e in events}) == len(events)

@@ -397,7 +397,10 @@ class SQLiteRegistry(Registry):
                     "(slot records stay as history)",
                     record_id=str(record_id),
                 )
-            add_event(conn, "record.unpinned", *self._project(conn, rid), before=view(conn, rid))
+            project, _ = self._project(conn, rid)
+            for (alias,) in conn.execute("SELECT alias FROM aliases WHERE record_id = ?", (rid,)).fetchall():
+                add_event(conn, "alias.removed", project, rid, alias=alias, before=view(conn, rid))  # with the pin
+            add_event(conn, "record.unpinned", project, rid, before=view(conn, rid))
             conn.execute("DELETE FROM records WHERE id = ? AND state = 'pinned'", (rid,))
 
     @staticmethod
