@@ -28,7 +28,7 @@ from tracker_saver import (
 from tracker_saver.cli.main import main
 from tracker_saver.fsck import check
 from tracker_saver.registry import Query, open_registry
-from tracker_saver.registry.history import Retention, better, follow, history_of, move_alias
+from tracker_saver.registry.history import EVENT_TYPES, Retention, better, follow, history_of, move_alias
 
 
 def train(target: Target, epochs: int, *, scored: bool = True) -> None:
@@ -77,6 +77,7 @@ def test_every_save_alias_move_pin_rename_and_unpin_is_an_event_with_before_and_
         ("alias.removed", pinned.id),  # an unpin takes the pin's aliases with it
         ("record.unpinned", pinned.id),
     ]
+    assert {e.type for e in events} == set(EVENT_TYPES)
     assert [e.seq for e in events] == sorted(e.seq for e in events) and len({e.id for e in events}) == len(events)
     moved = events[4]
     assert (moved.alias, moved.before["record_id"], moved.after["record_id"]) == (
