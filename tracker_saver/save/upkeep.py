@@ -74,4 +74,4 @@ class Upkeep:
                     log.warning("history= prune of %s skipped: %s", self._registry.uri, exc)
         finally:
             if self._relay is not None:
-                self._relay.stop(timeout=10.0)
+                self._relay.stop(timeout=1.0)  # a request still in flight to a hung receiver: sent again later
