@@ -240,8 +240,8 @@ def pin_model(
 ) -> Record:
     """Copy a live record out of its slot to ``<project>/<run>/pinned/<filename>``, as a new pinned record.
 
-    The copy is server-side on S3 (CopyObject) and a hard link locally (a byte copy where the
-    file system has none); its sha256 is read back and checked before the record is created.
+    The copy is server-side on S3 (CopyObject) and a file copy locally; its sha256 is read back
+    and checked before the record is created.
     The pinned record keeps the source's name, tags and metadata, plus ``pinned_from`` (the
     source id). Eviction, slots, resume and recovery never touch it; :func:`unpin_model` deletes
     it. Pinning a pinned record returns it, but for an archive entry (``keep_every``), which

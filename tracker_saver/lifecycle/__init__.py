@@ -1,5 +1,3 @@
-"""A checkpoint's life after its save, one module each: keep, archive, prune, events, webhook, gates.
+"""A checkpoint's life after its save, one job per module: ``keep`` (aliases that keep what they name)."""
 
-``keep``: aliases that keep what they name; ``archive``: the archive and footprint of a run's
-streams (``keep_every``); the others are issue 46's part B (history, events, promotion gates).
-"""
+__all__: list[str] = []
