@@ -108,8 +108,9 @@ def set_alias(
     pinned record, it is just set. See :mod:`tracker_saver.lifecycle.keep`.
 
     Raises:
-        ConfigError: a derived or malformed alias (``[A-Za-z0-9][A-Za-z0-9_.-]{0,63}``).
+        ConfigError: a derived or malformed alias (``[A-Za-z0-9][A-Za-z0-9_.-]{0,63}``); nothing is copied.
         RegistryError: the record is not loadable.
+        IntegrityError: the slot was overwritten while it was copied; the copy is deleted, nothing is aliased.
 
     Examples:
         >>> set_alias(1, "production", registry=":memory:")  # doctest: +IGNORE_EXCEPTION_DETAIL

@@ -155,6 +155,8 @@ def _cmd_models_pin(args: argparse.Namespace) -> int:
     registry = open_cli_registry(args)
     source = resolve(args, registry)
     pinned = pin_model(source.id, registry=registry)
+    if pinned.id == source.id:  # a pin (an alias's copy included): pinning it again returns it
+        return print_record(args, pinned, f"{label(source)} is pinned already, at {pinned.uri}")
     return print_record(args, pinned, f"{label(source)} pinned as record {pinned.id} at {pinned.uri}")
 
 
