@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import uuid
 from pathlib import Path
 
 import pytest
@@ -144,3 +145,37 @@ def test_on_s3_the_archive_is_a_server_side_copy_of_the_slot(s3_output_uri: str,
     assert _archive(target) == [(4, "every 2 epochs")]
     assert sorted(o.key for o in target.storage().list("p/r/")) == ["p/r/model.slot0.pt", "p/r/pinned/model_4.pt"]
     _entries_intact(target)
+
+
+def _archive_with_a_limit(target: Target) -> None:
+    """Every epoch kept, at most 2: the tracker stores kept_by and kept_at typed, and deletes the oldest entry."""
+    saver = target.saver(keep_every="1 epoch", keep_every_max=2)
+    trainer = trainer_engine(model())
+    attach(trainer, saver, {"model": model()}, n_saved=1)
+    trainer.run([0], max_epochs=3)
+    saver.close()
+    assert _archive(target) == [(2, "every 1 epoch"), (3, "every 1 epoch")]
+    assert sorted(o.key for o in target.storage().list("p/r/pinned/")) == [
+        "p/r/pinned/model_2.pt",
+        "p/r/pinned/model_3.pt",
+    ]
+    _entries_intact(target)
+
+
+@pytest.mark.clearml
+def test_on_clearml_archive_entries_are_pinned_models_and_the_limit_deletes_the_oldest(
+    clearml_server: object, clearml_project: str, tmp_path: Path
+) -> None:
+    _archive_with_a_limit(Target(output_uri=str(tmp_path / "output"), registry=f"clearml:{clearml_project}"))
+
+
+@pytest.mark.mlflow
+def test_on_mlflow_archive_entries_are_pinned_models_and_the_limit_deletes_the_oldest(
+    mlflow_server: str, tmp_path: Path
+) -> None:
+    pytest.importorskip("mlflow", reason="MLflow tests need mlflow: pip install -e '.[mlflow]' -c constraints.txt")
+    from tracker_saver.integrations.mlflow.registry import MLflowRegistry
+
+    registry = MLflowRegistry(mlflow_server, experiment_prefix=f"t{uuid.uuid4().hex[:10]}-", timeout=10)
+    _archive_with_a_limit(Target(output_uri=str(tmp_path / "output"), registry=registry))
+    registry.close()
