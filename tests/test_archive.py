@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 import uuid
 from pathlib import Path
 
@@ -34,11 +35,20 @@ def _entries_intact(target: Target) -> None:
 @pytest.mark.parametrize("async_upload", [False, True], ids=["sync", "async"])
 def test_every_two_epochs_a_save_is_also_kept_outside_the_slots(local_target: Target, async_upload: bool) -> None:
     saver = local_target.saver(keep_every="2 epochs", async_upload=async_upload)
+    copied_on: list[bool] = []  # whether each archive copy ran on the training thread
+    copy = saver.storage.copy
+
+    def spied(src: str, dst: str) -> None:  # the real copy, noting its thread
+        copied_on.append(threading.current_thread() is threading.main_thread())
+        copy(src, dst)
+
+    saver.storage.copy = spied  # type: ignore[method-assign]
     trainer = trainer_engine(model())
     attach(trainer, saver, {"model": model()}, n_saved=1)
     trainer.run([0], max_epochs=5)
     saver.close()
     assert _archive(local_target) == [(2, "every 2 epochs"), (4, "every 2 epochs")]
+    assert copied_on == [not async_upload] * 2  # with async_upload, the worker copies: the training thread never
     keys = sorted(o.key for o in local_target.storage().list("p/r/"))
     assert keys == ["p/r/model.slot0.pt", "p/r/pinned/model_2.pt", "p/r/pinned/model_4.pt"]
     _entries_intact(local_target)

@@ -95,6 +95,7 @@ class Archive:
 
         Raises:
             StorageError: the copy could not be made; the save stays live, and the next save is due again.
+            IntegrityError: the copy's size is not the record's; it is deleted, and the next save is due again.
         """
         stream = live.stream_id
         last = self._last[stream] if stream in self._last else self._resume(registry, stream, live)
