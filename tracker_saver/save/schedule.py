@@ -41,7 +41,7 @@ _UNITS = {
 _FIX = "pass e.g. keep_every='10 epochs', '5000 iterations' or '30 min' (or KeepEvery(epochs=10))"
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, repr=False)
 class KeepEvery:
     """Keep a checkpoint outside the slot cycle every ``epochs``, ``iterations`` or ``minutes``: exactly one.
 
@@ -101,6 +101,9 @@ class KeepEvery:
             raise ConfigError(f"keep_every={spec!r}: {unit} are counted in whole numbers; {_FIX}")
         count: Any = float(match[1]) if unit == "minutes" else int(match[1])
         return cls(**{unit: count})
+
+    def __repr__(self) -> str:
+        return f"KeepEvery({self.unit}={self.epochs or self.iterations or self.minutes!r})"
 
     @property
     def unit(self) -> str:
