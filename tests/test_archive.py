@@ -11,9 +11,19 @@ from ignite.engine import Engine
 from ignite.handlers import Checkpoint
 
 from tests.helpers import SCORES, Target, attach, model, trainer_engine
-from tracker_saver import ConfigError, RecordState, TrackerSaver, find_models, get_model, pin_model, set_alias
+from tracker_saver import (
+    ConfigError,
+    RecordState,
+    TrackerSaver,
+    find_models,
+    get_model,
+    pin_model,
+    remove_alias,
+    set_alias,
+)
 from tracker_saver.find import run_stats
 from tracker_saver.fsck import check
+from tracker_saver.lifecycle.keep import unalias_note
 from tracker_saver.registry.shared import shared_registry
 from tracker_saver.save.schedule import KeepEvery
 
@@ -75,6 +85,11 @@ def test_keep_every_max_deletes_the_oldest_entry_never_a_persons_pin_or_an_alias
     assert get_model(persons.id, registry=local_target.registry).state is RecordState.PINNED
     assert len(local_target.storage().list("p/r/pinned/")) == 4  # 3 entries + the person's pin, nothing left over
     _entries_intact(local_target)
+    unaliased = remove_alias("p", "production", registry=local_target.registry)
+    assert unalias_note("p", "production", unaliased) == (
+        f"alias p@production removed; record {first_entry.id} ('model_1.pt') is an archive entry with no alias "
+        f"again: keep_every_max may delete it (`tracker-saver models pin {first_entry.id}` keeps a copy of your own)"
+    )
 
 
 def test_a_restarted_saver_continues_the_schedule_from_the_registry(local_target: Target) -> None:

@@ -25,7 +25,7 @@ from tracker_saver.core.records import ALIAS_PATTERN, LOADABLE, Record, check_al
 from tracker_saver.find import RegistryArg
 from tracker_saver.registry import Query
 from tracker_saver.registry.shared import shared_registry
-from tracker_saver.save.keep import KEPT_BY, alias_reason, keep_copy, kept_for_alias
+from tracker_saver.save.keep import KEPT_BY, alias_reason, is_archived, keep_copy, kept_for_alias
 from tracker_saver.save.locate import locate
 
 __all__ = ["alias_note", "drop_alias", "keep_alias", "unalias_note"]
@@ -88,7 +88,14 @@ def unalias_note(project: str, alias: str, record: Record | None) -> str:
         'alias p@production removed'
     """
     done = f"alias {project}@{alias} removed"
-    if record is None or not kept_for_alias(record) or record.aliases:
+    if record is None or record.aliases:
+        return done
+    if is_archived(record):
+        return (
+            f"{done}; record {record.id} ({record.name!r}) is an archive entry with no alias again: keep_every_max "
+            f"may delete it (`tracker-saver models pin {record.id}` keeps a copy of your own)"
+        )
+    if not kept_for_alias(record):
         return done
     return (
         f"{done}; record {record.id} ({record.name!r}), the copy pinned when an alias was set, stays pinned "
