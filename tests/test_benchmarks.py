@@ -187,3 +187,16 @@ def test_bench_drag_goals_compare_ours_with_its_own_plain_thread_and_the_load() 
     assert misses("ours", rows, busy=False) == ["lost>0.25x"]
     assert misses("ours", rows, busy=True) == []
     assert misses("ours-s3", rows, busy=True) == ["lost>thread", "blocked>0.05x", "drag>thread"]
+
+
+def test_bench_archive_times_each_mode_with_and_without_the_archive(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "AWS_ENDPOINT_URL"}  # local only: no bucket made
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "bench_archive.py"), "--size-mib", "1", "--saves", "2"]
+    cmd += ["--repeats", "1", "--tmpdir", str(tmp_path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]  # it exits 1 when an archive entry is missing
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert sorted(report["results"]) == ["local"] and sorted(report["results"]["local"]) == ["async", "sync"]
+    for row in report["results"]["local"].values():
+        assert row["done_archive_s"] > 0 and row["cost_per_keep_s"] == row["done_archive_s"] - row["done_s"]
+    assert "cost/keep" in proc.stdout and list(tmp_path.iterdir()) == []

@@ -19,6 +19,7 @@ from tracker_saver.core.timings import SaveClock
 from tracker_saver.registry import Query, Registry, RegistrySpec, check_registry_path, open_registry
 from tracker_saver.registry.context import RunContext
 from tracker_saver.save import preemption
+from tracker_saver.save.archive import Archive
 from tracker_saver.save.background import Background
 from tracker_saver.save.callbacks import CallbackChain, PostUploadCallback, PreUploadCallback
 from tracker_saver.save.distributed import check_save_on_rank, open_for_reading, share_outcome
@@ -26,6 +27,7 @@ from tracker_saver.save.lineage import lineage as compute_lineage
 from tracker_saver.save.local_view import LocalView, default_dirname
 from tracker_saver.save.pipeline import Pipeline, check_save_kwargs, is_writing
 from tracker_saver.save.preemption import DEFAULT_GRACE_S
+from tracker_saver.save.schedule import KeepEvery
 from tracker_saver.save.setup import check_options, check_registry_outside, open_targets, upload_info
 from tracker_saver.save.snapshot import BufferPool, take_snapshot
 
@@ -88,6 +90,10 @@ class TrackerSaver(DiskSaver):
             ``~/.cache/tracker_saver/checkpoints/<hash of output_uri>/<project>/<run>``.
         save_kwargs: keywords passed on to ``torch.save`` (``pickle_protocol``,
             ``_use_new_zipfile_serialization``…), as ``DiskSaver(**kwargs)`` does; checked here.
+        keep_every: also keep a save outside the slots every N epochs or iterations of the trainer
+            (:meth:`attach` it) or minutes of wall time (``"10 epochs"``, ``"30 min"``, a ``KeepEvery``):
+            a stream then holds ``n_saved`` slots plus its archive (docs/lifecycle.md).
+        keep_every_max: the most archive entries a stream keeps (oldest go first); ``None``: all.
 
     Raises:
         ConfigError: at construction, for an unwritable or unknown output_uri, a bad
@@ -126,8 +132,11 @@ class TrackerSaver(DiskSaver):
         lineage: bool = True,
         dirname: str | os.PathLike[str] | None = None,
         save_kwargs: Mapping[str, Any] | None = None,
+        keep_every: KeepEvery | str | None = None,
+        keep_every_max: int | None = None,
     ) -> None:
         self.kwargs = check_save_kwargs(save_kwargs)
+        self._archive = Archive.of(keep_every, keep_every_max)
         self.callbacks = CallbackChain(pre_upload, post_upload)
         timeout = check_options(max_pending=max_pending, timeout=timeout, lineage=lineage)
         self.save_on_rank = check_save_on_rank(save_on_rank)
@@ -214,11 +223,8 @@ class TrackerSaver(DiskSaver):
         if self._world_size <= 1:
             self._call(checkpoint, filename, metadata, clock)
             return
-        share_outcome(
-            lambda: self._call(checkpoint, filename, metadata, clock),
-            src=self.save_on_rank,
-            what=f"the checkpoint save of {filename!r}",
-        )
+        share_outcome(lambda: self._call(checkpoint, filename, metadata, clock), src=self.save_on_rank,
+                      what=f"the checkpoint save of {filename!r}")  # fmt: skip
 
     def _call(
         self, checkpoint: Mapping[str, Any], filename: str, metadata: Mapping[str, Any] | None, clock: SaveClock
@@ -226,29 +232,30 @@ class TrackerSaver(DiskSaver):
         if self._removed is not None:  # the remove Ignite made just before this save failed
             error, self._removed = self._removed, None
             raise error
+        at = self._archive.now() if self._archive is not None else None  # where training is, for keep_every
         info = upload_info(
             filename, metadata, project=self.project, run=self.run, lineage=self._lineage, output_uri=self.storage.uri
         )
         if self._background is None:
-            self._save(checkpoint, info, clock)
+            self._save(checkpoint, info, clock, at)
             return
         with self._background.reserve() as enqueue:  # waits while max_pending snapshots are pending
             try:
                 snapshot = take_snapshot(checkpoint, self._buffers)
             except Exception as exc:
-                raise SerializationError(
-                    f"could not copy {filename!r} for a background save: {exc!r}; "
-                    "put only state_dict()-able objects in Checkpoint's to_save"
-                ) from exc
+                raise SerializationError(f"could not copy {filename!r} for a background save: {exc!r}; put only "
+                                         "state_dict()-able objects in Checkpoint's to_save") from exc  # fmt: skip
             clock.handed_over()  # before the queue takes it: the worker reads it after (a queue put is µs)
-            enqueue(lambda: self._save(snapshot.checkpoint, info, clock), what=filename, done=snapshot.release)
+            enqueue(lambda: self._save(snapshot.checkpoint, info, clock, at), what=filename, done=snapshot.release)
 
-    def _save(self, checkpoint: Mapping[str, Any], info: UploadInfo, clock: SaveClock) -> None:
+    def _save(self, checkpoint: Mapping[str, Any], info: UploadInfo, clock: SaveClock, at: float | None) -> None:
         try:
-            self._pipeline_of_saving_rank().save(checkpoint, info, clock)
+            live = self._pipeline_of_saving_rank().save(checkpoint, info, clock)
         except TypeError as exc:
             # Ignite retries save_handler(checkpoint, filename) on TypeError: never let one out.
             raise SerializationError(f"saving {info.filename!r} failed: {exc!r}") from exc
+        if live is not None and self._archive is not None and at is not None:  # from the object just written
+            self._archive.keep(self.storage, self.registry, live, at)
 
     def remove(self, filename: str) -> None:
         """Ignite dropped ``filename``: the next save of its stream replaces its slot.
@@ -401,8 +408,10 @@ class TrackerSaver(DiskSaver):
         """
         if save_on_sigterm is not None:
             preemption.save_on_sigterm(
-                engine, save_on_sigterm, flush=self.flush, durable=self._durable, grace=sigterm_grace
+                engine, save_on_sigterm, flush=self.flush, durable=lambda: self.records(live=True), grace=sigterm_grace
             )
+        if self._archive is not None:
+            self._archive.engine = engine  # keep_every's epochs and iterations are this engine's
         engine.add_event_handler(Events.COMPLETED, lambda _: self.flush())
         engine.add_event_handler(Events.EXCEPTION_RAISED, self._flush_then_reraise)
 
@@ -414,13 +423,6 @@ class TrackerSaver(DiskSaver):
         except Exception:
             raise error  # noqa: B904 (the training error comes first; the flush error is its __context__)
         raise error
-
-    def _durable(self) -> str:
-        """The live records of this run, for a report: ``"a.pt, b.pt"``."""
-        try:
-            return ", ".join(r.name for r in self.records(live=True)) or "nothing"
-        except Exception as exc:
-            return f"unknown (the registry could not be read: {type(exc).__name__}: {exc})"
 
     def close(self, timeout: float | None = None) -> None:
         """Flush, stop the background worker, give up this saver's stream claims and the registry.
