@@ -20,8 +20,9 @@ import pytest
 from hypothesis import settings
 from hypothesis.configuration import set_hypothesis_home_dir
 
-# Every test's CPU (tests/conftest_cpu.py) and CI's no-skip rule (tests/conftest_ci.py), doctests included.
-pytest_plugins = ["tests.conftest_cpu", "tests.conftest_ci"]
+# Every test's CPU (tests/conftest_cpu.py), CI's no-skip rule (tests/conftest_ci.py) and a clean top folder
+# (tests/conftest_clean.py), doctests included.
+pytest_plugins = ["tests.conftest_cpu", "tests.conftest_ci", "tests.conftest_clean"]
 
 # Before anything imports torch (which reads it once); subprocesses, xdist's workers included, inherit it.
 os.environ.setdefault("OMP_NUM_THREADS", "1")

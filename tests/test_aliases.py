@@ -24,6 +24,7 @@ from tracker_saver import (
     RecordState,
     TrackerSaverError,
     find_models,
+    get_model,
     pin_model,
     resolve_model,
     set_alias,
@@ -160,13 +161,17 @@ def test_a_user_alias_is_set_moved_and_resolved_in_its_project(local_target: Tar
     saver.close()
     reg = local_target.registry
     first, second, third = find_models(project="p", order_by="created_at", registry=reg)
-    assert set_alias(first.id, "production", registry=reg).aliases == ("production",)
-    assert resolve_model("p@production", registry=reg).id == first.id
-    assert resolve_model("p/r/best_model@production", registry=reg).id == first.id
-    set_alias(third.id, "production", registry=reg)
-    assert resolve_model("p@production", registry=reg).id == third.id
-    assert find_models(alias="production", registry=reg)[0].aliases == ("latest", "production")
-    assert "production" not in find_models(project="p", registry=reg)[0].aliases
+    # A slot record's alias goes on a pinned copy of it (tests/test_alias_keeps.py): it never dangles.
+    pin_of_first = set_alias(first.id, "production", registry=reg)
+    assert pin_of_first.aliases == ("production",) and pin_of_first.metadata["pinned_from"] == int(first.id)
+    assert resolve_model("p@production", registry=reg).id == pin_of_first.id
+    assert resolve_model("p/r/best_model@production", registry=reg).id == pin_of_first.id
+    pin_of_third = set_alias(third.id, "production", registry=reg)
+    assert resolve_model("p@production", registry=reg).id == pin_of_third.id
+    assert find_models(alias="production", registry=reg)[0].sha256 == third.sha256
+    assert get_model(pin_of_first.id, registry=reg).aliases == () and get_model(third.id, registry=reg).aliases == (
+        "latest",
+    )
     with pytest.raises(ConfigError, match="'latest' is derived"):
         set_alias(second.id, "latest", registry=reg)
     with pytest.raises(RecordNotFoundError, match="no record is p@staging"):
@@ -261,7 +266,7 @@ class AliasMachine(RuleBasedStateMachine):
             (record,) = [r for r in pinned if r.id == record_id]
             assert self.target.storage().digest(record.key) == (record.size, record.sha256)
         production = find_models(project="p", alias="production", registry=self.target.registry)
-        assert len(production) <= 1 and all(r.state.loadable or r.state is RecordState.EVICTED for r in production)
+        assert len(production) <= 1 and all(r.state is RecordState.PINNED for r in production)  # never dangles
 
 
 def test_random_saves_failures_pins_and_aliases_keep_aliases_true(tmp_path: Path) -> None:

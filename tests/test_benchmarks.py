@@ -198,3 +198,16 @@ def test_bench_prune_deletes_what_the_rule_names_and_reports_the_file_sizes(tmp_
     # 4 streams of 50 saves: 2 live and 48 evicted each; the newest 10 evicted of each stay
     assert (report["deleted"], report["records_left"], report["events_left"]) == (152, 48, 48)
     assert report["bytes_after_vacuumed"] < report["bytes_before_vacuumed"]
+
+
+def test_bench_archive_times_each_mode_with_and_without_the_archive(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k != "AWS_ENDPOINT_URL"}  # local only: no bucket made
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "bench_archive.py"), "--size-mib", "1", "--saves", "2"]
+    cmd += ["--repeats", "1", "--tmpdir", str(tmp_path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]  # it exits 1 when an archive entry is missing
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert sorted(report["results"]) == ["local"] and sorted(report["results"]["local"]) == ["async", "sync"]
+    for row in report["results"]["local"].values():
+        assert row["done_archive_s"] > 0 and row["cost_per_keep_s"] == row["done_archive_s"] - row["done_s"]
+    assert "cost/keep" in proc.stdout and list(tmp_path.iterdir()) == []

@@ -244,10 +244,15 @@ def test_rename_tag_untag_then_show(trained, capsys) -> None:
 def test_alias_then_unalias(trained, capsys) -> None:
     ref = str(_json(capsys, "models", "list", "--registry", trained, "--filename", BEST[1])[0]["id"])
     assert main(["models", "alias", ref, "production", "--registry", trained]) == 0
-    assert f"p@production is now record {ref} ({BEST[1]!r})" in capsys.readouterr().out
-    assert _json(capsys, "models", "show", "p@production", "--registry", trained)["filename"] == BEST[1]
+    assert f"record {ref} ({BEST[1]!r}) pinned as record " in capsys.readouterr().out
+    pinned = _json(capsys, "models", "show", "p@production", "--registry", trained)
+    assert pinned["filename"] == BEST[1] and pinned["state"] == "pinned"
+    assert main(["models", "alias", str(pinned["id"]), "staging", "--registry", trained]) == 0
+    assert capsys.readouterr().out.strip() == f"p@staging is now record {pinned['id']} ({BEST[1]!r})"
+    assert main(["models", "unalias", "p", "staging", "--registry", trained]) == 0
+    assert capsys.readouterr().out.strip() == "alias p@staging removed"
     assert main(["models", "unalias", "p", "production", "--registry", trained]) == 0
-    assert capsys.readouterr().out.strip() == "alias p@production removed"
+    assert "stays pinned with no alias" in capsys.readouterr().out
     assert "p@production" in _error(capsys, "models", "show", "p@production", "--registry", trained)
 
 

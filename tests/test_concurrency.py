@@ -21,7 +21,7 @@ from tracker_saver.registry.sqlite import SQLiteRegistry
 #: The training processes are the benchmark's own (``child`` mode): the test checks what it measures.
 BENCH = ROOT / "benchmarks" / "bench_registry_concurrency.py"
 
-SAVES = 500
+SAVES = 200
 RUNS = ["run-0", "run-1"]
 
 
@@ -79,7 +79,7 @@ class Watchers:
             assert not thread.is_alive(), "a query thread hangs"
 
 
-def test_two_processes_saving_500_each_into_one_sqlite_registry_lose_nothing_while_8_threads_query(
+def test_two_processes_saving_200_each_into_one_sqlite_registry_lose_nothing_while_8_threads_query(
     tmp_path: Path,
 ) -> None:
     bench = _load_bench()

@@ -27,7 +27,7 @@ from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint
 
 from tests.helpers import SCORES, attach, model, trainer_engine
-from tracker_saver import TrackerSaver, get_model
+from tracker_saver import TrackerSaver, get_model, resolve_model
 from tracker_saver.cli.argparse_walk import actions
 from tracker_saver.cli.main import build_parser, main
 from tracker_saver.cli.reference import walk_commands
@@ -205,8 +205,11 @@ def _cli_answers(
     edit = path[-1] if fuzzed.dest in ("name", "tags", "alias_name") else None
     if edit == "rename" and status == 0:
         assert after.name == text  # reads back identical
-    elif edit in ("tag", "alias") and status == 0:
-        assert text in (after.tags if edit == "tag" else after.aliases)
+    elif edit == "tag" and status == 0:
+        assert text in after.tags
+    elif edit == "alias" and status == 0:  # on record 2, or on the pinned copy of it that the alias made
+        named = resolve_model(f"{before.project}@{text}", registry=registry)
+        assert text in named.aliases and "2" in (named.id, str(named.metadata.get("pinned_from")))
     elif status != 0 and edit is not None:
         assert (after.name, after.tags, after.aliases) == (before.name, before.tags, before.aliases)
     return int(status or 0)

@@ -57,37 +57,37 @@ def cli(capsys: pytest.CaptureFixture[str], target: Target, *argv: str) -> tuple
 def test_every_save_alias_move_pin_rename_and_unpin_is_an_event_with_before_and_after(local_target) -> None:
     train(local_target, 3)
     records = by_epoch(local_target)
-    set_alias(records[2].id, "production", registry=local_target.registry)
-    set_alias(records[3].id, "production", registry=local_target.registry)
-    pinned = pin_model(records[3].id, registry=local_target.registry)
-    rename_model(pinned.id, "the one we ship", registry=local_target.registry)
-    set_alias(pinned.id, "shipped", registry=local_target.registry)
-    unpin_model(pinned.id, registry=local_target.registry)
+    reg = local_target.registry
+    first = set_alias(records[2].id, "production", registry=reg)  # a slot record: pinned, then aliased
+    pinned = set_alias(records[3].id, "production", registry=reg)
+    rename_model(pinned.id, "the one we ship", registry=reg)
+    set_alias(pinned.id, "shipped", registry=reg)
+    unpin_model(pinned.id, registry=reg)
 
-    events = history_of(open_registry(local_target.registry), "events").events()
+    events = history_of(open_registry(reg), "events").events()
     assert [(e.type, e.record_id) for e in events] == [
         ("record.live", records[1].id),
         ("record.live", records[2].id),
         ("record.live", records[3].id),
-        ("alias.moved", records[2].id),
-        ("alias.moved", records[3].id),
+        ("record.pinned", first.id),
+        ("alias.moved", first.id),
         ("record.pinned", pinned.id),
+        ("alias.moved", pinned.id),
         ("record.renamed", pinned.id),
         ("alias.moved", pinned.id),
         ("alias.removed", pinned.id),  # an unpin takes the pin's aliases with it
+        ("alias.removed", pinned.id),
         ("record.unpinned", pinned.id),
     ]
     assert {e.type for e in events} == set(EVENT_TYPES)
     assert [e.seq for e in events] == sorted(e.seq for e in events) and len({e.id for e in events}) == len(events)
-    moved = events[4]
-    assert (moved.alias, moved.before["record_id"], moved.after["record_id"]) == (
-        "production",
-        records[2].id,
-        records[3].id,
-    )
-    assert moved.after["score"] == SCORES[2] and events[3].before is None
-    renamed = events[6]
-    assert (renamed.before["name"], renamed.after["name"]) == (pinned.name, "the one we ship")
+    assert {e.alias for e in events[9:11]} == {"production", "shipped"}
+    moved = events[6]
+    assert (moved.alias, moved.before["record_id"], moved.after["record_id"]) == ("production", first.id, pinned.id)
+    assert moved.after["score"] == SCORES[2] and events[4].before is None
+    assert events[5].after["state"] == "pinned" and events[5].after["name"] == records[3].name
+    renamed = events[7]
+    assert (renamed.before["name"], renamed.after["name"]) == (records[3].name, "the one we ship")
     assert events[0].before == {"state": "pending"} and events[0].after["state"] == "live"
 
 
@@ -95,9 +95,9 @@ def test_setting_an_alias_to_the_record_it_names_already_is_no_event(local_targe
     train(local_target, 1)
     record = by_epoch(local_target)[1]
     set_alias(record.id, "production", registry=local_target.registry)
-    set_alias(record.id, "production", registry=local_target.registry)
+    set_alias(record.id, "production", registry=local_target.registry)  # the pin of the same bytes: reused
     events = open_registry(local_target.registry).history.events()
-    assert [e.type for e in events] == ["record.live", "alias.moved"]
+    assert [e.type for e in events] == ["record.live", "record.pinned", "alias.moved"]
 
 
 def test_follow_prints_old_events_then_new_ones_until_told_to_stop(local_target) -> None:
@@ -121,11 +121,13 @@ def test_the_events_command_prints_a_line_or_a_json_object_per_event(local_targe
     set_alias(by_epoch(local_target)[2].id, "production", registry=local_target.registry)
     code, out, _ = cli(capsys, local_target, "events", "--after", "1")
     lines = out.splitlines()
-    assert code == 0 and len(lines) == 2, out
-    assert "record.live" in lines[0] and "alias.moved" in lines[1] and "p@production" in lines[1]
+    assert code == 0 and len(lines) == 3, out
+    assert "record.live" in lines[0] and "record.pinned" in lines[1]
+    assert "alias.moved" in lines[2] and "p@production" in lines[2]
     code, out, _ = cli(capsys, local_target, "events", "--json", "--project", "p")
     assert code == 0 and [json.loads(line)["type"] for line in out.splitlines()] == ["record.live"] * 2 + [
-        "alias.moved"
+        "record.pinned",
+        "alias.moved",
     ]
 
 
@@ -143,15 +145,15 @@ def test_a_gated_alias_moves_only_to_a_record_with_a_better_score(local_target) 
     train(local_target, 4)  # scores 0.5 0.7 0.6 0.9, two slots: epochs 2 and 4 live... and 3 evicted
     records = by_epoch(local_target)
     reg = local_target.registry
-    set_alias(records[4].id, "production", registry=reg, require="score")  # nothing to beat
+    held = set_alias(records[4].id, "production", registry=reg, require="score")  # nothing to beat
     pinned = pin_model(records[2].id, registry=reg)  # 0.7, a loadable record that stays
     with pytest.raises(
         PromotionRefusedError,
-        match=rf"p@production stays .*record {pinned.id} .* 0\.7, which does not beat score 0\.9 of record {records[4].id}",
+        match=rf"p@production stays .*record {pinned.id} .* 0\.7, which does not beat score 0\.9 of record {held.id}",
     ) as caught:
         set_alias(pinned.id, "production", registry=reg, require="score")
     assert caught.value.record_id == pinned.id and "0.9" in caught.value.reason
-    assert [r.id for r in find_models(alias="production", registry=reg)] == [records[4].id]
+    assert [r.id for r in find_models(alias="production", registry=reg)] == [held.id]
     set_alias(pinned.id, "production", registry=reg, require=better("score", lower=True))
     assert [r.id for r in find_models(alias="production", registry=reg)] == [pinned.id]
 
@@ -165,10 +167,10 @@ def test_a_gate_refuses_a_record_or_holder_without_the_key(local_target) -> None
     registry = open_registry(reg)
     with registry.atomic() as conn:
         conn.execute("DELETE FROM metadata WHERE record_id = ? AND key = 'score'", (int(records[1].id),))
-    set_alias(records[1].id, "production", registry=reg)
+    held = set_alias(records[1].id, "production", registry=reg)  # its pin has no score either
     with pytest.raises(
         PromotionRefusedError,
-        match=f"record {records[1].id} .* has no numeric 'score'; move the alias without the gate",
+        match=f"record {held.id} .* has no numeric 'score'; move the alias without the gate",
     ):
         set_alias(records[2].id, "production", registry=reg, require="score")
 
@@ -192,13 +194,59 @@ def test_the_gate_runs_inside_the_transaction_that_moves_the_alias(local_target)
 def test_models_alias_if_better_refuses_with_both_records_and_scores(local_target, capsys) -> None:
     train(local_target, 4)
     records = by_epoch(local_target)
-    set_alias(records[4].id, "production", registry=local_target.registry)
+    held = set_alias(records[4].id, "production", registry=local_target.registry)
     code, _, err = cli(capsys, local_target, "models", "alias", records[2].id, "production", "--if-better", "score")
-    assert code == 2 and f"record {records[2].id}" in err and f"score 0.9 of record {records[4].id}" in err, err
+    assert code == 2 and f"record {records[2].id}" in err and f"score 0.9 of record {held.id}" in err, err
     code, out, _ = cli(
         capsys, local_target, "models", "alias", records[2].id, "production", "--if-better", "score", "--lower-wins"
     )
-    assert code == 0 and "p@production is now" in out
+    assert code == 0 and f"record {records[2].id} (" in out and "pinned as record" in out, out
+    assert "p@production now on record" in out
+
+
+def _pins(registry: Any) -> list[str]:
+    return [r.id for r in registry.query(Query(project="p", states=(RecordState.PINNED,)))]
+
+
+def test_a_gated_alias_on_a_slot_record_checks_it_then_pins_it_or_refuses_pinning_nothing(local_target) -> None:
+    train(local_target, 4)  # live: epoch 2 (score 0.7) and epoch 4 (0.9)
+    records = by_epoch(local_target)
+    reg = local_target.registry
+    registry = open_registry(reg)
+    held = set_alias(records[4].id, "production", registry=reg)
+    seen = len(registry.history.events())
+    with pytest.raises(
+        PromotionRefusedError,
+        match=rf"record {records[2].id} \(.*\) has score 0\.7, which does not beat score 0\.9 of record {held.id}",
+    ):
+        set_alias(records[2].id, "production", registry=reg, require="score")
+    assert _pins(registry) == [held.id] and len(registry.history.events()) == seen
+    assert [r.id for r in find_models(alias="production", registry=reg)] == [held.id]
+
+    moved = set_alias(records[2].id, "production", registry=reg, require=better("score", lower=True))
+    assert moved.state is RecordState.PINNED and moved.metadata["pinned_from"] == int(records[2].id)
+    assert moved.metadata["kept_by"] == "alias production" and moved.aliases == ("production",)
+    assert sorted(_pins(registry), key=int) == [held.id, moved.id]
+    events = registry.history.events()[seen:]
+    assert [(e.type, e.record_id) for e in events] == [("record.pinned", moved.id), ("alias.moved", moved.id)]
+    assert (events[1].before["record_id"], events[1].after["score"]) == (held.id, 0.7)
+
+
+def test_a_copy_made_for_a_gated_alias_that_another_move_beat_meanwhile_is_deleted(local_target) -> None:
+    train(local_target, 2)
+    records = by_epoch(local_target)
+    registry = open_registry(local_target.registry)
+
+    def gate(record: Any, holder: Any) -> str | None:  # passes the slot record, refuses its pin: as if moved between
+        return "lost the race" if record.state is RecordState.PINNED else None
+
+    with pytest.raises(
+        PromotionRefusedError, match=r"alias p@production stays where it is: record \d+ .* lost the race"
+    ):
+        set_alias(records[2].id, "production", registry=local_target.registry, require=gate)
+    assert _pins(registry) == [] and find_models(alias="production", registry=registry) == []
+    assert [o.key for o in local_target.storage().list("p/") if "/pinned/" in o.key] == []
+    assert not check(registry).problems
 
 
 # -- pruning --------------------------------------------------------------------------------------
@@ -209,7 +257,8 @@ def test_a_prune_keeps_live_renamed_aliased_and_each_slots_newest_evicted_record
 ) -> None:
     train(local_target, 2, scored=False)
     records = by_epoch(local_target)
-    set_alias(records[1].id, "first", registry=local_target.registry)  # the alias stays on it when evicted
+    # The registry's own set_alias (no pin first, as another client may do) leaves it on the slot record.
+    open_registry(local_target.registry).set_alias(records[1].id, "first")
     rename_model(records[2].id, "kept by name", registry=local_target.registry)
     train(local_target, 8, scored=False)  # eight more saves in the same stream
     registry = open_registry(local_target.registry)

@@ -194,9 +194,11 @@ def test_runs_stats_and_models_show_print_the_timings_through_the_real_command(l
     header, row = done.stdout.splitlines()[1], done.stdout.splitlines()[3]
     assert [c.strip() for c in header.strip("│").split("│")] == [
         "stream", "saves", "background", "blocked p50", "blocked p95", "durable p50", "durable p95", "MB/s p50",
+        "slots", "archive", "pins", "objects",
     ]  # fmt: skip
     cells = [c.strip() for c in row.strip("│").split("│")]
     assert cells[:3] == ["best_model", "3", "3"] and all(c.endswith(("ms", " s")) for c in cells[3:7])
+    assert cells[8:] == ["2", "0", "0", "2"]  # n_saved=2 slots, no archive, no pin: 2 objects
     assert "(all)" not in done.stdout  # one stream: its row is the run's
     rows = json.loads(_cli("runs", "stats", "p/r", "--json", "--registry", local_target.registry).stdout)
     assert [r["stream"] for r in rows] == ["best_model", None] and rows[-1]["count"] == rows[-1]["background"] == 3

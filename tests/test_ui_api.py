@@ -158,10 +158,11 @@ def test_tags_are_added_and_removed(client, ui_training):
 def test_user_alias_is_set_and_removed_and_derived_ones_show(client, ui_training):
     best = models.resolve_model("p/r/best_model@best", registry=ui_training.registry)
     assert {"best"} <= set(client.get(f"/api/models/{best.id}").json()["record"]["aliases"])
-    assert "production" in client.post(f"/api/models/{best.id}/aliases", json={"alias": "production"}).json()["aliases"]
-    assert models.resolve_model("p@production", registry=ui_training.registry).id == best.id
-    assert "production" not in client.delete(f"/api/models/{best.id}/aliases/production").json()["aliases"]
-    assert client.delete(f"/api/models/{best.id}/aliases/production").status_code == 404
+    named = client.post(f"/api/models/{best.id}/aliases", json={"alias": "production"}).json()
+    assert "production" in named["aliases"] and named["state"] == "pinned"  # a slot record's alias goes on a pin
+    assert models.resolve_model("p@production", registry=ui_training.registry).id == named["id"]
+    assert "production" not in client.delete(f"/api/models/{named['id']}/aliases/production").json()["aliases"]
+    assert client.delete(f"/api/models/{named['id']}/aliases/production").status_code == 404
     assert client.post(f"/api/models/{best.id}/aliases", json={"alias": "no spaces"}).status_code == 422
 
 

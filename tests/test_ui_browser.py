@@ -105,6 +105,24 @@ def test_rename_in_the_browser_persists_and_survives_one_more_epoch(browser_page
     assert browser_page.errors == [] and len(browser_page.failed_requests) == 2  # the two refused names
 
 
+def test_an_alias_set_on_a_slot_record_opens_the_pin_it_went_on_which_outlives_eviction(
+    browser_page, ui_server, ui_training
+):
+    record = models.find_models(stream="model", states=["live"], order_by="created_at", registry=ui_training.registry)
+    page = open_page(browser_page, ui_server, f"?record={record[0].id}")
+    page.wait_for_selector("#details:not([hidden])")
+    page.fill("#d-alias", "production")
+    page.click("#alias-form button")
+    expect(page.locator("#d-aliases")).to_contain_text("production")  # the answer came, and the page shows it
+    pinned = models.resolve_model("p@production", registry=ui_training.registry)
+    assert pinned.state.value == "pinned" and pinned.metadata["pinned_from"] == int(record[0].id)
+    expect(page).to_have_url(f"{ui_server.url}/?record={pinned.id}")  # the record the alias names, not the slot's
+    ui_training.epochs(1)  # the next epoch evicts the slot record: the alias stays on the pin
+    assert models.get_model(record[0].id, registry=ui_training.registry).state.value == "evicted"
+    assert models.resolve_model("p@production", registry=ui_training.registry).id == pinned.id
+    assert browser_page.errors == [] and browser_page.failed_requests == []
+
+
 def test_chart_shows_one_marker_per_checkpoint_and_updates_while_training(browser_page, ui_server, ui_training):
     page = open_page(browser_page, ui_server)
     points = chart_points(ui_training, "best_model")

@@ -11,6 +11,7 @@ Like :mod:`tracker_saver.models`, importing this module imports neither torch no
 
 from __future__ import annotations
 
+import dataclasses
 import os
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -22,6 +23,7 @@ from tracker_saver.core.text import check_filters, check_text
 from tracker_saver.core.timings import SaveStats, save_stats
 from tracker_saver.registry import Query, Registry
 from tracker_saver.registry.shared import shared_registry
+from tracker_saver.save.keep import is_archived
 from tracker_saver.storage import canonical_uri
 
 __all__ = [
@@ -319,7 +321,16 @@ def run_stats(
         )
     saved = [r for r in found if r.state in SAVED_STATES]
     rows = [
-        save_stats([r for r in saved if r.stream == stream], project=project, run=run, stream=stream)
+        _footprint(save_stats([r for r in saved if r.stream == stream], project=project, run=run, stream=stream),
+                   [r for r in found if r.stream == stream])
         for stream in sorted({r.stream for r in found})
-    ]
-    return [*rows, save_stats(saved, project=project, run=run)]
+    ]  # fmt: skip
+    return [*rows, _footprint(save_stats(saved, project=project, run=run), found)]
+
+
+def _footprint(stats: SaveStats, records: Sequence[Record]) -> SaveStats:
+    """``stats`` with the objects ``records`` hold: slots (live, revived), archive entries, other pins."""
+    pinned = [r for r in records if r.state is RecordState.PINNED]
+    archive = sum(is_archived(r) for r in pinned)
+    slots = sum(r.state in (RecordState.LIVE, RecordState.REVIVED) for r in records)
+    return dataclasses.replace(stats, slots=slots, archive=archive, pinned=len(pinned) - archive)

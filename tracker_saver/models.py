@@ -15,24 +15,23 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from tracker_saver.core.errors import ConfigError, RegistryError, SerializationError
-from tracker_saver.core.naming import check_name, key_ext, pinned_key, safe_filename
+from tracker_saver.core.naming import check_name, key_ext, safe_filename
 from tracker_saver.core.records import (
     LOADABLE,
     LOADABLE_OR_PINNED,
     MAX_NAME_LENGTH,
-    TIMING_KEYS,
-    MetaValue,
     Record,
     RecordState,
-    UploadInfo,
     check_display_name,
     check_tags,
 )
 from tracker_saver.core.text import check_text
 from tracker_saver.find import RegistryArg, count_models, find_models, get_model, resolve_model, run_stats
+from tracker_saver.lifecycle.keep import drop_alias, keep_alias
 from tracker_saver.registry import Query
-from tracker_saver.registry.history import Check, better, move_alias
+from tracker_saver.registry.history import Check, better
 from tracker_saver.registry.shared import shared_registry
+from tracker_saver.save.keep import is_archived, keep_copy
 from tracker_saver.save.locate import locate
 from tracker_saver.storage import Storage
 from tracker_saver.storage.verify import Digest, check, copy_checked, digest
@@ -57,9 +56,6 @@ __all__ = [
     "slot_history",
     "unpin_model",
 ]
-
-#: Metadata a record shows that are columns of its own (a copy gets its own values).
-_OWN_METADATA = ("slot", "created_at", "sha256", "size", "uri")
 
 
 def rename_model(record_id: str | int, name: str, *, registry: RegistryArg = None) -> Record:
@@ -102,20 +98,30 @@ def remove_tags(record_id: str | int, tags: Sequence[str], *, registry: Registry
 
 
 def set_alias(
-    record_id: str | int, alias: str, *, registry: RegistryArg = None, require: str | Check | None = None
+    record_id: str | int,
+    alias: str,
+    *,
+    registry: RegistryArg = None,
+    storage_options: Mapping[str, Any] | None = None,
+    require: str | Check | None = None,
 ) -> Record:
-    """Point the user alias ``alias`` of the record's project at a loadable record.
+    """Point the user alias ``alias`` of the record's project at a loadable record; returns the record it names.
 
     An alias is unique per project: setting it again moves it. ``latest`` and ``best`` are
-    derived from record states and cannot be set. A slot record's alias follows it when its slot
-    is reused (it is then evicted): pin it (:func:`pin_model`) and alias the pinned record to keep it.
+    derived from record states and cannot be set. An alias never dangles: set on a live slot
+    record, which a later save would evict, it pins the checkpoint first (as :func:`pin_model`,
+    with ``kept_by="alias <name>"``) and goes on the pinned record, which is returned. Set on a
+    pinned record, it is just set. See :mod:`tracker_saver.lifecycle.keep`.
 
     ``require``, a promotion gate: a metadata key (``"score"``: higher than the holder's wins) or a
-    ``registry.history.Check`` (``better("loss", lower=True)``), checked and moved as one compare-and-set.
+    ``registry.history.Check`` (``better("loss", lower=True)``). The record named is checked before
+    a slot record is pinned (a refused gate copies nothing); the move itself is a compare-and-set
+    (on SQLite, checked again and moved in one transaction).
 
     Raises:
-        ConfigError: a derived or malformed alias (``[A-Za-z0-9][A-Za-z0-9_.-]{0,63}``).
+        ConfigError: a derived or malformed alias (``[A-Za-z0-9][A-Za-z0-9_.-]{0,63}``); nothing is copied.
         RegistryError: the record is not loadable.
+        IntegrityError: the slot was overwritten while it was copied; the copy is deleted, nothing is aliased.
         PromotionRefusedError: ``require`` refused; the message names both records and their values.
 
     Examples:
@@ -123,14 +129,14 @@ def set_alias(
         Traceback (most recent call last):
         tracker_saver.core.errors.RecordNotFoundError: record 1 does not exist
     """
-    reg = shared_registry(registry, create=False)
-    if require is None:
-        return reg.set_alias(str(record_id), alias)
-    return move_alias(reg, str(record_id), alias, check=better(require) if isinstance(require, str) else require)
+    check = better(require) if isinstance(require, str) else require
+    return keep_alias(record_id, alias, registry=registry, storage_options=storage_options, check=check)
 
 
-def remove_alias(project: str, alias: str, *, registry: RegistryArg = None) -> None:
-    """Delete the user alias ``alias`` of ``project``.
+def remove_alias(project: str, alias: str, *, registry: RegistryArg = None) -> Record | None:
+    """Delete the user alias ``alias`` of ``project``; returns the record it named (``None`` if gone).
+
+    A pinned copy that the alias made stays pinned: :func:`unpin_model` deletes it.
 
     Raises:
         RecordNotFoundError: the project has no such alias.
@@ -140,7 +146,7 @@ def remove_alias(project: str, alias: str, *, registry: RegistryArg = None) -> N
         Traceback (most recent call last):
         tracker_saver.core.errors.RecordNotFoundError: project 'mnist' has no alias 'production'
     """
-    shared_registry(registry, create=False).remove_alias(check_name("project", project), check_text("alias", alias))
+    return drop_alias(check_name("project", project), check_text("alias", alias), registry=registry)
 
 
 def slot_history(record: Record, *, registry: RegistryArg = None) -> list[Record]:
@@ -238,9 +244,9 @@ def _expected(record: Record) -> Digest:
     return Digest(record.size or 0, record.sha256 or "")
 
 
-def _what(record: Record, uri: str | None = None) -> str:
+def _what(record: Record) -> str:
     """How a verification error names the bytes it read: ``record 5 ('best.pt'): s3://b/p/r/best.slot0.pt``."""
-    return f"record {record.id} ({record.name!r}): {uri or record.uri}"
+    return f"record {record.id} ({record.name!r}): {record.uri}"
 
 
 def pin_model(
@@ -249,12 +255,14 @@ def pin_model(
     """Copy a live record out of its slot to ``<project>/<run>/pinned/<filename>``, as a new pinned record.
 
     The copy is server-side on S3 (CopyObject) and a file copy locally; its sha256 is read back
-    and checked before the record is created. The pinned record keeps the source's name, tags
-    and metadata, plus ``pinned_from`` (the source id). Eviction, slots, resume and recovery
-    never touch it; :func:`unpin_model` deletes it. Pinning a pinned record returns it.
+    and checked before the record is created.
+    The pinned record keeps the source's name, tags and metadata, plus ``pinned_from`` (the
+    source id). Eviction, slots, resume and recovery never touch it; :func:`unpin_model` deletes
+    it. Pinning a pinned record returns it, but for an archive entry (``keep_every``), which
+    ``keep_every_max`` may delete: that gets a copy of your own.
 
     Raises:
-        RegistryError: the record is not live or revived.
+        RegistryError: the record is not live, revived or an archive entry.
         IntegrityError: the copy differs from the record (the source slot was overwritten
             meanwhile); the copy is deleted.
 
@@ -265,34 +273,11 @@ def pin_model(
     """
     reg = shared_registry(registry, create=False)
     source = reg.get(str(record_id))
-    if source.state is RecordState.PINNED:
+    if source.state is RecordState.PINNED and not is_archived(source):
         return source
-    _check_loadable(source, LOADABLE)
-    assert source.key is not None
+    _check_loadable(source, LOADABLE_OR_PINNED if is_archived(source) else LOADABLE)
     storage, _ = locate(source, storage_options=storage_options)
-    key = pinned_key(source.project, source.run, source.filename)
-    pinned = Query(output_uri=source.output_uri, project=source.project, run=source.run, states=(RecordState.PINNED,))
-    for other in reg.query(pinned):
-        if other.key == key and other.sha256 == source.sha256:
-            return other  # pinned before
-        if other.key == key:
-            key = pinned_key(source.project, source.run, f"{source.id}-{source.filename}")
-    storage.copy(source.key, key)
-    size, sha256 = found = storage.digest(key)
-    if found != _expected(source):
-        storage.delete(key)
-        check(found, _expected(source), what=_what(source, f"the copy at {storage.url(key)}"), key=key,
-              record_id=source.id, fix="its slot was overwritten while pinning (or is corrupted); the copy was deleted; "
-              "pin another record")  # fmt: skip
-    # A pin is no save: what the source's save cost (TIMING_KEYS) stays the source's.
-    own = (*_OWN_METADATA, *TIMING_KEYS)
-    metadata: dict[str, MetaValue] = {k: v for k, v in source.metadata.items() if k not in own}
-    metadata["pinned_from"] = int(source.id) if source.id.isdigit() else source.id
-    info = UploadInfo(
-        source.project, source.run, source.stream, source.filename, name=source.name, metadata=metadata,
-        tags=list(source.tags), slot=None, key=key, output_uri=source.output_uri or storage.uri,
-    )  # fmt: skip
-    return reg.create_pinned(info, uri=storage.url(key), sha256=sha256, size=size)
+    return keep_copy(storage, reg, source)
 
 
 def unpin_model(

@@ -288,10 +288,12 @@ def print_save_stats(rows: Sequence[SaveStats], console: Console | None = None) 
             str(row.background),
             *(seconds_text(v) for v in (row.blocked_p50_s, row.blocked_p95_s, row.durable_p50_s, row.durable_p95_s)),
             rate_text(row.mb_s_p50),
+            *(str(n) for n in (row.slots, row.archive, row.pinned, row.objects)),
         ]
         for row in shown
     ]
-    columns = ("stream", "saves", "background", "blocked p50", "blocked p95", "durable p50", "durable p95", "MB/s p50")
+    columns = ("stream", "saves", "background", "blocked p50", "blocked p95", "durable p50", "durable p95", "MB/s p50",
+               "slots", "archive", "pins", "objects")  # fmt: skip
     _print_lines(table_lines(columns, cells, right=columns[1:]), console)
     if rows and rows[-1].count == 0:
         _print_lines(

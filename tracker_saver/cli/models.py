@@ -106,38 +106,49 @@ def _cmd_models_get(args: argparse.Namespace) -> int:
     return 0
 
 
-#: The four edits of one record: ``(models function, argument it takes, text printed after)``.
+#: The three edits of one record: ``(models function, argument it takes, text printed after)``.
 _EDITS: dict[str, tuple[str, str, Callable[[argparse.Namespace, Record], str]]] = {
     "rename": ("rename_model", "name", lambda args, r: f"record {r.id} is now named {r.name!r}"),
     "tag": ("add_tags", "tags", lambda args, r: f"{label(r)} tags: {', '.join(r.tags) or '-'}"),
     "untag": ("remove_tags", "tags", lambda args, r: f"{label(r)} tags: {', '.join(r.tags) or '-'}"),
-    "alias": ("set_alias", "alias_name", lambda args, r: f"{r.project}@{args.alias_name} is now {label(r)}"),
 }
 
 
 def _cmd_models_edit(args: argparse.Namespace) -> int:
-    """``models rename|tag|untag|alias``: resolve REF, apply the edit, print the record."""
+    """``models rename|tag|untag``: resolve REF, apply the edit, print the record."""
     from tracker_saver import models
 
     function, argument, text = _EDITS[args.models_command]
     registry = open_cli_registry(args)
-    gate = {}
-    if getattr(args, "if_better", None):
-        from tracker_saver.registry.history import better
-
-        gate["require"] = better(args.if_better, lower=args.lower_wins)
-    record = getattr(models, function)(resolve(args, registry).id, getattr(args, argument), registry=registry, **gate)
+    record = getattr(models, function)(resolve(args, registry).id, getattr(args, argument), registry=registry)
     return print_record(args, record, text(args, record))
 
 
+def _cmd_models_alias(args: argparse.Namespace) -> int:
+    """``models alias REF NAME [--if-better KEY]``: a slot record is pinned first (once the gate let the
+    record named pass), and the alias goes on the pin (it says so)."""
+    from tracker_saver.lifecycle.keep import alias_note
+    from tracker_saver.models import set_alias
+    from tracker_saver.registry.history import better
+
+    registry = open_cli_registry(args)
+    source = resolve(args, registry)
+    gate = better(args.if_better, lower=args.lower_wins) if args.if_better else None
+    record = set_alias(source.id, args.alias_name, registry=registry, require=gate)
+    return print_record(args, record, alias_note(source, record, args.alias_name))
+
+
 def _cmd_models_unalias(args: argparse.Namespace) -> int:
+    """``models unalias PROJECT NAME``: says whether a copy that the alias made stays pinned."""
+    from tracker_saver.lifecycle.keep import unalias_note
     from tracker_saver.models import remove_alias
 
-    remove_alias(args.project_name, args.alias_name, registry=open_cli_registry(args))
+    named = remove_alias(args.project_name, args.alias_name, registry=open_cli_registry(args))
     if wants_json(args):
-        dump({"project": args.project_name, "alias": args.alias_name, "removed": True})
+        record = named.to_dict() if named is not None else None
+        dump({"project": args.project_name, "alias": args.alias_name, "removed": True, "record": record})
     else:
-        print(escape(f"alias {args.project_name}@{args.alias_name} removed"))
+        print(escape(unalias_note(args.project_name, args.alias_name, named)))
     return 0
 
 
@@ -147,6 +158,8 @@ def _cmd_models_pin(args: argparse.Namespace) -> int:
     registry = open_cli_registry(args)
     source = resolve(args, registry)
     pinned = pin_model(source.id, registry=registry)
+    if pinned.id == source.id:  # a pin (an alias's copy included): pinning it again returns it
+        return print_record(args, pinned, f"{label(source)} is pinned already, at {pinned.uri}")
     return print_record(args, pinned, f"{label(source)} pinned as record {pinned.id} at {pinned.uri}")
 
 
@@ -234,8 +247,9 @@ def add_models_commands(commands: Any, command: AddCommand, both: list[Any]) -> 
         sub.add_argument("tags", nargs="+", metavar="TAG", help="tags")
 
     alias = command(
-        model_cmds, "alias", "point a project's alias (e.g. production) at a record", _cmd_models_edit, both
-    )
+        model_cmds, "alias", "point a project's alias (e.g. production) at a record; a slot record is pinned first",
+        _cmd_models_alias, both,
+    )  # fmt: skip
     alias.add_argument("ref", metavar="REF", help=ref_help)
     alias.add_argument("alias_name", metavar="NAME", help="the alias: letters, digits, '_.-'; not latest or best")
     alias.add_argument(

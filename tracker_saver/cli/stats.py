@@ -13,7 +13,9 @@ from typing import Any
 
 __all__ = ["STATS_HELP", "add_stats_arguments", "cmd_stats"]
 
-STATS_HELP = "what a run's saves cost: count, p50/p95 blocked and durable seconds, MB/s, per stream"
+STATS_HELP = (
+    "what a run's saves cost (count, p50/p95 blocked and durable seconds, MB/s) and hold (slots, archive, pins)"
+)
 
 
 def add_stats_arguments(sub: argparse.ArgumentParser, project_run: Callable[[str], Any]) -> None:

@@ -118,6 +118,9 @@ class SaveStats:
         durable_p95_s: 95th percentile of the same.
         mb_s_p50: median write throughput, MB/s (10**6 bytes per second).
         bytes_total: bytes written by those saves.
+        slots: objects in the stream's slots now (its live and revived records; ``n_saved`` once full).
+        archive: archive entries (``keep_every``'s pinned copies), outside the slots.
+        pinned: other pinned copies (a person's pin, the copy an alias made).
     """
 
     project: str
@@ -131,10 +134,18 @@ class SaveStats:
     durable_p95_s: float | None
     mb_s_p50: float | None
     bytes_total: int
+    slots: int = 0
+    archive: int = 0
+    pinned: int = 0
+
+    @property
+    def objects(self) -> int:
+        """The stream's footprint at its output_uri: slots, plus archive, plus other pins."""
+        return self.slots + self.archive + self.pinned
 
     def to_dict(self) -> dict[str, Any]:
-        """A JSON-ready dict (``--json``)."""
-        return dict(self.__dict__)
+        """A JSON-ready dict (``--json``), ``objects`` included."""
+        return {**self.__dict__, "objects": self.objects}
 
 
 def _number(record: Record, key: str) -> float | None:

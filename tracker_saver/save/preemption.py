@@ -21,12 +21,13 @@ import signal
 import sys
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from ignite.engine import Engine, Events
 
 from tracker_saver.core.errors import ConfigError
+from tracker_saver.core.records import Record
 
 __all__ = ["DEFAULT_GRACE_S", "EXIT_STATUS", "save_on_sigterm"]
 
@@ -41,7 +42,7 @@ def save_on_sigterm(
     handler: Callable[[Engine], Any],
     *,
     flush: Callable[[float], None],
-    durable: Callable[[], str],
+    durable: Callable[[], Sequence[Record]],
     grace: float,
 ) -> None:
     """Give ``engine``'s runs the SIGTERM behaviour of the module docstring.
@@ -53,7 +54,7 @@ def save_on_sigterm(
         engine: the trainer.
         handler: the ``Checkpoint`` (or any ``handler(engine)``) to run once after SIGTERM.
         flush: waits, at most the given seconds, until the saves are durable (or raises).
-        durable: what is durable now, for the report.
+        durable: the live records now, whose names the report gives.
         grace: seconds from the signal to exit, for the final flush.
 
     Raises:
@@ -112,22 +113,30 @@ def save_on_sigterm(
         error = outcome[0]
         if error is not None:
             _say(f"SIGTERM: the final checkpoint is NOT durable: {_describe(error)}")
-            _say(f"SIGTERM: durable: {durable()}")
+            _say(f"SIGTERM: durable: {_names(durable)}")
             raise SystemExit(EXIT_STATUS) from error
-        _say(f"SIGTERM: saved; durable: {durable()}")
+        _say(f"SIGTERM: saved; durable: {_names(durable)}")
         raise SystemExit(EXIT_STATUS)
 
     def on_error(engine: Engine, error: BaseException) -> None:
         restore()
         if received and not isinstance(error, SystemExit):
             _say(f"SIGTERM: training stopped on an error, NOT durable: {_describe(error)}")
-            _say(f"SIGTERM: durable: {durable()}")
+            _say(f"SIGTERM: durable: {_names(durable)}")
 
     engine.add_event_handler(Events.STARTED, install)
     engine.add_event_handler(Events.ITERATION_COMPLETED, final_save)
     engine.add_event_handler(Events.TERMINATE, leave)
     engine.add_event_handler(Events.COMPLETED, leave)
     engine.add_event_handler(Events.EXCEPTION_RAISED, on_error)
+
+
+def _names(live: Callable[[], Sequence[Record]]) -> str:
+    """The live records' names, for the report: ``"a.pt, b.pt"``."""
+    try:
+        return ", ".join(r.name for r in live()) or "nothing"
+    except Exception as exc:
+        return f"unknown (the registry could not be read: {type(exc).__name__}: {exc})"
 
 
 def _describe(exc: BaseException) -> str:

@@ -12,20 +12,22 @@ from ignite.engine import Engine, Events
 from ignite.handlers.checkpoint import DiskSaver
 
 from tracker_saver.core.claims import new_holder, release_local
-from tracker_saver.core.errors import ConfigError, SerializationError
+from tracker_saver.core.errors import SerializationError
 from tracker_saver.core.outage import DEFAULT_TIMEOUT_S
 from tracker_saver.core.records import LOADABLE, MetaValue, Record, RecordState, StreamId, UploadInfo
 from tracker_saver.core.timings import SaveClock
 from tracker_saver.registry import Query, Registry, RegistrySpec, check_registry_path, open_registry
 from tracker_saver.registry.context import RunContext
 from tracker_saver.save import preemption
+from tracker_saver.save.archive import Archive
 from tracker_saver.save.background import Background
 from tracker_saver.save.callbacks import CallbackChain, PostUploadCallback, PreUploadCallback
-from tracker_saver.save.distributed import check_save_on_rank, open_for_reading, share_outcome
+from tracker_saver.save.distributed import check_save_on_rank, check_world, open_for_reading, share_outcome
 from tracker_saver.save.lineage import lineage as compute_lineage
 from tracker_saver.save.local_view import LocalView, default_dirname
 from tracker_saver.save.pipeline import Pipeline, check_save_kwargs, is_writing
 from tracker_saver.save.preemption import DEFAULT_GRACE_S
+from tracker_saver.save.schedule import KeepEvery
 from tracker_saver.save.setup import check_options, check_registry_outside, open_targets, upload_info
 from tracker_saver.save.snapshot import BufferPool, take_snapshot
 from tracker_saver.save.upkeep import Retention, Upkeep, Webhook
@@ -89,6 +91,10 @@ class TrackerSaver(DiskSaver):
             ``~/.cache/tracker_saver/checkpoints/<hash of output_uri>/<project>/<run>``.
         save_kwargs: keywords passed on to ``torch.save`` (``pickle_protocol``,
             ``_use_new_zipfile_serialization``…), as ``DiskSaver(**kwargs)`` does; checked here.
+        keep_every: also keep a save outside the slots every N epochs or iterations of the trainer
+            (:meth:`attach` it) or minutes of wall time (``"10 epochs"``, ``"30 min"``, a ``KeepEvery``):
+            a stream then holds ``n_saved`` slots plus its archive (docs/lifecycle.md).
+        keep_every_max: the most archive entries a stream keeps (oldest go first); ``None``: all.
         history: a ``Retention``: :meth:`close` prunes this run's old records by it. SQLite only (docs/lifecycle.md).
         webhook: a ``Webhook(url, secret)``: POST every event, signed, from a thread a save only wakes. SQLite only.
 
@@ -129,11 +135,13 @@ class TrackerSaver(DiskSaver):
         lineage: bool = True,
         dirname: str | os.PathLike[str] | None = None,
         save_kwargs: Mapping[str, Any] | None = None,
+        keep_every: KeepEvery | str | None = None,
+        keep_every_max: int | None = None,
         history: Retention | None = None,
         webhook: Webhook | None = None,
     ) -> None:
         self.kwargs = check_save_kwargs(save_kwargs)
-        self._upkeep = Upkeep(history=history, webhook=webhook)
+        self._upkeep = Upkeep(history=history, webhook=webhook, archive=Archive.of(keep_every, keep_every_max))
         self.callbacks = CallbackChain(pre_upload, post_upload)
         timeout = check_options(max_pending=max_pending, timeout=timeout, lineage=lineage)
         self.save_on_rank = check_save_on_rank(save_on_rank)
@@ -188,8 +196,11 @@ class TrackerSaver(DiskSaver):
 
     @property
     def registry(self) -> Registry:
-        """Where this saver's records live; on a rank that does not save, opened on first use
-        (by :func:`tracker_saver.resume`, :meth:`records`), never created, and only read."""
+        """Where this saver's records live.
+
+        On a rank that does not save, it is opened on first use (by :func:`tracker_saver.resume`,
+        :meth:`records`), never created, and only read.
+        """
         if self._registry is None:
             self._registry = open_for_reading(self._registry_spec, timeout=self._timeout)
         return self._registry
@@ -197,14 +208,6 @@ class TrackerSaver(DiskSaver):
     def _pipeline_of_saving_rank(self) -> Pipeline:
         assert self._pipeline is not None, "only the saving rank has a pipeline"
         return self._pipeline
-
-    def _check_world(self) -> None:
-        if idist.get_world_size() != self._world_size:
-            raise ConfigError(
-                f"TrackerSaver was created in a world of {self._world_size} processes and now runs in one of "
-                f"{idist.get_world_size()}: create it after the process group is set up, inside the function "
-                "that idist.Parallel runs"
-            )
 
     def __call__(self, checkpoint: Mapping[str, Any], filename: str, metadata: Mapping[str, Any] | None = None) -> None:
         """Save one checkpoint (Ignite calls this after ``remove`` of the one it replaces).
@@ -214,15 +217,12 @@ class TrackerSaver(DiskSaver):
         What the save cost goes on its record (:mod:`tracker_saver.core.timings`), timed from here.
         """
         clock = SaveClock.start(background=self._background is not None)
-        self._check_world()
+        check_world(self._world_size)
         if self._world_size <= 1:
             self._call(checkpoint, filename, metadata, clock)
             return
-        share_outcome(
-            lambda: self._call(checkpoint, filename, metadata, clock),
-            src=self.save_on_rank,
-            what=f"the checkpoint save of {filename!r}",
-        )
+        share_outcome(lambda: self._call(checkpoint, filename, metadata, clock), src=self.save_on_rank,
+                      what=f"the checkpoint save of {filename!r}")  # fmt: skip
 
     def _call(
         self, checkpoint: Mapping[str, Any], filename: str, metadata: Mapping[str, Any] | None, clock: SaveClock
@@ -230,30 +230,29 @@ class TrackerSaver(DiskSaver):
         if self._removed is not None:  # the remove Ignite made just before this save failed
             error, self._removed = self._removed, None
             raise error
+        at = self._upkeep.now()  # where training is, for keep_every
         info = upload_info(
             filename, metadata, project=self.project, run=self.run, lineage=self._lineage, output_uri=self.storage.uri
         )
         if self._background is None:
-            self._save(checkpoint, info, clock)
+            self._save(checkpoint, info, clock, at)
             return
         with self._background.reserve() as enqueue:  # waits while max_pending snapshots are pending
             try:
                 snapshot = take_snapshot(checkpoint, self._buffers)
             except Exception as exc:
-                raise SerializationError(
-                    f"could not copy {filename!r} for a background save: {exc!r}; "
-                    "put only state_dict()-able objects in Checkpoint's to_save"
-                ) from exc
+                raise SerializationError(f"could not copy {filename!r} for a background save: {exc!r}; put only "
+                                         "state_dict()-able objects in Checkpoint's to_save") from exc  # fmt: skip
             clock.handed_over()  # before the queue takes it: the worker reads it after (a queue put is µs)
-            enqueue(lambda: self._save(snapshot.checkpoint, info, clock), what=filename, done=snapshot.release)
+            enqueue(lambda: self._save(snapshot.checkpoint, info, clock, at), what=filename, done=snapshot.release)
 
-    def _save(self, checkpoint: Mapping[str, Any], info: UploadInfo, clock: SaveClock) -> None:
+    def _save(self, checkpoint: Mapping[str, Any], info: UploadInfo, clock: SaveClock, at: float | None) -> None:
         try:
-            self._pipeline_of_saving_rank().save(checkpoint, info, clock)
-            self._upkeep.saved()
+            live = self._pipeline_of_saving_rank().save(checkpoint, info, clock)
         except TypeError as exc:
             # Ignite retries save_handler(checkpoint, filename) on TypeError: never let one out.
             raise SerializationError(f"saving {info.filename!r} failed: {exc!r}") from exc
+        self._upkeep.saved(self.storage, self.registry, live, at)
 
     def remove(self, filename: str) -> None:
         """Ignite dropped ``filename``: the next save of its stream replaces its slot.
@@ -328,8 +327,11 @@ class TrackerSaver(DiskSaver):
         return str(self._view.local_copy(found[-1])) if found else None
 
     def check(self) -> None:
-        """Check again that output_uri can be written (the constructor did once): on S3 wrong credentials,
-        a missing bucket or a wrong endpoint raise ``ConfigError`` here, before training spends time."""
+        """Check again that output_uri can be written (the constructor already did once).
+
+        For S3 this reaches the endpoint: wrong credentials, a missing bucket or a wrong
+        endpoint raise ``ConfigError`` here, before training spends time.
+        """
         self.storage.check()
 
     def add_pre_upload(self, callback: PreUploadCallback) -> None:
@@ -403,8 +405,9 @@ class TrackerSaver(DiskSaver):
         """
         if save_on_sigterm is not None:
             preemption.save_on_sigterm(
-                engine, save_on_sigterm, flush=self.flush, durable=self._durable, grace=sigterm_grace
+                engine, save_on_sigterm, flush=self.flush, durable=lambda: self.records(live=True), grace=sigterm_grace
             )
+        self._upkeep.attach(engine)  # keep_every's epochs and iterations are this engine's
         engine.add_event_handler(Events.COMPLETED, lambda _: self.flush())
         engine.add_event_handler(Events.EXCEPTION_RAISED, self._flush_then_reraise)
 
@@ -416,13 +419,6 @@ class TrackerSaver(DiskSaver):
         except Exception:
             raise error  # noqa: B904 (the training error comes first; the flush error is its __context__)
         raise error
-
-    def _durable(self) -> str:
-        """The live records of this run, for a report: ``"a.pt, b.pt"``."""
-        try:
-            return ", ".join(r.name for r in self.records(live=True)) or "nothing"
-        except Exception as exc:
-            return f"unknown (the registry could not be read: {type(exc).__name__}: {exc})"
 
     def close(self, timeout: float | None = None) -> None:
         """Flush, stop the background worker, give up this saver's stream claims and the registry.

@@ -256,7 +256,11 @@ def create_app(
     ) -> RecordOut:
         return record_out(models.remove_tags(record_id, tag, registry=registry))
 
-    @api.post("/models/{record_id}/aliases", response_model=RecordOut, summary="Point a user alias at the record")
+    @api.post(
+        "/models/{record_id}/aliases",
+        response_model=RecordOut,
+        summary="Point a user alias at the record (a slot record is pinned first; the record named is returned)",
+    )
     def set_alias(record_id: RecordId, body: AliasIn) -> RecordOut:
         return record_out(models.set_alias(record_id, body.alias, registry=registry))
 

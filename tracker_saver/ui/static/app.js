@@ -388,9 +388,11 @@ async function setAlias(event) {
   event.preventDefault();
   const alias = $("d-alias").value.trim();
   if (!current || !alias) return;
-  if (await act(api(recordPath("/aliases"), { method: "POST", body: JSON.stringify({ alias }) }))) {
+  // On a slot record the alias goes on a pinned copy (it never dangles): show the record it names.
+  const named = await act(api(recordPath("/aliases"), { method: "POST", body: JSON.stringify({ alias }) }));
+  if (named) {
     $("d-alias").value = "";
-    await openRecord(current.id, false);
+    await openRecord(named.id, named.id !== current.id);
   }
 }
 

@@ -1,0 +1,132 @@
+"""Keep a checkpoint outside its stream's slots: a copy at a stable pin key, recorded as a pinned record.
+
+A person's pin (:func:`tracker_saver.models.pin_model`), an alias set on a slot record
+(:func:`tracker_saver.models.set_alias`) and an archival keep (``TrackerSaver(keep_every=...)``)
+all end here. Each pinned record says why it exists in its ``kept_by`` metadata: absent for a
+person's pin, ``"alias production"`` for the copy an alias made, ``"every 10 epochs"`` for an
+archive entry. Only archive entries are ever deleted by the saver (``keep_every_max``).
+
+Examples:
+    >>> from tracker_saver.core.records import Record, RecordState
+    >>> entry = Record("9", "p", "r", "s", "s_10.pt", "s_10.pt", RecordState.PINNED, None, "p/r/pinned/s_10.pt",
+    ...                "file:///o/p/r/pinned/s_10.pt", metadata={"kept_by": "every 10 epochs"})
+    >>> is_archived(entry), kept_for_alias(entry)
+    (True, False)
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+
+from tracker_saver.core.errors import IntegrityError
+from tracker_saver.core.naming import pinned_key
+from tracker_saver.core.records import TIMING_KEYS, MetaValue, Record, RecordState, UploadInfo
+from tracker_saver.registry.base import Query, Registry
+from tracker_saver.storage import Storage
+from tracker_saver.storage.verify import Digest, check
+
+__all__ = ["KEPT_BY", "alias_reason", "is_archived", "keep_copy", "kept_for_alias"]
+
+#: The metadata key that says why a pinned record exists (absent: a person pinned it).
+KEPT_BY = "kept_by"
+#: Metadata a record shows that are columns of its own: a copy gets its own values.
+_OWN_METADATA = ("slot", "created_at", "sha256", "size", "uri")
+#: ``kept_by`` of an archive entry starts with this (``"every 10 epochs"``); of an alias's copy, the other.
+_ARCHIVE, _ALIAS = "every ", "alias "
+
+
+def is_archived(record: Record) -> bool:
+    """Whether ``record`` is an archive entry that ``keep_every`` made (and ``keep_every_max`` may delete)."""
+    kept_by = record.metadata.get(KEPT_BY)
+    return record.state is RecordState.PINNED and isinstance(kept_by, str) and kept_by.startswith(_ARCHIVE)
+
+
+def kept_for_alias(record: Record) -> bool:
+    """Whether ``record`` is the pinned copy that setting an alias on a slot record made."""
+    kept_by = record.metadata.get(KEPT_BY)
+    return record.state is RecordState.PINNED and isinstance(kept_by, str) and kept_by.startswith(_ALIAS)
+
+
+def alias_reason(alias: str) -> str:
+    """The ``kept_by`` of the copy that setting ``alias`` made: ``"alias production"``."""
+    return _ALIAS + alias
+
+
+def _candidates(source: Record) -> Iterator[str]:
+    """Pin keys for ``source``, the plain one first: ``<project>/<run>/pinned/<filename>``, then with its id."""
+    yield pinned_key(source.project, source.run, source.filename)
+    yield pinned_key(source.project, source.run, f"{source.id}-{source.filename}")
+    for n in range(2, 1000):
+        yield pinned_key(source.project, source.run, f"{source.id}-{n}-{source.filename}")
+
+
+def _choose(registry: Registry, source: Record, *, reuse: bool) -> tuple[str, Record | None]:
+    """The key of the new copy, or (with ``reuse``) a pin of the same bytes made before, which is not an archive entry."""
+    query = Query(output_uri=source.output_uri, project=source.project, run=source.run, states=(RecordState.PINNED,))
+    taken = {r.key: r for r in registry.query(query)}
+    for key in _candidates(source):
+        other = taken.get(key)
+        if other is None:
+            return key, None
+        if reuse and other.sha256 == source.sha256 and not is_archived(other):
+            return key, other
+    raise IntegrityError(f"record {source.id} ({source.name!r}) has 1000 pins: unpin some", record_id=source.id)
+
+
+def keep_copy(
+    storage: Storage,
+    registry: Registry,
+    source: Record,
+    *,
+    extra: Mapping[str, MetaValue] | None = None,
+    reuse: bool = True,
+    verify: bool = True,
+) -> Record:
+    """Copy a loadable record's object to a free pin key (server-side on S3) and record it as ``pinned``.
+
+    The pinned record keeps the source's name, tags and metadata, plus ``pinned_from`` (the
+    source id) and ``extra`` (``kept_by``, ``kept_at``). ``storage`` is the source's
+    (:func:`~tracker_saver.save.locate.locate` found it); the caller checked the source is loadable.
+
+    Args:
+        storage: the source's storage.
+        registry: where the pinned record goes.
+        source: a live, revived or pinned record.
+        extra: metadata the copy adds (why it was kept).
+        reuse: return a pin of the same bytes made before (not an archive entry) instead of copying again.
+        verify: read the copy back and check its sha256 (a person's pin: the slot may be overwritten
+            meanwhile by a training that runs). Without it, the copy's size is checked: for the
+            saver's own keep, which holds the stream's claim, so no one else writes the slot.
+
+    Raises:
+        IntegrityError: the copy differs from the record; it is deleted and nothing is recorded.
+        StorageError: the copy could not be made.
+    """
+    assert source.key is not None
+    key, before = _choose(registry, source, reuse=reuse)
+    if before is not None:
+        return before
+    storage.copy(source.key, key)
+    expected = Digest(source.size or 0, source.sha256 or "")
+    stat = storage.stat(key)
+    if verify:
+        found = storage.digest(key)
+    else:
+        found = Digest(stat.size, expected.sha256) if stat is not None else Digest(0, "")
+    if found != expected:
+        storage.delete(key)
+        check(found, expected, what=f"record {source.id} ({source.name!r}): the copy at {storage.url(key)}", key=key,
+              record_id=source.id, fix="its slot was overwritten while pinning (or is corrupted); the copy was "
+              "deleted; pin another record")  # fmt: skip
+    # A pin is no save: what the source's save cost (TIMING_KEYS) stays the source's.
+    own = (*_OWN_METADATA, *TIMING_KEYS, KEPT_BY, "kept_at")
+    metadata: dict[str, MetaValue] = {k: v for k, v in source.metadata.items() if k not in own}
+    metadata["pinned_from"] = int(source.id) if source.id.isdigit() else source.id
+    metadata.update(extra or {})
+    info = UploadInfo(
+        source.project, source.run, source.stream, source.filename, name=source.name, metadata=metadata,
+        tags=list(source.tags), slot=None, key=key, output_uri=source.output_uri or storage.uri,
+    )  # fmt: skip
+    fingerprint = stat.fingerprint if stat is not None else None
+    return registry.create_pinned(info, uri=storage.url(key), sha256=expected.sha256, size=found.size,
+                                  fingerprint=fingerprint)  # fmt: skip
