@@ -11,8 +11,9 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import SCORES, Target, attach, model, trainer_engine
-from tracker_saver import RecordState, find_models, get_model, resolve_model, set_alias
+from tracker_saver import PromotionRefusedError, RecordState, find_models, get_model, resolve_model, set_alias
 from tracker_saver.cli.main import main
+from tracker_saver.registry.history import better
 
 
 def _cli(*argv: str) -> str:
@@ -102,6 +103,21 @@ def _alias_on_a_slot_survives_eviction(target: Target) -> None:
     production = resolve_model("p@production", registry=target.registry)
     assert production.id == named.id and production.sha256 == live.sha256
     assert target.storage().digest(production.key) == (live.size, live.sha256)
+    _gated_alias_on_a_slot(target, production.id)
+
+
+def _gated_alias_on_a_slot(target: Target, held: str) -> None:
+    """A gate that refuses the live record (its global_step 4 against the holder's 2, lower winning) pins
+    nothing; one that lets it pass moves the alias to a pin of it (here the holder: the same bytes)."""
+    latest = find_models(project="p", states=["live"], registry=target.registry)[0]
+    gate = better("global_step", lower=True)
+    with pytest.raises(PromotionRefusedError, match=f"record {latest.id} .* has global_step 4, which does not beat"):
+        set_alias(latest.id, "production", registry=target.registry, require=gate)
+    assert [r.id for r in find_models(project="p", states=["pinned"], registry=target.registry)] == [held]
+    moved = set_alias(latest.id, "production", registry=target.registry, require=lambda record, holder: None,
+                      storage_options=target.storage_options)  # fmt: skip
+    assert moved.state is RecordState.PINNED and moved.sha256 == latest.sha256  # a pin of the same bytes is reused
+    assert resolve_model("p@production", registry=target.registry).id == moved.id
 
 
 @pytest.mark.mlflow

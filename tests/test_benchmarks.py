@@ -189,6 +189,17 @@ def test_bench_drag_goals_compare_ours_with_its_own_plain_thread_and_the_load() 
     assert misses("ours-s3", rows, busy=True) == ["lost>thread", "blocked>0.05x", "drag>thread"]
 
 
+def test_bench_prune_deletes_what_the_rule_names_and_reports_the_file_sizes(tmp_path: Path) -> None:
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "bench_prune.py"), "--records", "200", "--keep-last", "10"]
+    cmd += ["--older-than-days", "0.01", "--tmpdir", str(tmp_path)]
+    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    report = json.loads(proc.stdout.strip().splitlines()[-1])
+    # 4 streams of 50 saves: 2 live and 48 evicted each; the newest 10 evicted of each stay
+    assert (report["deleted"], report["records_left"], report["events_left"]) == (152, 48, 48)
+    assert report["bytes_after_vacuumed"] < report["bytes_before_vacuumed"]
+
+
 def test_bench_archive_times_each_mode_with_and_without_the_archive(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "AWS_ENDPOINT_URL"}  # local only: no bucket made
     cmd = [sys.executable, str(ROOT / "benchmarks" / "bench_archive.py"), "--size-mib", "1", "--saves", "2"]

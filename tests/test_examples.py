@@ -59,6 +59,13 @@ EXAMPLES: dict[str, Example] = {
         key_lines=("holds 2 object(s)", "5 models created; again: 0 created, 5 there", "model model_10.pt: live"),
         needs="clearml",
     ),
+    "webhook_receiver.py": Example(
+        key_lines=(
+            "verified and took event evt_example",
+            "duplicate ignored: HTTP 200",
+            "forged signature refused: HTTP 401",
+        )
+    ),
     "mlflow_run.py": Example(
         key_lines=("./mlflow-example/checkpoints holds 3 objects", "run 'small-cnn': 3 live logged models"),
         needs="mlflow",

@@ -17,6 +17,7 @@ from tracker_saver.core.errors import (
     ConfigTypeError,
     FlushTimeoutError,
     IntegrityError,
+    PromotionRefusedError,
     RecordNotFoundError,
     RegistryError,
     SerializationError,
@@ -47,6 +48,8 @@ from tracker_saver.models import (
     unpin_model,
 )
 from tracker_saver.registry import Query, Registry, open_registry
+from tracker_saver.registry.history import Retention
+from tracker_saver.registry.webhooks import Webhook
 from tracker_saver.save.callbacks import CallbackChain, PostUploadCallback, PreUploadCallback
 from tracker_saver.storage import Storage, open_storage
 
@@ -70,12 +73,14 @@ __all__ = [
     "LogUploader",
     "PostUploadCallback",
     "PreUploadCallback",
+    "PromotionRefusedError",
     "Query",
     "Record",
     "RecordNotFoundError",
     "RecordState",
     "Registry",
     "RegistryError",
+    "Retention",
     "SaveStats",
     "SerializationError",
     "Storage",
@@ -86,6 +91,7 @@ __all__ = [
     "TrackerSaverError",
     "UnreadableRecordError",
     "UploadInfo",
+    "Webhook",
     "add_tags",
     "count_models",
     "download_logs",

@@ -29,6 +29,7 @@ from tracker_saver.core.text import check_text
 from tracker_saver.find import RegistryArg, count_models, find_models, get_model, resolve_model, run_stats
 from tracker_saver.lifecycle.keep import drop_alias, keep_alias
 from tracker_saver.registry import Query
+from tracker_saver.registry.history import Check, better
 from tracker_saver.registry.shared import shared_registry
 from tracker_saver.save.keep import is_archived, keep_copy
 from tracker_saver.save.locate import locate
@@ -97,7 +98,12 @@ def remove_tags(record_id: str | int, tags: Sequence[str], *, registry: Registry
 
 
 def set_alias(
-    record_id: str | int, alias: str, *, registry: RegistryArg = None, storage_options: Mapping[str, Any] | None = None
+    record_id: str | int,
+    alias: str,
+    *,
+    registry: RegistryArg = None,
+    storage_options: Mapping[str, Any] | None = None,
+    require: str | Check | None = None,
 ) -> Record:
     """Point the user alias ``alias`` of the record's project at a loadable record; returns the record it names.
 
@@ -107,17 +113,24 @@ def set_alias(
     with ``kept_by="alias <name>"``) and goes on the pinned record, which is returned. Set on a
     pinned record, it is just set. See :mod:`tracker_saver.lifecycle.keep`.
 
+    ``require``, a promotion gate: a metadata key (``"score"``: higher than the holder's wins) or a
+    ``registry.history.Check`` (``better("loss", lower=True)``). The record named is checked before
+    a slot record is pinned (a refused gate copies nothing); the move itself is a compare-and-set
+    (on SQLite, checked again and moved in one transaction).
+
     Raises:
         ConfigError: a derived or malformed alias (``[A-Za-z0-9][A-Za-z0-9_.-]{0,63}``); nothing is copied.
         RegistryError: the record is not loadable.
         IntegrityError: the slot was overwritten while it was copied; the copy is deleted, nothing is aliased.
+        PromotionRefusedError: ``require`` refused; the message names both records and their values.
 
     Examples:
         >>> set_alias(1, "production", registry=":memory:")  # doctest: +IGNORE_EXCEPTION_DETAIL
         Traceback (most recent call last):
         tracker_saver.core.errors.RecordNotFoundError: record 1 does not exist
     """
-    return keep_alias(record_id, alias, registry=registry, storage_options=storage_options)
+    check = better(require) if isinstance(require, str) else require
+    return keep_alias(record_id, alias, registry=registry, storage_options=storage_options, check=check)
 
 
 def remove_alias(project: str, alias: str, *, registry: RegistryArg = None) -> Record | None:

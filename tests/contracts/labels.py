@@ -11,11 +11,12 @@ from dataclasses import replace
 import pytest
 
 from tests.contracts.records import SHA, live
-from tracker_saver.core.errors import ConfigError, RecordNotFoundError, RegistryError
+from tracker_saver.core.errors import ConfigError, PromotionRefusedError, RecordNotFoundError, RegistryError
 from tracker_saver.core.query import parse_order, parse_where
 from tracker_saver.core.records import RecordState, UploadInfo
 from tracker_saver.registry import Query, Registry
 from tracker_saver.registry.base import select
+from tracker_saver.registry.history import better, move_alias
 
 
 class LabelsContract:
@@ -71,6 +72,17 @@ class LabelsContract:
         assert registry.query(Query(project="p", alias="production")) == []
         with pytest.raises(RecordNotFoundError, match="no alias 'production'"):
             registry.remove_alias("p", "production")
+
+    def test_a_gated_alias_moves_only_to_a_better_record_and_says_why_not(self, registry: Registry) -> None:
+        low = live(registry, "best_model_1_val_acc=0.5000.pt", slot=0, score=0.5)
+        high = live(registry, "best_model_2_val_acc=0.9000.pt", slot=1, score=0.9)
+        assert move_alias(registry, low.id, "production", check=better("score")).id == low.id  # nothing to beat
+        assert move_alias(registry, high.id, "production", check=better("score")).id == high.id
+        with pytest.raises(
+            PromotionRefusedError, match=f"record {low.id} .* 0.5, which does not beat score 0.9 of record {high.id}"
+        ):
+            move_alias(registry, low.id, "production", check=better("score"))
+        assert [r.id for r in registry.query(Query(project="p", alias="production"))] == [high.id]
 
     def test_derived_or_malformed_aliases_and_unloadable_records_are_refused(self, registry: Registry) -> None:
         a = live(registry, "best_model_1_val_acc=0.9000.pt", slot=0, score=0.9)

@@ -17,6 +17,7 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import Any, NoReturn
 
+from tracker_saver.cli.history import add_history_commands
 from tracker_saver.cli.models import add_models_commands
 from tracker_saver.cli.shared import URI_HELP, add_filters, dump, open_cli_registry, wants_json
 from tracker_saver.cli.streams import add_streams_commands
@@ -325,6 +326,7 @@ def build_parser() -> argparse.ArgumentParser:
     demo.add_argument("--epochs", type=int, default=6, help="epochs to train (default: 6)")
 
     add_streams_commands(commands, command, both)
+    add_history_commands(commands, command, both)
     from tracker_saver.cli.sync import SYNC_HELP, add_sync_arguments, cmd_sync  # light: clearml loads when it runs
 
     add_sync_arguments(command(commands, "sync", SYNC_HELP, cmd_sync, [as_json]))

@@ -125,13 +125,16 @@ def _cmd_models_edit(args: argparse.Namespace) -> int:
 
 
 def _cmd_models_alias(args: argparse.Namespace) -> int:
-    """``models alias REF NAME``: a slot record is pinned first, and the alias goes on the pin (it says so)."""
+    """``models alias REF NAME [--if-better KEY]``: a slot record is pinned first (once the gate let the
+    record named pass), and the alias goes on the pin (it says so)."""
     from tracker_saver.lifecycle.keep import alias_note
     from tracker_saver.models import set_alias
+    from tracker_saver.registry.history import better
 
     registry = open_cli_registry(args)
     source = resolve(args, registry)
-    record = set_alias(source.id, args.alias_name, registry=registry)
+    gate = better(args.if_better, lower=args.lower_wins) if args.if_better else None
+    record = set_alias(source.id, args.alias_name, registry=registry, require=gate)
     return print_record(args, record, alias_note(source, record, args.alias_name))
 
 
@@ -249,6 +252,13 @@ def add_models_commands(commands: Any, command: AddCommand, both: list[Any]) -> 
     )  # fmt: skip
     alias.add_argument("ref", metavar="REF", help=ref_help)
     alias.add_argument("alias_name", metavar="NAME", help="the alias: letters, digits, '_.-'; not latest or best")
+    alias.add_argument(
+        "--if-better",
+        metavar="KEY",
+        help="move the alias only if the record's metadata KEY (e.g. score) beats the current holder's; "
+        "checked and moved in one transaction on SQLite",
+    )
+    alias.add_argument("--lower-wins", action="store_true", help="with --if-better: the lower value wins (a loss)")
     unalias = command(model_cmds, "unalias", "remove a project's alias", _cmd_models_unalias, both)
     unalias.add_argument("project_name", metavar="PROJECT", help="the project")
     unalias.add_argument("alias_name", metavar="NAME", help="the alias")

@@ -12,7 +12,8 @@
      ├── RegistryError                a record could not be created, changed or found
      │    ├── RecordNotFoundError (KeyError)
      │    ├── UnreadableRecordError   a record someone else edited cannot be read back (queries skip it)
-     │    └── StreamBusyError         another live saver writes this stream
+     │    ├── StreamBusyError         another live saver writes this stream
+     │    └── PromotionRefusedError   a gated alias move refused: the record does not beat the holder
      ├── SerializationError           torch could not serialize or deserialize a checkpoint
      ├── CallbackError                a pre- or post-upload callback raised
      └── FlushTimeoutError            background saves were not done in time (async saving)
@@ -32,6 +33,7 @@ __all__ = [
     "ConfigTypeError",
     "FlushTimeoutError",
     "IntegrityError",
+    "PromotionRefusedError",
     "RecordNotFoundError",
     "RegistryError",
     "SerializationError",
@@ -141,6 +143,18 @@ class StreamBusyError(RegistryError):
     def __init__(self, message: str, *, holder: str) -> None:
         super().__init__(message)
         self.holder = holder
+
+
+class PromotionRefusedError(RegistryError):
+    """A gated alias move (``set_alias(..., require=...)``) was refused; the alias did not move.
+
+    Attributes:
+        reason: why, in a few words (``0.91 does not beat 0.93``).
+    """
+
+    def __init__(self, message: str, *, record_id: str, reason: str) -> None:
+        super().__init__(message, record_id=record_id)
+        self.reason = reason
 
 
 class SerializationError(TrackerSaverError):

@@ -4,7 +4,10 @@ A slot record is evicted when its slot is reused, so an alias left on it would s
 nothing loadable. Setting an alias on a live (or revived) slot record therefore pins the
 checkpoint first (:func:`~tracker_saver.save.keep.keep_copy`, ``kept_by="alias <name>"``) and
 sets the alias on the pinned record; an alias on a pinned record is just set. Removing the last
-alias of such a copy keeps the copy: deleting bytes is a separate, explicit ``unpin``.
+alias of such a copy keeps the copy: deleting bytes is a separate, explicit ``unpin``. A gated
+move (``check``, a promotion gate) checks the record named before anything is copied, so a
+refused gate pins nothing; the move itself is :func:`~tracker_saver.registry.history.move_alias`'s
+compare-and-set.
 
 Examples:
     >>> from tracker_saver.core.records import Record, RecordState
@@ -20,10 +23,11 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
-from tracker_saver.core.errors import RecordNotFoundError
-from tracker_saver.core.records import ALIAS_PATTERN, LOADABLE, Record, check_alias
+from tracker_saver.core.errors import PromotionRefusedError, RecordNotFoundError
+from tracker_saver.core.records import ALIAS_PATTERN, LOADABLE, Record, RecordState, check_alias
 from tracker_saver.find import RegistryArg
-from tracker_saver.registry import Query
+from tracker_saver.registry import Query, Registry
+from tracker_saver.registry.history import Check, move_alias, refused
 from tracker_saver.registry.shared import shared_registry
 from tracker_saver.save.keep import KEPT_BY, alias_reason, is_archived, keep_copy, kept_for_alias
 from tracker_saver.save.locate import locate
@@ -32,27 +36,58 @@ __all__ = ["alias_note", "drop_alias", "keep_alias", "unalias_note"]
 
 
 def keep_alias(
-    record_id: str | int, alias: str, *, registry: RegistryArg = None, storage_options: Mapping[str, Any] | None = None
+    record_id: str | int,
+    alias: str,
+    *,
+    registry: RegistryArg = None,
+    storage_options: Mapping[str, Any] | None = None,
+    check: Check | None = None,
 ) -> Record:
     """Point ``alias`` at the record, pinning it first when it is a slot record; returns the record it now names.
 
     A live or revived slot record is copied to a pin key (server-side on S3, verified) unless a
     pin of the same bytes exists; the alias goes on that pinned record, whose ``pinned_from`` is
-    the slot record. A pinned record gets the alias as it is.
+    the slot record. A pinned record gets the alias as it is. With ``check``, the record named is
+    checked against the alias's holder first, and the move is a compare-and-set; a copy made for a
+    move that someone else's move then beat is deleted again.
 
     Raises:
         ConfigError: a derived or malformed alias; nothing is copied.
         RegistryError: the record is not loadable (evicted, failed, pending).
         IntegrityError: the slot was overwritten while it was copied; nothing is aliased.
+        PromotionRefusedError: ``check`` refused; nothing is copied, the alias stays where it is.
     """
     check_alias(alias)
     reg = shared_registry(registry, create=False)
     source = reg.get(str(record_id))
-    target = source
-    if source.state in LOADABLE and source.slot is not None:
-        storage, _ = locate(source, storage_options=storage_options)
-        target = keep_copy(storage, reg, source, extra={KEPT_BY: alias_reason(alias)})
-    return reg.set_alias(target.id, alias)
+    if check is not None:
+        _gate(reg, source, alias, check)
+    if source.state not in LOADABLE or source.slot is None:
+        return reg.set_alias(source.id, alias) if check is None else move_alias(reg, source.id, alias, check=check)
+    storage, _ = locate(source, storage_options=storage_options)
+    before = {r.id for r in reg.query(Query(project=source.project, run=source.run, states=(RecordState.PINNED,)))}
+    target = keep_copy(storage, reg, source, extra={KEPT_BY: alias_reason(alias)})
+    if check is None:
+        return reg.set_alias(target.id, alias)
+    try:
+        return move_alias(reg, target.id, alias, check=check)
+    except PromotionRefusedError:
+        if target.id not in before and target.key is not None:  # the copy this move made: nothing else uses it
+            reg.delete_pinned(target.id)
+            storage.delete(target.key)
+        raise
+
+
+def _gate(registry: Registry, source: Record, alias: str, check: Check) -> None:
+    """Refuse before any copy when ``check`` refuses ``source`` against the alias's holder (unless the
+    holder is ``source`` or a pin of it: setting the alias again is no move)."""
+    found = registry.query(Query(project=source.project, alias=alias, limit=1))
+    holder = found[0] if found else None
+    if holder is not None and source.id in (holder.id, str(holder.metadata.get("pinned_from"))):
+        return
+    reason = check(source, holder)
+    if reason is not None:
+        raise refused(source, alias, reason)
 
 
 def drop_alias(project: str, alias: str, *, registry: RegistryArg = None) -> Record | None:

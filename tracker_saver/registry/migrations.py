@@ -146,6 +146,42 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         ALTER TABLE records ADD COLUMN fingerprint TEXT;
         """,
     ),
+    (
+        8,
+        # Events (issue 46): every alias move, pin, unpin, rename and record becoming live, written in
+        # the transaction of the change; each webhook's outbox, as a cursor (the events after the last
+        # one it took, in order; known by a hash of its URL: the file holds no URL, which may carry a
+        # token, and no secret); and when a record was renamed, so a prune keeps renames and
+        # not names a pre-upload callback gave (records renamed before this migration: their name
+        # differs from their filename, and they are kept as renamed). Only new tables and a column:
+        # it applies after any migration 7.
+        """
+        CREATE TABLE IF NOT EXISTS events (
+            seq        INTEGER PRIMARY KEY AUTOINCREMENT,
+            id         TEXT NOT NULL UNIQUE,
+            time       REAL NOT NULL,
+            type       TEXT NOT NULL,
+            project    TEXT NOT NULL,
+            record_id  INTEGER,
+            alias      TEXT,
+            before     TEXT,
+            after      TEXT
+        );
+        CREATE INDEX IF NOT EXISTS events_project ON events (project, seq);
+        CREATE INDEX IF NOT EXISTS events_record ON events (record_id);
+        CREATE TABLE IF NOT EXISTS webhooks (
+            endpoint    TEXT PRIMARY KEY,
+            shown       TEXT NOT NULL,
+            delivered   INTEGER NOT NULL,
+            attempts    INTEGER NOT NULL DEFAULT 0,
+            due         REAL NOT NULL DEFAULT 0,
+            error       TEXT,
+            created_at  REAL NOT NULL
+        );
+        ALTER TABLE records ADD COLUMN renamed_at REAL;
+        UPDATE records SET renamed_at = updated_at WHERE name != filename;
+        """,
+    ),
 )
 
 

@@ -3,7 +3,9 @@
 The file and its transactions are :mod:`tracker_saver.registry.sqlite_connection`'s (WAL, busy
 timeout, numbered migrations); a ``Query`` as SQL is :mod:`tracker_saver.registry.sqlite_query`'s;
 the checks of a registry path before anything is created are
-:mod:`tracker_saver.registry.sqlite_check`'s (re-exported here).
+:mod:`tracker_saver.registry.sqlite_check`'s (re-exported here); its events, gated alias moves and
+pruning are :mod:`tracker_saver.registry.sqlite_history`'s (``history``): each change here writes
+its event in its own transaction.
 """
 
 from __future__ import annotations
@@ -13,6 +15,7 @@ import os
 import sqlite3
 import time
 from collections.abc import Iterable, Sequence
+from typing import Any
 
 from tracker_saver.core.claims import Holder, is_alive
 from tracker_saver.core.errors import RecordNotFoundError, RegistryError
@@ -30,6 +33,7 @@ from tracker_saver.core.records import (
 from tracker_saver.registry.base import Candidate, Query, Registry, busy, derived_aliases
 from tracker_saver.registry.sqlite_check import check_registry_path
 from tracker_saver.registry.sqlite_connection import SQLiteConnection
+from tracker_saver.registry.sqlite_history import SQLiteHistory, add_event, view
 from tracker_saver.registry.sqlite_query import COLUMNS, LOADABLE_SQL, count_sql, encode_row, select_sql
 
 __all__ = ["SQLiteRegistry", "check_registry_path", "from_spec"]
@@ -52,6 +56,8 @@ class SQLiteRegistry(Registry):
         self._db = SQLiteConnection(path, timeout=timeout)
         self.path = self._db.path
         self.uri = self._db.uri
+        #: Events, gated alias moves and pruning (:class:`~tracker_saver.registry.history.HistoryLog`).
+        self.history = SQLiteHistory(self._db, self)
 
     def atomic(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:
         """One transaction around several writes (a bulk import): all of them, or none."""
@@ -200,6 +206,7 @@ class SQLiteRegistry(Registry):
                 (sha256, size, fingerprint, time.time(), rid),
             )
             self._set_metadata(conn, rid, metadata or {})
+            self._event(conn, "record.live", rid, before={"state": "pending"})
         return self.get(record_id)
 
     def supersede(self, record_id: str, *, sha256: str, size: int, replaces: str | None) -> None:
@@ -290,18 +297,22 @@ class SQLiteRegistry(Registry):
                 "UPDATE records SET state = ?, error = COALESCE(?, error), updated_at = ? WHERE id = ?",
                 (state.value, error, time.time(), rid),
             )
+            if state in (RecordState.LIVE, RecordState.REVIVED):
+                self._event(conn, "record.live", rid, before={"state": row[0]})
         return self.get(record_id)
 
     def rename(self, record_id: str, name: str) -> Record:
         check_display_name(record_id, name)
+        rid = self._id(record_id)
         with self._db.atomic() as conn:
-            if (
-                conn.execute(
-                    "UPDATE records SET name = ?, updated_at = ? WHERE id = ?", (name, time.time(), self._id(record_id))
-                ).rowcount
-                == 0
-            ):
+            before = view(conn, rid)
+            if before is None:
                 raise self._missing(record_id)
+            now = time.time()
+            conn.execute(
+                "UPDATE records SET name = ?, updated_at = ?, renamed_at = ? WHERE id = ?", (name, now, now, rid)
+            )
+            self._event(conn, "record.renamed", rid, before=before)
         return self.get(record_id)
 
     def add_tags(self, record_id: str, tags: Iterable[str]) -> Record:
@@ -331,16 +342,26 @@ class SQLiteRegistry(Registry):
                     "pick a live record (tracker-saver models list --live)",
                     record_id=str(record_id),
                 )
+            held = conn.execute("SELECT record_id FROM aliases WHERE project = ? AND alias = ?", (row[0], alias))
+            holder = (held.fetchone() or (None,))[0]
             conn.execute(
                 "INSERT OR REPLACE INTO aliases (project, alias, record_id, created_at) VALUES (?, ?, ?, ?)",
                 (row[0], alias, rid, time.time()),
             )
+            if holder != rid:
+                add_event(
+                    conn, "alias.moved", row[0], rid, alias=alias, before=view(conn, holder), after=view(conn, rid)
+                )
         return self.get(record_id)
 
     def remove_alias(self, project: str, alias: str) -> None:
         with self._db.atomic() as conn:
-            done = conn.execute("DELETE FROM aliases WHERE project = ? AND alias = ?", (project, alias))
-        if done.rowcount == 0:
+            done = conn.execute(
+                "DELETE FROM aliases WHERE project = ? AND alias = ? RETURNING record_id", (project, alias)
+            ).fetchone()
+            if done is not None:
+                add_event(conn, "alias.removed", project, done[0], alias=alias, before=view(conn, done[0]))
+        if done is None:
             raise RecordNotFoundError(
                 f"project {project!r} has no alias {alias!r} in {self.uri}: see `tracker-saver models list "
                 f"--project {project}` for its aliases"
@@ -361,6 +382,7 @@ class SQLiteRegistry(Registry):
             rid = int(cur.lastrowid or 0)
             self._set_metadata(conn, rid, info.metadata)
             conn.executemany("INSERT OR IGNORE INTO tags VALUES (?, ?)", [(rid, t) for t in info.tags])
+            self._event(conn, "record.pinned", rid)
         return self.get(str(rid))
 
     def delete_pinned(self, record_id: str) -> None:
@@ -375,7 +397,19 @@ class SQLiteRegistry(Registry):
                     "(slot records stay as history)",
                     record_id=str(record_id),
                 )
+            project, _ = self._project(conn, rid)
+            for (alias,) in conn.execute("SELECT alias FROM aliases WHERE record_id = ?", (rid,)).fetchall():
+                add_event(conn, "alias.removed", project, rid, alias=alias, before=view(conn, rid))  # with the pin
+            add_event(conn, "record.unpinned", project, rid, before=view(conn, rid))
             conn.execute("DELETE FROM records WHERE id = ? AND state = 'pinned'", (rid,))
+
+    @staticmethod
+    def _project(conn: sqlite3.Connection, rid: int) -> tuple[str, int]:
+        return str(conn.execute("SELECT project FROM records WHERE id = ?", (rid,)).fetchone()[0]), rid
+
+    def _event(self, conn: sqlite3.Connection, kind: str, rid: int, *, before: dict[str, Any] | None = None) -> None:
+        """Record that record ``rid`` changed (``kind``), showing it as it is now, in ``conn``'s transaction."""
+        add_event(conn, kind, *self._project(conn, rid), before=before, after=view(conn, rid))
 
     def get(self, record_id: str) -> Record:
         records = self._load(self._db.read("SELECT * FROM records WHERE id = ?", (self._id(record_id),)))

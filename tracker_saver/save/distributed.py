@@ -21,7 +21,7 @@ from tracker_saver.core.masking import strip_userinfo
 from tracker_saver.core.outage import DEFAULT_TIMEOUT_S
 from tracker_saver.registry import Registry, RegistrySpec, open_registry
 
-__all__ = ["check_save_on_rank", "open_for_reading", "peer_error", "share_outcome"]
+__all__ = ["check_save_on_rank", "check_world", "open_for_reading", "peer_error", "share_outcome"]
 
 #: The longest message one status carries (the cause's first lines are enough for a peer).
 MAX_MESSAGE = 2000
@@ -46,6 +46,23 @@ def check_save_on_rank(save_on_rank: object) -> int:
             f"pass an int from 0 to {max(world_size - 1, 0)}, as for Ignite's Checkpoint"
         )
     return save_on_rank
+
+
+def check_world(created_in: int) -> None:
+    """Refuse a save in a world of another size than the saver was created in (``created_in`` processes).
+
+    Raises:
+        ConfigError: the saver was made before the process group was set up.
+
+    Examples:
+        >>> check_world(1)  # one process, as when it was created
+    """
+    if idist.get_world_size() != created_in:
+        raise ConfigError(
+            f"TrackerSaver was created in a world of {created_in} processes and now runs in one of "
+            f"{idist.get_world_size()}: create it after the process group is set up, inside the function "
+            "that idist.Parallel runs"
+        )
 
 
 def share_outcome(action: Callable[[], None], *, src: int, what: str) -> None:

@@ -12,7 +12,7 @@ from ignite.engine import Engine, Events
 from ignite.handlers.checkpoint import DiskSaver
 
 from tracker_saver.core.claims import new_holder, release_local
-from tracker_saver.core.errors import ConfigError, SerializationError
+from tracker_saver.core.errors import SerializationError
 from tracker_saver.core.outage import DEFAULT_TIMEOUT_S
 from tracker_saver.core.records import LOADABLE, MetaValue, Record, RecordState, StreamId, UploadInfo
 from tracker_saver.core.timings import SaveClock
@@ -22,7 +22,7 @@ from tracker_saver.save import preemption
 from tracker_saver.save.archive import Archive
 from tracker_saver.save.background import Background
 from tracker_saver.save.callbacks import CallbackChain, PostUploadCallback, PreUploadCallback
-from tracker_saver.save.distributed import check_save_on_rank, open_for_reading, share_outcome
+from tracker_saver.save.distributed import check_save_on_rank, check_world, open_for_reading, share_outcome
 from tracker_saver.save.lineage import lineage as compute_lineage
 from tracker_saver.save.local_view import LocalView, default_dirname
 from tracker_saver.save.pipeline import Pipeline, check_save_kwargs, is_writing
@@ -30,6 +30,7 @@ from tracker_saver.save.preemption import DEFAULT_GRACE_S
 from tracker_saver.save.schedule import KeepEvery
 from tracker_saver.save.setup import check_options, check_registry_outside, open_targets, upload_info
 from tracker_saver.save.snapshot import BufferPool, take_snapshot
+from tracker_saver.save.upkeep import Retention, Upkeep, Webhook
 
 __all__ = ["RunContext", "TrackerSaver"]
 
@@ -94,6 +95,8 @@ class TrackerSaver(DiskSaver):
             (:meth:`attach` it) or minutes of wall time (``"10 epochs"``, ``"30 min"``, a ``KeepEvery``):
             a stream then holds ``n_saved`` slots plus its archive (docs/lifecycle.md).
         keep_every_max: the most archive entries a stream keeps (oldest go first); ``None``: all.
+        history: a ``Retention``: :meth:`close` prunes this run's old records by it. SQLite only (docs/lifecycle.md).
+        webhook: a ``Webhook(url, secret)``: POST every event, signed, from a thread a save only wakes. SQLite only.
 
     Raises:
         ConfigError: at construction, for an unwritable or unknown output_uri, a bad
@@ -134,9 +137,11 @@ class TrackerSaver(DiskSaver):
         save_kwargs: Mapping[str, Any] | None = None,
         keep_every: KeepEvery | str | None = None,
         keep_every_max: int | None = None,
+        history: Retention | None = None,
+        webhook: Webhook | None = None,
     ) -> None:
         self.kwargs = check_save_kwargs(save_kwargs)
-        self._archive = Archive.of(keep_every, keep_every_max)
+        self._upkeep = Upkeep(history=history, webhook=webhook, archive=Archive.of(keep_every, keep_every_max))
         self.callbacks = CallbackChain(pre_upload, post_upload)
         timeout = check_options(max_pending=max_pending, timeout=timeout, lineage=lineage)
         self.save_on_rank = check_save_on_rank(save_on_rank)
@@ -187,6 +192,7 @@ class TrackerSaver(DiskSaver):
             self.storage, registry, self.callbacks, self._holder, save_kwargs=self.kwargs, view=self._view
         )
         self._pipeline.recover(self.project, self.run)
+        self._upkeep.open(registry, Query(output_uri=self.storage.uri, project=self.project, run=self.run))
 
     @property
     def registry(self) -> Registry:
@@ -203,14 +209,6 @@ class TrackerSaver(DiskSaver):
         assert self._pipeline is not None, "only the saving rank has a pipeline"
         return self._pipeline
 
-    def _check_world(self) -> None:
-        if idist.get_world_size() != self._world_size:
-            raise ConfigError(
-                f"TrackerSaver was created in a world of {self._world_size} processes and now runs in one of "
-                f"{idist.get_world_size()}: create it after the process group is set up, inside the function "
-                "that idist.Parallel runs"
-            )
-
     def __call__(self, checkpoint: Mapping[str, Any], filename: str, metadata: Mapping[str, Any] | None = None) -> None:
         """Save one checkpoint (Ignite calls this after ``remove`` of the one it replaces).
 
@@ -219,7 +217,7 @@ class TrackerSaver(DiskSaver):
         What the save cost goes on its record (:mod:`tracker_saver.core.timings`), timed from here.
         """
         clock = SaveClock.start(background=self._background is not None)
-        self._check_world()
+        check_world(self._world_size)
         if self._world_size <= 1:
             self._call(checkpoint, filename, metadata, clock)
             return
@@ -232,7 +230,7 @@ class TrackerSaver(DiskSaver):
         if self._removed is not None:  # the remove Ignite made just before this save failed
             error, self._removed = self._removed, None
             raise error
-        at = self._archive.now() if self._archive is not None else None  # where training is, for keep_every
+        at = self._upkeep.now()  # where training is, for keep_every
         info = upload_info(
             filename, metadata, project=self.project, run=self.run, lineage=self._lineage, output_uri=self.storage.uri
         )
@@ -254,8 +252,7 @@ class TrackerSaver(DiskSaver):
         except TypeError as exc:
             # Ignite retries save_handler(checkpoint, filename) on TypeError: never let one out.
             raise SerializationError(f"saving {info.filename!r} failed: {exc!r}") from exc
-        if live is not None and self._archive is not None and at is not None:  # from the object just written
-            self._archive.keep(self.storage, self.registry, live, at)
+        self._upkeep.saved(self.storage, self.registry, live, at)
 
     def remove(self, filename: str) -> None:
         """Ignite dropped ``filename``: the next save of its stream replaces its slot.
@@ -410,8 +407,7 @@ class TrackerSaver(DiskSaver):
             preemption.save_on_sigterm(
                 engine, save_on_sigterm, flush=self.flush, durable=lambda: self.records(live=True), grace=sigterm_grace
             )
-        if self._archive is not None:
-            self._archive.engine = engine  # keep_every's epochs and iterations are this engine's
+        self._upkeep.attach(engine)  # keep_every's epochs and iterations are this engine's
         engine.add_event_handler(Events.COMPLETED, lambda _: self.flush())
         engine.add_event_handler(Events.EXCEPTION_RAISED, self._flush_then_reraise)
 
@@ -438,6 +434,7 @@ class TrackerSaver(DiskSaver):
             try:
                 if self._pipeline is not None:
                     self._pipeline.close()
+                self._upkeep.close()
             finally:
                 release_local(self._holder)
                 if self._registry is not None:

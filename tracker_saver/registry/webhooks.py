@@ -1,0 +1,194 @@
+"""Deliver a registry's events to a webhook: signed JSON POSTs from its outbox, in order, retried with backoff.
+
+Each event is POSTed as its JSON body (:meth:`~tracker_saver.registry.history.Event.body`) with
+the header ``Tracker-Saver-Signature: t=<unix time>,v1=<hex HMAC-SHA256 of "<t>.<body>">`` (as
+Stripe signs its webhooks) and ``Tracker-Saver-Event: <event id>``. The outbox is the registry's
+(``HistoryLog.outbox``): an event waits there until the receiver answers 2xx, across processes
+and restarts, so delivery is at least once and a receiver deduplicates by event id
+(``examples/webhook_receiver.py``). A failed try waits ``base * 2**attempts`` seconds (at most
+``cap``) before the next, and the events behind it wait too: they arrive in order.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import hmac
+import logging
+import threading
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from urllib.parse import urlsplit
+
+from tracker_saver.core.errors import ConfigError
+from tracker_saver.registry.history import Event, HistoryLog
+
+__all__ = ["SIGNATURE_HEADER", "Relay", "Webhook", "sign"]
+
+log = logging.getLogger(__name__)
+
+#: The header that carries the timestamp and the signature.
+SIGNATURE_HEADER = "Tracker-Saver-Signature"
+#: Sends one body to a URL with headers, within a timeout; raises on anything but a 2xx answer.
+Post = Callable[[str, bytes, dict[str, str], float], None]
+
+
+def sign(secret: str, timestamp: int, body: bytes) -> str:
+    """The signature header's value: ``t=<timestamp>,v1=<hex HMAC-SHA256 of "<t>.<body>" keyed by secret>``.
+
+    Examples:
+        >>> sign("s3cret", 1700000000, b"{}")
+        't=1700000000,v1=97926816e98fbb41ccb1673225ff29a2f35369099990e1b1561651e7bd097ebf'
+    """
+    digest = hmac.new(secret.encode(), f"{timestamp}.".encode() + body, hashlib.sha256).hexdigest()
+    return f"t={timestamp},v1={digest}"
+
+
+@dataclass(frozen=True)
+class Webhook:
+    """Where to send events and the secret that signs them; neither is ever shown (a URL may carry a token).
+
+    Examples:
+        >>> hook = Webhook("https://hooks.example.com/ts?token=abc", "s3cret")
+        >>> hook, hook.shown
+        (Webhook('https://hooks.example.com'), 'https://hooks.example.com')
+    """
+
+    url: str = field(repr=False)
+    secret: str = field(repr=False)
+
+    def __post_init__(self) -> None:
+        parts = urlsplit(self.url)
+        if parts.scheme not in ("http", "https") or not parts.hostname:
+            raise ConfigError(
+                f"webhook URL {self.shown!r} is not an http(s) URL with a host: pass e.g. https://hooks.example.com/path"
+            )
+        if not self.secret:
+            raise ConfigError("a webhook needs a secret to sign its events: pass --secret (any long random string)")
+
+    @property
+    def shown(self) -> str:
+        """The scheme, host and port only: what messages and the registry show of the URL."""
+        parts = urlsplit(self.url)
+        return f"{parts.scheme}://{parts.hostname or ''}{f':{parts.port}' if parts.port else ''}"
+
+    @property
+    def endpoint(self) -> str:
+        """The key of its outbox in the registry: a hash of the URL (the registry never holds the URL)."""
+        return hashlib.sha256(self.url.encode()).hexdigest()[:32]
+
+    def __repr__(self) -> str:
+        return f"Webhook({self.shown!r})"
+
+
+def _post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> None:
+    request = urllib.request.Request(url, data=body, headers=headers, method="POST")
+    with urllib.request.urlopen(request, timeout=timeout) as answer:  # noqa: S310 (http(s) only: Webhook checks)
+        answer.read()
+
+
+class Relay:
+    """Sends a webhook's outbox, oldest first; :meth:`pump` once, or :meth:`start` a background thread.
+
+    Args:
+        log: the registry's events and outboxes (``history_of(registry, ...)``).
+        webhook: where to, and the secret.
+        clock: seconds since the epoch that backoff is measured on (tests inject one); a signature
+            carries the wall time of its request.
+        post: sends one request (tests may inject one; the default is urllib's, with ``timeout``).
+        base, cap: the backoff: ``base * 2**attempts`` seconds after a failure, at most ``cap``.
+
+    Examples:
+        >>> from tracker_saver.registry import open_registry
+        >>> relay = Relay(open_registry(":memory:").history, Webhook("http://127.0.0.1:9/h", "s"))
+        >>> relay.pump()
+        0
+    """
+
+    def __init__(
+        self,
+        log: HistoryLog,
+        webhook: Webhook,
+        *,
+        clock: Callable[[], float] = time.time,
+        post: Post = _post,
+        timeout: float = 10.0,
+        base: float = 1.0,
+        cap: float = 300.0,
+    ) -> None:
+        self.log, self.webhook, self.clock, self._post = log, webhook, clock, post
+        self.timeout, self.base, self.cap = timeout, base, cap
+        self.log.outbox(webhook.endpoint, webhook.shown, limit=0)  # its outbox starts with the next event
+        self._stop, self._wake = threading.Event(), threading.Event()
+        self._thread: threading.Thread | None = None
+
+    def pump(self) -> int:
+        """Send every due event in order until the outbox is empty or one fails; how many got through.
+
+        A failure is noted in the registry (attempts, the next try's time, why) and never raised.
+        """
+        sent = 0
+        while True:
+            box = self.log.outbox(self.webhook.endpoint, self.webhook.shown)
+            if not box.events or box.due > self.clock():
+                return sent
+            attempts = box.attempts
+            for event in box.events:
+                try:
+                    self._send(event)
+                except Exception as exc:  # noqa: BLE001 (a dead webhook never fails anything: noted, retried)
+                    wait = min(self.cap, self.base * 2**attempts)
+                    self.log.failed(self.webhook.endpoint, due=self.clock() + wait, error=_why(exc))
+                    return sent
+                self.log.delivered(self.webhook.endpoint, event.seq)
+                sent, attempts = sent + 1, 0
+
+    def _send(self, event: Event) -> None:
+        body = event.body()
+        headers = {
+            "Content-Type": "application/json",
+            "User-Agent": "tracker-saver-webhook",
+            "Tracker-Saver-Event": event.id,
+            SIGNATURE_HEADER: sign(self.webhook.secret, int(time.time()), body),  # when sent: wall time
+        }
+        self._post(self.webhook.url, body, headers, self.timeout)
+
+    def start(self, interval: float = 1.0) -> None:
+        """Pump every ``interval`` seconds (or at once after :meth:`poke`) in a daemon thread until :meth:`stop`.
+
+        Nothing it meets stops it: a registry it cannot read is logged, and tried again.
+        """
+
+        def loop() -> None:
+            while not self._stop.is_set():
+                try:
+                    self.pump()
+                except Exception as exc:  # noqa: BLE001 (the thread outlives a locked or lost registry)
+                    log.warning("webhook %s: events not sent this time (%s); trying again", self.webhook.shown, exc)
+                self._wake.wait(interval)
+                self._wake.clear()
+
+        self._thread = threading.Thread(target=loop, name=f"tracker-saver webhook {self.webhook.shown}", daemon=True)
+        self._thread.start()
+
+    def poke(self) -> None:
+        """Wake the thread now: an event was just written (a save, an alias move)."""
+        self._wake.set()
+
+    def stop(self, timeout: float | None = None) -> None:
+        """Stop the thread (after the request in flight, if any); undelivered events stay in the outbox."""
+        self._stop.set()
+        self._wake.set()
+        if self._thread is not None:
+            self._thread.join(timeout)
+
+
+def _why(exc: Exception) -> str:
+    """A failed try in a few words, never the URL (it may carry a token)."""
+    if isinstance(exc, urllib.error.HTTPError):
+        return f"HTTP {exc.code}"
+    if isinstance(exc, urllib.error.URLError):
+        return f"cannot connect: {exc.reason}"
+    return type(exc).__name__
