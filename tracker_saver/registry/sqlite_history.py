@@ -16,6 +16,7 @@ import time
 from typing import Any
 
 from tracker_saver.core.records import Record, RecordState, StreamId
+from tracker_saver.core.text import check_filters
 from tracker_saver.registry.base import Query, Registry
 from tracker_saver.registry.history import Check, Event, Outbox, Pruned, Retention, refused
 from tracker_saver.registry.sqlite_connection import SQLiteConnection
@@ -84,7 +85,12 @@ class SQLiteHistory:
         self._registry = registry
 
     def events(self, *, after: int = 0, project: str | None = None, limit: int | None = None) -> list[Event]:
-        """Events with ``seq`` above ``after``, oldest first (of ``project`` only, when given)."""
+        """Events with ``seq`` above ``after``, oldest first (of ``project`` only, when given).
+
+        Raises:
+            ConfigError: ``project`` breaks the text rule (:func:`~tracker_saver.core.text.check_filters`).
+        """
+        check_filters(project=project)
         where, args = ("seq > ? AND project = ?", [after, project]) if project is not None else ("seq > ?", [after])
         rows = self._db.read(
             f"SELECT * FROM events WHERE {where} ORDER BY seq LIMIT ?", [*args, -1 if limit is None else limit]
@@ -138,7 +144,9 @@ class SQLiteHistory:
         """Delete the history records of ``scope``'s streams that ``rule`` names, ``batch`` records a
         transaction (each checked again there: one renamed or aliased meanwhile stays), with their
         metadata, tags and ``record.live`` events (those every webhook took); the records deleted (``dry_run``: that would be),
-        oldest first. Only ``scope``'s output_uri, project, run and stream count."""
+        oldest first. Only ``scope``'s output_uri, project, run and stream count; each is checked
+        by the text rule first (``ConfigError``)."""
+        check_filters(output_uri=scope.output_uri, project=scope.project, run=scope.run, stream=scope.stream)
         chosen = self._candidates(scope, rule)
         if dry_run:
             return chosen
