@@ -157,3 +157,33 @@ def test_migrating_a_version_4_registry_keeps_records_metadata_and_tags_and_admi
     counts = [reg._db._conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("metadata", "tags", "aliases")]
     assert counts == [0, 0, 0]
     reg.close()
+
+
+def test_every_page_of_a_sort_on_a_metadata_key_is_the_reference_page_across_holders_and_lackers(tmp_path) -> None:
+    from tracker_saver.registry.base import select
+
+    registry = SQLiteRegistry(tmp_path / "r.db")
+    values = [3, None, "b", 0.5, True, "a", 3, None, 2.5, False]
+    for i, value in enumerate(values):
+        live(registry, f"a_{i}.pt", slot=i, **({} if i % 4 == 1 else {"v": value}), step=i % 3)
+    records = registry.query(Query())
+    for order in ("v", "-v", "-v,step", "step,-v"):
+        query = Query(order_by=parse_order(order.split(",")), where=parse_where("step<2"))
+        everything = select(records, query)
+        assert len(registry.query(query)) == len(everything) == 7
+        for offset in range(len(everything) + 2):
+            for limit in (None, 1, 3):
+                page = registry.query(Query(order_by=query.order_by, where=query.where, offset=offset, limit=limit))
+                end = None if limit is None else offset + limit
+                assert [r.id for r in page] == [r.id for r in everything[offset:end]], (order, offset, limit)
+
+
+def test_a_page_sorted_by_a_metadata_key_walks_the_index_metadata_order(tmp_path) -> None:
+    from tracker_saver.registry.sqlite_query import page_sql, select_sql
+
+    registry = SQLiteRegistry(tmp_path / "r.db")
+    holders, _lackers = select_sql(Query(order_by=parse_order("-val_acc"), where=parse_where("optimizer=sgd")))
+    sql, args = page_sql(*holders, 50, 0)
+    with sqlite3.connect(registry.path) as conn:
+        plan = " / ".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, args))
+    assert "USING INDEX metadata_order (key=?)" in plan and "RIGHT PART OF ORDER BY" in plan, plan

@@ -30,9 +30,11 @@ from tracker_saver.core.records import (
 from tracker_saver.registry.base import Candidate, Query, Registry, busy, derived_aliases
 from tracker_saver.registry.sqlite_check import check_registry_path
 from tracker_saver.registry.sqlite_connection import SQLiteConnection
-from tracker_saver.registry.sqlite_query import COLUMNS, LOADABLE_SQL, count_sql, encode_row, select_sql
+from tracker_saver.registry.sqlite_query import COLUMNS, LOADABLE_SQL, count_sql, encode_row, page_sql, select_sql
 
 __all__ = ["SQLiteRegistry", "check_registry_path", "from_spec"]
+
+_STATES = {state.value: state for state in RecordState}
 
 
 class SQLiteRegistry(Registry):
@@ -60,15 +62,15 @@ class SQLiteRegistry(Registry):
     def close(self) -> None:
         self._db.close()
 
-    def _load(self, rows: list[sqlite3.Row]) -> list[Record]:
-        """Records of ``rows`` with metadata, tags and aliases: a few queries per 500 rows, never one per row."""
+    def _load(self, rows: list[sqlite3.Row], details: bool = True) -> list[Record]:
+        """Records of ``rows`` with metadata, tags and aliases (unless not ``details``): a few queries per 500 rows, never one per row."""
         if not rows:
             return []
         ids = [row["id"] for row in rows]
         meta: dict[int, dict[str, MetaValue]] = {i: {} for i in ids}
         tags: dict[int, list[str]] = {i: [] for i in ids}
         user: dict[str, list[str]] = {}
-        for start in range(0, len(ids), 500):
+        for start in range(0, len(ids) if details else 0, 500):
             chunk = ids[start : start + 500]
             marks = ",".join("?" * len(chunk))
             for m in self._db.read(
@@ -79,12 +81,13 @@ class SQLiteRegistry(Registry):
                 tags[t["record_id"]].append(t["tag"])
             for a in self._db.read(f"SELECT record_id, alias FROM aliases WHERE record_id IN ({marks})", chunk):
                 user.setdefault(str(a["record_id"]), []).append(a["alias"])
-        for row in rows:
+        for row in rows if details else ():
             columns = {"slot": row["slot"], "created_at": row["created_at"]}
             if row["state"] in ("live", "revived", "evicted", "pinned"):
                 columns.update(sha256=row["sha256"], size=row["size"], uri=row["uri"])
             meta[row["id"]].update({k: v for k, v in columns.items() if v is not None})
-        derived = derived_aliases(self._candidates({(row["project"], row["run"], row["stream"]) for row in rows}))
+        streams = {(row["project"], row["run"], row["stream"]) for row in rows}
+        derived = derived_aliases(self._candidates(streams)) if details else {}
         return [
             Record(
                 id=str(row["id"]),
@@ -93,7 +96,7 @@ class SQLiteRegistry(Registry):
                 stream=row["stream"],
                 filename=row["filename"],
                 name=row["name"],
-                state=RecordState(row["state"]),
+                state=_STATES[row["state"]],
                 slot=row["slot"],
                 key=row["key"],
                 uri=row["uri"],
@@ -390,7 +393,18 @@ class SQLiteRegistry(Registry):
         )
 
     def query(self, query: Query) -> list[Record]:
-        return self._load(self._db.read(*select_sql(query)))
+        rows: list[sqlite3.Row] = []
+        limit, offset = query.limit, query.offset
+        for sql, args in select_sql(query):
+            if limit is not None and len(rows) >= limit:
+                break
+            page = self._db.read(*page_sql(sql, args, None if limit is None else limit - len(rows), offset))
+            if not page and offset:  # the offset reaches past this statement's rows: skip them all
+                offset -= int(self._db.read(f"SELECT count(*) FROM ({sql})", args)[0][0])
+            else:
+                offset = 0
+            rows += page
+        return self._load(rows, query.details)
 
     def count(self, query: Query) -> int:
         return int(self._db.read(*count_sql(query))[0][0])

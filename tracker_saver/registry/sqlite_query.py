@@ -12,7 +12,7 @@ from tracker_saver.core.query import RECORD_FIELDS, Condition, is_number
 from tracker_saver.core.records import DERIVED_ALIASES, MetaValue, encode_value
 from tracker_saver.registry.base import Query
 
-__all__ = ["COLUMNS", "LOADABLE_SQL", "count_sql", "encode_row", "select_sql"]
+__all__ = ["COLUMNS", "LOADABLE_SQL", "count_sql", "encode_row", "page_sql", "select_sql"]
 
 _OPS_SQL = {">": ">", ">=": ">=", "<": "<", "<=": "<="}
 
@@ -122,13 +122,33 @@ def _where_sql(query: Query) -> tuple[list[str], list[Any]]:
     return where, args
 
 
-def select_sql(query: Query) -> tuple[str, list[Any]]:
-    """``SELECT r.* FROM records r …``: the rows of ``query``, sorted and paged as ``base.select`` does.
+#: Record fields that are never NULL: no nulls-last term when sorting by them (the index then serves the sort).
+_NOT_NULL = ("id", "name", "filename", "state", "stream", "run", "project", "created_at")
+
+
+def select_sql(query: Query) -> list[tuple[str, list[Any]]]:
+    """``SELECT r.* FROM records r …`` statements whose rows, one after the other, are ``query``'s rows, sorted as ``base.select`` does.
+
+    A sort on a metadata key comes as two statements: the records holding a value for it
+    (walked in the order of the index ``metadata_order``, so a page stops early), then those
+    without (nulls last). Neither has a LIMIT: :func:`page_sql` adds it.
 
     Examples:
-        >>> select_sql(Query(project="p", limit=5))
-        ('SELECT r.* FROM records r WHERE r.project = ? ORDER BY r.created_at, r.id LIMIT ? OFFSET ?', ['p', 5, 0])
+        >>> select_sql(Query(project="p"))
+        [('SELECT r.* FROM records r WHERE r.project = ? ORDER BY r.created_at, r.id', ['p'])]
+        >>> from tracker_saver.core.query import parse_order
+        >>> [sql.split(" WHERE ")[0] for sql, _ in select_sql(Query(order_by=parse_order("-score")))]
+        ['SELECT r.* FROM records r JOIN metadata o0 ON o0.record_id = r.id AND o0.key = ?', \
+'SELECT r.* FROM records r LEFT JOIN metadata o0 ON o0.record_id = r.id AND o0.key = ?']
     """
+    first = query.order_by[0].key if query.order_by else None
+    if first is None or first in RECORD_FIELDS or first in COLUMNS:
+        return [_select(query, None)]
+    return [_select(query, True), _select(query, False)]
+
+
+def _select(query: Query, has_first: bool | None) -> tuple[str, list[Any]]:
+    """One statement of :func:`select_sql`: only the records that hold the first sort key (or lack it), or all."""
     sql = ["SELECT r.* FROM records r"]
     where, args = _where_sql(query)
     order_sql: list[str] = []
@@ -137,14 +157,19 @@ def select_sql(query: Query) -> tuple[str, list[Any]]:
         direction = "DESC" if order.desc else "ASC"
         if order.key in RECORD_FIELDS:
             column = "CAST(r.id AS INTEGER)" if order.key == "id" else f"r.{order.key}"
-            order_sql += [f"({column} IS NULL)", f"{column} {direction}"]
+            order_sql += [] if order.key in _NOT_NULL else [f"({column} IS NULL)"]
+            order_sql.append(f"{column} {direction}")
             continue
         kind, num, text = COLUMNS.get(order.key, (f"o{i}.type", f"o{i}.num", f"o{i}.text"))
         if order.key not in COLUMNS:
-            sql.append(f"LEFT JOIN metadata o{i} ON o{i}.record_id = r.id AND o{i}.key = ?")
+            join = "JOIN" if i == 0 and has_first else "LEFT JOIN"
+            sql.append(f"{join} metadata o{i} ON o{i}.record_id = r.id AND o{i}.key = ?")
             join_args.append(order.key)
-        order_sql += [
-            f"({kind} IS NULL OR {kind} = 'none')",
+        if i == 0 and has_first is not None:  # every row holds a value, or none does: the nulls-last term is constant
+            where.insert(0, "o0.type != 'none'" if has_first else "(o0.type IS NULL OR o0.type = 'none')")
+        else:
+            order_sql.append(f"({kind} IS NULL OR {kind} = 'none')")
+        order_sql += [  # numbers first, then the rest: migration 7's index metadata_order has these terms
             f"(CASE WHEN {kind} IN ('int', 'float') THEN 0 ELSE 1 END) {direction}",
             f"{num} {direction}",
             f"{text} {direction}",
@@ -152,10 +177,12 @@ def select_sql(query: Query) -> tuple[str, list[Any]]:
     if where:
         sql.append("WHERE " + " AND ".join(where))
     sql.append("ORDER BY " + ", ".join([*order_sql, "r.created_at", "r.id"]))
-    if query.limit is not None or query.offset:
-        sql.append("LIMIT ? OFFSET ?")
-        args += [-1 if query.limit is None else int(query.limit), int(query.offset)]
     return " ".join(sql), join_args + args
+
+
+def page_sql(sql: str, args: list[Any], limit: int | None, offset: int) -> tuple[str, list[Any]]:
+    """``sql`` with ``LIMIT ? OFFSET ?`` (``None``: no limit)."""
+    return f"{sql} LIMIT ? OFFSET ?", [*args, -1 if limit is None else limit, offset]
 
 
 def count_sql(query: Query) -> tuple[str, list[Any]]:
