@@ -159,9 +159,13 @@ def test_migrating_a_version_4_registry_keeps_records_metadata_and_tags_and_admi
     reg.close()
 
 
-def test_every_page_of_a_sort_on_a_metadata_key_is_the_reference_page_across_holders_and_lackers(tmp_path) -> None:
+@pytest.mark.parametrize("few", [0, 1000], ids=["walking-the-sort", "from-the-condition's-rows"])
+def test_every_page_of_a_sort_on_a_metadata_key_is_the_reference_page_across_holders_and_lackers(
+    tmp_path, monkeypatch, few
+) -> None:
     from tracker_saver.registry.base import select
 
+    monkeypatch.setattr("tracker_saver.registry.sqlite.FEW", few)  # 0: no condition is rare enough to start from
     registry = SQLiteRegistry(tmp_path / "r.db")
     values = [3, None, "b", 0.5, True, "a", 3, None, 2.5, False]
     for i, value in enumerate(values):
@@ -170,7 +174,7 @@ def test_every_page_of_a_sort_on_a_metadata_key_is_the_reference_page_across_hol
     for order in ("v", "-v", "-v,step", "step,-v"):
         query = Query(order_by=parse_order(order.split(",")), where=parse_where("step<2"))
         everything = select(records, query)
-        assert len(registry.query(query)) == len(everything) == 7
+        assert len(registry.query(query)) == len(everything) == registry.count(query) == 7
         for offset in range(len(everything) + 2):
             for limit in (None, 1, 3):
                 page = registry.query(Query(order_by=query.order_by, where=query.where, offset=offset, limit=limit))
@@ -178,12 +182,16 @@ def test_every_page_of_a_sort_on_a_metadata_key_is_the_reference_page_across_hol
                 assert [r.id for r in page] == [r.id for r in everything[offset:end]], (order, offset, limit)
 
 
-def test_a_page_sorted_by_a_metadata_key_walks_the_index_metadata_order(tmp_path) -> None:
+def test_a_page_sorted_by_a_metadata_key_walks_its_index_or_starts_from_a_rare_conditions_rows(tmp_path) -> None:
     from tracker_saver.registry.sqlite_query import page_sql, select_sql
 
     registry = SQLiteRegistry(tmp_path / "r.db")
-    holders, _lackers = select_sql(Query(order_by=parse_order("-val_acc"), where=parse_where("optimizer=sgd")))
-    sql, args = page_sql(*holders, 50, 0)
-    with sqlite3.connect(registry.path) as conn:
-        plan = " / ".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, args))
-    assert "USING INDEX metadata_order (key=?)" in plan and "RIGHT PART OF ORDER BY" in plan, plan
+    query = Query(order_by=parse_order("-val_acc"), where=parse_where("optimizer=sgd"))
+
+    def plan(driver=None) -> str:
+        sql, args = page_sql(*select_sql(query, driver)[0], 50, 0)
+        with sqlite3.connect(registry.path) as conn:
+            return " / ".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, args))
+
+    assert plan().startswith("SEARCH o0 USING INDEX metadata_order (key=?)") and "RIGHT PART OF ORDER BY" in plan()
+    assert plan(query.where[0]).startswith("SEARCH d USING INDEX metadata_text (key=? AND text=?)")

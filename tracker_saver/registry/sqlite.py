@@ -16,6 +16,7 @@ from collections.abc import Iterable, Sequence
 
 from tracker_saver.core.claims import Holder, is_alive
 from tracker_saver.core.errors import RecordNotFoundError, RegistryError
+from tracker_saver.core.query import Condition
 from tracker_saver.core.records import (
     MetaValue,
     Record,
@@ -30,7 +31,17 @@ from tracker_saver.core.records import (
 from tracker_saver.registry.base import Candidate, Query, Registry, busy, derived_aliases
 from tracker_saver.registry.sqlite_check import check_registry_path
 from tracker_saver.registry.sqlite_connection import SQLiteConnection
-from tracker_saver.registry.sqlite_query import COLUMNS, LOADABLE_SQL, count_sql, encode_row, page_sql, select_sql
+from tracker_saver.registry.sqlite_query import (
+    COLUMNS,
+    FEW,
+    LOADABLE_SQL,
+    count_sql,
+    encode_row,
+    few_sql,
+    metadata_conditions,
+    page_sql,
+    select_sql,
+)
 
 __all__ = ["SQLiteRegistry", "check_registry_path", "from_spec"]
 
@@ -120,11 +131,12 @@ class SQLiteRegistry(Registry):
         for start in range(0, len(streams), 300):
             chunk = streams[start : start + 300]
             values = ",".join("(?, ?, ?)" for _ in chunk)
-            rows = self._db.read(
-                "SELECT r.id, r.output_uri, r.project, r.run, r.stream, r.created_at, m.num AS score"
-                " FROM records r LEFT JOIN metadata m ON m.record_id = r.id AND m.key = 'score'"
-                " AND m.type IN ('int', 'float')"
-                f" WHERE r.state IN {LOADABLE_SQL} AND (r.project, r.run, r.stream) IN (VALUES {values})",
+            rows = self._db.read(  # each stream looked up in the index records_stream, not a scan of every record
+                f"WITH s (project, run, stream) AS (VALUES {values})"
+                " SELECT r.id, r.output_uri, r.project, r.run, r.stream, r.created_at, m.num AS score"
+                " FROM s CROSS JOIN records r ON r.project = s.project AND r.run = s.run AND r.stream = s.stream"
+                " LEFT JOIN metadata m ON m.record_id = r.id AND m.key = 'score' AND m.type IN ('int', 'float')"
+                f" WHERE r.state IN {LOADABLE_SQL}",
                 [part for stream in chunk for part in stream],
             )
             out.extend(
@@ -395,7 +407,7 @@ class SQLiteRegistry(Registry):
     def query(self, query: Query) -> list[Record]:
         rows: list[sqlite3.Row] = []
         limit, offset = query.limit, query.offset
-        for sql, args in select_sql(query):
+        for sql, args in select_sql(query, self._driver(query)):
             if limit is not None and len(rows) >= limit:
                 break
             page = self._db.read(*page_sql(sql, args, None if limit is None else limit - len(rows), offset))
@@ -407,7 +419,14 @@ class SQLiteRegistry(Registry):
         return self._load(rows, query.details)
 
     def count(self, query: Query) -> int:
-        return int(self._db.read(*count_sql(query))[0][0])
+        return int(self._db.read(*count_sql(query, self._driver(query)))[0][0])
+
+    def _driver(self, query: Query) -> Condition | None:
+        """A metadata condition of ``query`` that fewer than ``FEW`` rows meet: the query starts from its rows."""
+        for cond in metadata_conditions(query):
+            if self._db.read(*few_sql(cond))[0][0] < FEW:
+                return cond
+        return None
 
     def metadata_keys(self) -> set[str]:
         # One pass over the metadata index (key first), reading no record; the keys kept as

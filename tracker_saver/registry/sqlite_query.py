@@ -12,7 +12,17 @@ from tracker_saver.core.query import RECORD_FIELDS, Condition, is_number
 from tracker_saver.core.records import DERIVED_ALIASES, MetaValue, encode_value
 from tracker_saver.registry.base import Query
 
-__all__ = ["COLUMNS", "LOADABLE_SQL", "count_sql", "encode_row", "page_sql", "select_sql"]
+__all__ = [
+    "COLUMNS",
+    "FEW",
+    "LOADABLE_SQL",
+    "count_sql",
+    "encode_row",
+    "few_sql",
+    "metadata_conditions",
+    "page_sql",
+    "select_sql",
+]
 
 _OPS_SQL = {">": ">", ">=": ">=", "<": "<", "<=": "<="}
 
@@ -78,27 +88,56 @@ _DERIVED_SQL = {
 }
 
 
-def _condition_sql(cond: Condition) -> tuple[str, list[Any]]:
-    value_of = _FIELDS.get(cond.key) or COLUMNS.get(cond.key, _ROW)
+def _test_sql(cond: Condition, value_of: _Value) -> tuple[str, list[Any]]:
+    """SQL that is true when the value ``value_of`` meets ``cond``."""
     if cond.op == "in":
         parts = [_value_sql(value_of, "==", v) for v in cond.value] or [("0", [])]
-        test = "(" + " OR ".join(p for p, _ in parts) + ")"
-        args = [a for _, arg in parts for a in arg]
-    elif cond.op == "!=":
+        return "(" + " OR ".join(p for p, _ in parts) + ")", [a for _, arg in parts for a in arg]
+    if cond.op == "!=":
         eq, args = _value_sql(value_of, "==", cond.value)
-        test = f"({value_of[0]} != 'none' AND NOT {eq})"
-    else:
-        test, args = _value_sql(value_of, cond.op, cond.value)
+        return f"({value_of[0]} != 'none' AND NOT {eq})", args
+    return _value_sql(value_of, cond.op, cond.value)
+
+
+def _condition_sql(cond: Condition) -> tuple[str, list[Any]]:
     if cond.key in COLUMNS or cond.key in _FIELDS:
-        return test, args
-    sql = f"EXISTS (SELECT 1 FROM metadata m WHERE m.record_id = r.id AND m.key = ? AND {test})"
-    return sql, [cond.key, *args]
+        return _test_sql(cond, _FIELDS.get(cond.key) or COLUMNS[cond.key])
+    test, args = _test_sql(cond, _ROW)
+    return f"EXISTS (SELECT 1 FROM metadata m WHERE m.record_id = r.id AND m.key = ? AND {test})", [cond.key, *args]
 
 
-def _where_sql(query: Query) -> tuple[list[str], list[Any]]:
-    """The WHERE terms of ``query`` and their arguments."""
-    where: list[str] = []
-    args: list[Any] = []
+#: A metadata condition that at most this many rows meet drives a query (:func:`few_sql`).
+FEW = 1000
+#: Where a driving condition's metadata row ``d`` holds its value.
+_DRIVER: _Value = ("d.type", "d.num", "d.text")
+
+
+def metadata_conditions(query: Query) -> list[Condition]:
+    """``query``'s conditions on metadata keys (not on record fields or the keys kept as columns)."""
+    return [c for c in query.where if c.key not in COLUMNS and c.key not in _FIELDS]
+
+
+def few_sql(cond: Condition) -> tuple[str, list[Any]]:
+    """How many metadata rows meet ``cond``, counted up to :data:`FEW`, through its index.
+
+    A condition that fewer rows meet is a query's ``driver``: its rows are read first and the
+    page sorted from them, rather than walking every record in the sort's order to find them.
+    """
+    test, args = _test_sql(cond, _DRIVER)
+    return f"SELECT count(*) FROM (SELECT 1 FROM metadata d WHERE d.key = ? AND {test} LIMIT {FEW})", [cond.key, *args]
+
+
+def _from_sql(driver: Condition | None) -> tuple[str, list[str], list[Any]]:
+    """The FROM of a query on ``records r`` (from ``driver``'s metadata rows, if any), and its WHERE terms."""
+    if driver is None:
+        return "records r", [], []
+    test, args = _test_sql(driver, _DRIVER)
+    return "metadata d CROSS JOIN records r ON r.id = d.record_id", [f"d.key = ? AND {test}"], [driver.key, *args]
+
+
+def _where_sql(query: Query, driver: Condition | None = None) -> tuple[list[str], list[Any]]:
+    """The WHERE terms of ``query`` and their arguments (``driver``'s first)."""
+    _, where, args = _from_sql(driver)
     for column in ("project", "run", "stream", "filename", "output_uri", "slot", "name"):
         value = getattr(query, column)
         if value is not None:
@@ -126,12 +165,13 @@ def _where_sql(query: Query) -> tuple[list[str], list[Any]]:
 _NOT_NULL = ("id", "name", "filename", "state", "stream", "run", "project", "created_at")
 
 
-def select_sql(query: Query) -> list[tuple[str, list[Any]]]:
+def select_sql(query: Query, driver: Condition | None = None) -> list[tuple[str, list[Any]]]:
     """``SELECT r.* FROM records r …`` statements whose rows, one after the other, are ``query``'s rows, sorted as ``base.select`` does.
 
     A sort on a metadata key comes as two statements: the records holding a value for it
     (walked in the order of the index ``metadata_order``, so a page stops early), then those
-    without (nulls last). Neither has a LIMIT: :func:`page_sql` adds it.
+    without (nulls last). Neither has a LIMIT: :func:`page_sql` adds it. A ``driver`` (see
+    :func:`few_sql`) starts them from its metadata rows instead.
 
     Examples:
         >>> select_sql(Query(project="p"))
@@ -143,14 +183,14 @@ def select_sql(query: Query) -> list[tuple[str, list[Any]]]:
     """
     first = query.order_by[0].key if query.order_by else None
     if first is None or first in RECORD_FIELDS or first in COLUMNS:
-        return [_select(query, None)]
-    return [_select(query, True), _select(query, False)]
+        return [_select(query, driver, None)]
+    return [_select(query, driver, True), _select(query, driver, False)]
 
 
-def _select(query: Query, has_first: bool | None) -> tuple[str, list[Any]]:
+def _select(query: Query, driver: Condition | None, has_first: bool | None) -> tuple[str, list[Any]]:
     """One statement of :func:`select_sql`: only the records that hold the first sort key (or lack it), or all."""
-    sql = ["SELECT r.* FROM records r"]
-    where, args = _where_sql(query)
+    sql = [f"SELECT r.* FROM {_from_sql(driver)[0]}"]
+    where, args = _where_sql(query, driver)
     order_sql: list[str] = []
     join_args: list[Any] = []
     for i, order in enumerate(query.order_by):
@@ -185,7 +225,7 @@ def page_sql(sql: str, args: list[Any], limit: int | None, offset: int) -> tuple
     return f"{sql} LIMIT ? OFFSET ?", [*args, -1 if limit is None else limit, offset]
 
 
-def count_sql(query: Query) -> tuple[str, list[Any]]:
+def count_sql(query: Query, driver: Condition | None = None) -> tuple[str, list[Any]]:
     """``SELECT count(*) …`` of ``query``'s rows, without its sort, limit and offset."""
-    where, args = _where_sql(query)
-    return "SELECT count(*) FROM records r" + (" WHERE " + " AND ".join(where) if where else ""), args
+    where, args = _where_sql(query, driver)
+    return f"SELECT count(*) FROM {_from_sql(driver)[0]}" + (" WHERE " + " AND ".join(where) if where else ""), args
