@@ -37,6 +37,7 @@ from tracker_saver.registry.sqlite_query import (
     LOADABLE_SQL,
     count_sql,
     encode_row,
+    few_records_sql,
     few_sql,
     metadata_conditions,
     page_sql,
@@ -407,7 +408,9 @@ class SQLiteRegistry(Registry):
     def query(self, query: Query) -> list[Record]:
         rows: list[sqlite3.Row] = []
         limit, offset = query.limit, query.offset
-        for sql, args in select_sql(query, self._driver(query)):
+        few_records = few_records_sql(query)
+        walk = few_records is None or self._db.read(*few_records)[0][0] >= FEW
+        for sql, args in select_sql(query, self._driver(query), walk=walk):
             if limit is not None and len(rows) >= limit:
                 break
             page = self._db.read(*page_sql(sql, args, None if limit is None else limit - len(rows), offset))

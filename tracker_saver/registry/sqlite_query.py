@@ -18,6 +18,7 @@ __all__ = [
     "LOADABLE_SQL",
     "count_sql",
     "encode_row",
+    "few_records_sql",
     "few_sql",
     "metadata_conditions",
     "page_sql",
@@ -135,14 +136,34 @@ def _from_sql(driver: Condition | None) -> tuple[str, list[str], list[Any]]:
     return "metadata d CROSS JOIN records r ON r.id = d.record_id", [f"d.key = ? AND {test}"], [driver.key, *args]
 
 
+def _field_terms(query: Query) -> tuple[list[str], list[Any]]:
+    """``r.project = ?``…: the terms of ``query``'s record-field filters (project, run, stream…)."""
+    columns = [
+        c
+        for c in ("project", "run", "stream", "filename", "output_uri", "slot", "name")
+        if getattr(query, c) is not None
+    ]
+    return [f"r.{c} = ?" for c in columns], [getattr(query, c) for c in columns]
+
+
+def few_records_sql(query: Query) -> tuple[str, list[Any]] | None:
+    """How many records ``query``'s record-field filters match, counted up to :data:`FEW` (``None``: it has none).
+
+    When fewer match, a sort reads them through the records' indexes and sorts them, rather
+    than walking the sort key's index (see :func:`select_sql`'s ``walk``).
+    """
+    terms, args = _field_terms(query)
+    if not terms:
+        return None
+    return f"SELECT count(*) FROM (SELECT 1 FROM records r WHERE {' AND '.join(terms)} LIMIT {FEW})", args
+
+
 def _where_sql(query: Query, driver: Condition | None = None) -> tuple[list[str], list[Any]]:
     """The WHERE terms of ``query`` and their arguments (``driver``'s first)."""
     _, where, args = _from_sql(driver)
-    for column in ("project", "run", "stream", "filename", "output_uri", "slot", "name"):
-        value = getattr(query, column)
-        if value is not None:
-            where.append(f"r.{column} = ?")
-            args.append(value)
+    fields, field_args = _field_terms(query)
+    where += fields
+    args += field_args
     if query.states is not None:
         where.append(f"r.state IN ({','.join('?' * len(query.states)) or 'NULL'})")
         args.extend(s.value for s in query.states)
@@ -165,12 +186,13 @@ def _where_sql(query: Query, driver: Condition | None = None) -> tuple[list[str]
 _NOT_NULL = ("id", "name", "filename", "state", "stream", "run", "project", "created_at")
 
 
-def select_sql(query: Query, driver: Condition | None = None) -> list[tuple[str, list[Any]]]:
+def select_sql(query: Query, driver: Condition | None = None, *, walk: bool = True) -> list[tuple[str, list[Any]]]:
     """``SELECT r.* FROM records r …`` statements whose rows, one after the other, are ``query``'s rows, sorted as ``base.select`` does.
 
     A sort on a metadata key comes as two statements: the records holding a value for it
     (walked in the order of the index ``metadata_order``, so a page stops early), then those
-    without (nulls last). Neither has a LIMIT: :func:`page_sql` adds it. A ``driver`` (see
+    without (nulls last); ``walk=False`` makes it one statement that sorts every match (see
+    :func:`few_records_sql`). None has a LIMIT: :func:`page_sql` adds it. A ``driver`` (see
     :func:`few_sql`) starts them from its metadata rows instead.
 
     Examples:
@@ -182,7 +204,7 @@ def select_sql(query: Query, driver: Condition | None = None) -> list[tuple[str,
 'SELECT r.* FROM records r LEFT JOIN metadata o0 ON o0.record_id = r.id AND o0.key = ?']
     """
     first = query.order_by[0].key if query.order_by else None
-    if first is None or first in RECORD_FIELDS or first in COLUMNS:
+    if first is None or first in RECORD_FIELDS or first in COLUMNS or not walk:
         return [_select(query, driver, None)]
     return [_select(query, driver, True), _select(query, driver, False)]
 
