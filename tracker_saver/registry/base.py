@@ -48,8 +48,9 @@ Candidate = tuple[str, StreamId, float, float | None]
 class Query:
     """What to find: every field narrows the result; ``None`` means any.
 
-    ``details=False`` lets a backend leave out each record's metadata, tags and aliases (fsck
-    reads none of them; SQLite then reads 2 rows a record instead of 25); others may fill them anyway.
+    ``details=False`` lets a backend leave out each record's metadata, tags and aliases: fsck
+    reads none of them, and SQLite then reads each record's one row, not its ~25 metadata rows
+    too. Other backends may fill them anyway.
     """
 
     project: str | None = None
