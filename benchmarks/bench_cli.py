@@ -1,8 +1,9 @@
 """How long ``tracker-saver`` takes to start and to list 10k records, next to importing torch.
 
-A SQLite registry of ``--records`` records (40 runs, two streams each, ``n_saved=2`` live per
-stream, the rest evicted, with score and step metadata) is written through the registry API in
-one transaction, in a temp folder. Then each command runs ``--repeats`` times as a fresh
+A SQLite registry of ``--records`` records is written in a temp folder by
+``bench_scale.fill``: a sweep's saves, each evicting its slot's previous record as a save does
+(a fill that kept every record live until the end made each ``make_live`` slower, and never
+finished 100,000 records). Then each command runs ``--repeats`` times as a fresh
 ``python -m tracker_saver`` process, interleaved, and is timed from start to exit:
 
 * ``python -c 'import torch, ignite'``: the baseline, what every command paid when the CLI
@@ -34,47 +35,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from tracker_saver.core.records import RecordState, UploadInfo  # noqa: E402
-from tracker_saver.registry.sqlite import SQLiteRegistry  # noqa: E402
-
-RUNS = 40
-STREAMS = ("best_model", "checkpoint")
-N_SAVED = 2
-
-
-def fill(path: str, records: int) -> int:
-    """Write ``records`` records into a new SQLite registry at ``path``; return how many."""
-    registry = SQLiteRegistry(path)
-    per_stream = max(1, records // (RUNS * len(STREAMS)))
-    written = 0
-    with registry.atomic():
-        for run in range(RUNS):
-            for stream in STREAMS:
-                ids = []
-                for step in range(1, per_stream + 1):
-                    score = round((step * 7919 % 1000) / 1000, 4)
-                    filename = (
-                        f"{stream}_{step}_val_acc={score:.4f}.pt" if stream == "best_model" else f"{stream}_{step}.pt"
-                    )
-                    slot = step % N_SAVED
-                    info = UploadInfo(
-                        f"proj{run % 4}",
-                        f"run{run}",
-                        stream,
-                        filename,
-                        metadata={"global_step": step, "score": score, "slot": slot},
-                        slot=slot,
-                        key=f"proj{run % 4}/run{run}/{stream}.slot{slot}.pt",
-                        output_uri="file:///bench",
-                    )
-                    record = registry.create_pending(info, uri=f"file:///bench/{info.key}")
-                    registry.make_live(record.id, sha256="0" * 64, size=1_000_000 + step)
-                    ids.append(record.id)
-                    written += 1
-                for record_id in ids[:-N_SAVED]:
-                    registry.set_state(record_id, RecordState.EVICTED, expected=(RecordState.LIVE,))
-    registry.close()
-    return written
+from bench_scale import fill  # noqa: E402  (benchmarks/ is sys.path[0] when a benchmark runs)
 
 
 def timed(cmd: list[str], env: dict[str, str]) -> float:
@@ -95,7 +56,7 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="bench-cli-") as tmp:
         registry = str(Path(tmp) / "registry.db")
         started = time.perf_counter()
-        count = fill(registry, args.records)
+        count, _ = fill(registry, str(Path(tmp) / "out"), args.records)
         fill_s = time.perf_counter() - started
         env = {**os.environ, "PYTHONPATH": str(ROOT), "TRACKER_SAVER_REGISTRY": registry}
         python = [sys.executable]

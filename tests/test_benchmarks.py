@@ -211,3 +211,28 @@ def test_bench_archive_times_each_mode_with_and_without_the_archive(tmp_path: Pa
     for row in report["results"]["local"].values():
         assert row["done_archive_s"] > 0 and row["cost_per_keep_s"] == row["done_archive_s"] - row["done_s"]
     assert "cost/keep" in proc.stdout and list(tmp_path.iterdir()) == []
+
+
+def test_bench_scale_prints_every_figure_with_its_goal_and_the_queries_match_what_the_fill_wrote(
+    tmp_path: Path,
+) -> None:
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "bench_scale.py"), "--records", "800", "--repeats", "1"]
+    proc = subprocess.run([*cmd, "--keep", str(tmp_path)], capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    *table, last = proc.stdout.strip().splitlines()
+    report = json.loads(last)
+    assert report["benchmark"] == "scale" and [row["records"] for row in report["rows"]] == [800]
+    row = report["rows"][0]
+    assert row["matches"] == {  # the fill is deterministic: 4 runs of 2 streams, 100 saves each
+        "val_acc>0.9 by -val_acc": 192,
+        "global_step>=1000 by global_step": 777,
+        "optimizer=sgd by -val_acc": 200,
+        "optimizer=sgd (by created_at)": 200,
+        "lr<0.001 by -created_at": 200,
+        "git_commit=<one run> by -val_acc": 200,
+    }
+    goals = {line.split("  ")[0]: line.split()[-1] for line in table if line.startswith(("query", "fsck", "models"))}
+    assert goals == {**{f"query {label} ms": "50" for label in row["matches"]}, "fsck s": "2",
+                     "models list, first page s": "1"}  # fmt: skip
+    assert row["fsck_s"] > 0 and row["models_list_first_page_s"] > 0 and set(row["save_call_ms"]) == {
+        "pending", "supersede", "live"}  # fmt: skip

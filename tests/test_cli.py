@@ -387,6 +387,28 @@ def test_a_list_that_matches_nothing_says_so(trained, capsys) -> None:
     assert capsys.readouterr().out == "no records past --offset 10: the query matches 5 records\n"  # all but epoch 5
 
 
+def test_a_long_listing_comes_page_by_page_and_a_page_that_needs_wider_columns_opens_a_new_table(
+    tmp_path, capsys
+) -> None:
+    from tests.contracts.records import live
+    from tracker_saver.registry.sqlite import SQLiteRegistry
+
+    registry = SQLiteRegistry(tmp_path / "r.db")
+    with registry.atomic():
+        ids = [live(registry, f"m_{i}.pt", slot=i).id for i in range(350)]  # m_99.pt, then m_100.pt: wider
+    registry.close()
+
+    def listing(*argv: str) -> tuple[list[str], str]:
+        assert main(["models", "list", "--registry", str(tmp_path / "r.db"), *argv]) == 0
+        out = capsys.readouterr().out
+        return [line.split("│")[1].strip() for line in out.splitlines() if line.startswith("│")], out
+
+    assert listing()[0] == ["id", *ids[:100], "id", *ids[100:]]  # pages of 100, 200, 50: two tables
+    first_cells, out = listing("--offset", "120", "--limit", "150")
+    assert first_cells == ["id", *ids[120:270]]
+    assert out.endswith("┘\nrecords 121-270 of 350: --offset 270 for more\n")
+
+
 @pytest.mark.parametrize("command", ["fsck", "repair"])
 def test_fsck_of_a_run_that_does_not_exist_says_nothing_matched_and_exits_2(trained, capsys, command) -> None:
     assert _error(capsys, command, "--registry", trained, "--run", "nope") == (

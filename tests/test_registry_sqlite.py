@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import dataclasses
+import itertools
 import sqlite3
 import subprocess
 import sys
@@ -157,3 +159,41 @@ def test_migrating_a_version_4_registry_keeps_records_metadata_and_tags_and_admi
     counts = [reg._db._conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("metadata", "tags", "aliases")]
     assert counts == [0, 0, 0]
     reg.close()
+
+
+@pytest.mark.parametrize("few", [0, 1000], ids=["walking-the-sort", "from-the-fewest-rows"])
+def test_every_page_of_a_sort_on_a_metadata_key_is_the_reference_page_across_holders_and_lackers(
+    tmp_path, monkeypatch, few
+) -> None:
+    from tracker_saver.registry.base import select
+
+    # 0: no condition or run is rare enough to start from; 1000: the where-condition and the run are
+    monkeypatch.setattr("tracker_saver.registry.sqlite.FEW", few)
+    registry = SQLiteRegistry(tmp_path / "r.db")
+    values = [3, None, "b", 0.5, True, "a", 3, None, 2.5, False]
+    for i, value in enumerate(values):
+        live(registry, f"a_{i}.pt", slot=i, **({} if i % 4 == 1 else {"v": value}), step=i % 3)
+    records = registry.query(Query())
+    for order, run in itertools.product(("v", "-v", "-v,step", "step,-v"), (None, "r")):
+        query = Query(order_by=parse_order(order.split(",")), where=parse_where("step<2"), run=run)
+        everything = select(records, query)
+        assert len(registry.query(query)) == len(everything) == registry.count(query) == 7
+        for offset, limit in itertools.product(range(len(everything) + 2), (None, 1, 3)):
+            page = registry.query(dataclasses.replace(query, offset=offset, limit=limit))
+            end = None if limit is None else offset + limit
+            assert [r.id for r in page] == [r.id for r in everything[offset:end]], (order, run, offset, limit)
+
+
+def test_a_page_sorted_by_a_metadata_key_walks_its_index_or_starts_from_a_rare_conditions_rows(tmp_path) -> None:
+    from tracker_saver.registry.sqlite_query import page_sql, select_sql
+
+    registry = SQLiteRegistry(tmp_path / "r.db")
+    query = Query(order_by=parse_order("-val_acc"), where=parse_where("optimizer=sgd"))
+
+    def plan(driver=None) -> str:
+        sql, args = page_sql(*select_sql(query, driver)[0], 50, 0)
+        with sqlite3.connect(registry.path) as conn:
+            return " / ".join(row[3] for row in conn.execute("EXPLAIN QUERY PLAN " + sql, args))
+
+    assert plan().startswith("SEARCH o0 USING INDEX metadata_order (key=?)") and "RIGHT PART OF ORDER BY" in plan()
+    assert plan(query.where[0]).startswith("SEARCH d USING INDEX metadata_text (key=? AND text=?)")

@@ -31,6 +31,7 @@ __all__ = [
     "make_console",
     "print_logs",
     "print_record",
+    "print_record_pages",
     "print_records",
     "print_repair",
     "print_report",
@@ -161,8 +162,9 @@ def table_lines(
     right: Iterable[str] = (),
     styles: Sequence[str | None] | None = None,
     color: bool = False,
+    least: Sequence[int] = (),
 ) -> list[str]:
-    """A boxed text table, one line per row, each row's cells between ``│``.
+    """A boxed text table, one line per row, each row's cells between ``│``, each column at least ``least[i]`` wide.
 
     Drawn here rather than by rich: rich measures every cell of every row, which takes
     seconds for 10k records; this is one pass, and ``grep``/``cut -d│`` read its lines.
@@ -177,7 +179,7 @@ def table_lines(
         └────┴──────┘
     """
     body = [[escape(cell) for cell in row] for row in rows]
-    widths = [max([len(c), *(len(row[i]) for row in body)]) for i, c in enumerate(columns)]
+    widths = [max([len(c), *(len(row[i]) for row in body), *least[i : i + 1]]) for i, c in enumerate(columns)]
     aligned = set(right)
 
     def line(cells: Sequence[str]) -> str:
@@ -231,32 +233,41 @@ RECORD_COLUMNS = (
 
 def print_records(records: Sequence[Record], console: Console | None = None, *, title: str | None = None) -> None:
     """Print records as a table: project, run, stream, name, state, aliases… output_uri (colours on a TTY)."""
-    rows = [
-        [
-            str(r.id),
-            r.project,
-            r.run,
-            r.stream,
-            r.name,
-            r.state.value,
-            ", ".join(r.aliases) or "-",
-            fmt(r.global_step),
-            fmt(r.score),
-            fmt(r.slot),
-            size_text(r.size),
-            _when(r.created_at),
-            r.output_uri or "-",
-        ]
-        for r in records
-    ]
-    lines = table_lines(
-        RECORD_COLUMNS,
-        rows,
-        right=("id", "step", "score", "slot", "size"),
-        styles=[r.state.value for r in records],
-        color=_color(console),
-    )
-    _print_lines([title, *lines] if title else lines, console)
+    if title:
+        _print_lines([title], console)
+    print_record_pages([records], console)
+
+
+def print_record_pages(pages: Iterable[Sequence[Record]], console: Console | None = None) -> int:
+    """Print pages of records as one table, each page as it comes; return how many records.
+
+    The columns are as wide as the first page needs; a later page that needs them wider closes
+    the table and opens one with wider columns. Each page is flushed, so ``| head`` and ``| less``
+    show the first rows at once.
+    """
+    out = console.file if console is not None else sys.stdout
+    top, bottom, widths, count = "", "", list[int](), 0
+    for records in pages:
+        rows = [
+            [str(r.id), r.project, r.run, r.stream, r.name, r.state.value, ", ".join(r.aliases) or "-",
+             fmt(r.global_step), fmt(r.score), fmt(r.slot), size_text(r.size), _when(r.created_at), r.output_uri or "-"]
+            for r in records
+        ]  # fmt: skip
+        lines = table_lines(RECORD_COLUMNS, rows, right=("id", "step", "score", "slot", "size"),
+                            styles=[r.state.value for r in records], color=_color(console), least=widths)  # fmt: skip
+        if lines[0] == top:  # the same columns: this page's rows go on the open table
+            body = lines[3:-1]
+        else:  # the first page, or wider columns: close the open table, open another
+            body, top = [bottom, *lines[:-1]] if bottom else lines[:-1], lines[0]
+            widths = [len(part) - 2 for part in top[1:-1].split("┬")]
+        bottom = lines[-1]
+        count += len(records)
+        if body:
+            out.write("\n".join(body) + "\n")
+            out.flush()
+    if bottom:
+        out.write(bottom + "\n")
+    return count
 
 
 def print_runs(rows: Sequence[Mapping[str, Any]], console: Console | None = None) -> None:

@@ -29,6 +29,7 @@ import os
 import posixpath
 import re
 import unicodedata
+from functools import lru_cache
 from numbers import Number
 from pathlib import PurePath
 from typing import Any, NamedTuple
@@ -127,6 +128,7 @@ def key_path(name: str) -> str:
     return "/".join(key_segment(part) for part in name.split("/"))
 
 
+@lru_cache(maxsize=65536)  # every record a query or fsck reads asks it of its key
 def check_key(key: str) -> str:
     """Return ``key`` if it stays inside output_uri, else raise.
 
@@ -228,6 +230,7 @@ def parse_slot_key(key: str) -> SlotKey | None:
     return SlotKey(found["path"], int(found["slot"]), found["ext"])
 
 
+@lru_cache(maxsize=4096)  # fsck asks it of every record: 100,000 records are 2,000 streams
 def stream_path(project: str, run: str, stream: str) -> str:
     """The part every slot key of a stream starts with, up to ``.slot``: ``<project>/<run>/<stream>``.
 
@@ -250,6 +253,7 @@ def pinned_key(project: str, run: str, filename: str) -> str:
     return check_key(f"{key_path(project)}/{key_segment(run)}/pinned/{key_segment(filename)}")
 
 
+@lru_cache(maxsize=65536)  # asked of every record of a slot, three times by fsck
 def key_problem(project: str, run: str, stream: str, slot: int | None, key: str | None) -> str | None:
     """Why ``key`` is not where a record of this stream (and ``slot``) may keep its object; ``None`` if it is.
 

@@ -229,4 +229,5 @@ def check(
         storage_options: options for opening each output_uri (S3: ``endpoint_url``, ``profile``…).
     """
     check_filters(project=project, run=run, stream=stream)
-    return check_places(registry, Query(project=project, run=run, stream=stream), deep, storage_options or {})[0]
+    query = Query(project=project, run=run, stream=stream, details=False)
+    return check_places(registry, query, deep, storage_options or {})[0]

@@ -57,7 +57,7 @@ def repair(
         what ``check`` reports), with the actions taken (``would …`` with ``dry_run``).
     """
     check_filters(project=project, run=run, stream=stream)
-    query = Query(project=project, run=run, stream=stream)
+    query = Query(project=project, run=run, stream=stream, details=False)
     before, places = check_places(registry, query, deep, storage_options or {}, stale_after_s)
     actions: list[str] = []
 

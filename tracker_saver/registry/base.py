@@ -46,7 +46,12 @@ Candidate = tuple[str, StreamId, float, float | None]
 
 @dataclass(frozen=True)
 class Query:
-    """What to find: every field narrows the result; ``None`` means any."""
+    """What to find: every field narrows the result; ``None`` means any.
+
+    ``details=False`` lets a backend leave out each record's metadata, tags and aliases: fsck
+    reads none of them, and SQLite then reads each record's one row, not its ~25 metadata rows
+    too. Other backends may fill them anyway.
+    """
 
     project: str | None = None
     run: str | None = None
@@ -62,6 +67,7 @@ class Query:
     name: str | None = None
     tag: str | None = None
     alias: str | None = None
+    details: bool = True
 
     def __post_init__(self) -> None:
         for what, value, least in (("limit", self.limit, 0), ("offset", self.offset, 0)):

@@ -147,6 +147,17 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         """,
     ),
     (
+        7,
+        # A sort on a metadata key walks this index in order and stops at the page's end, rather
+        # than sorting every record (100,000 records: 141 ms a page before). Its terms are the
+        # ORDER BY's of sqlite_query: the key, numbers before the rest, then the value. And a run
+        # named without its project (`models list --run R`) is found without reading every record.
+        """
+        CREATE INDEX metadata_order ON metadata (key, (CASE WHEN type IN ('int', 'float') THEN 0 ELSE 1 END), num, text);
+        CREATE INDEX records_run ON records (run, stream, state);
+        """,
+    ),
+    (
         8,
         # Events (issue 46): every alias move, pin, unpin, rename and record becoming live, written in
         # the transaction of the change; each webhook's outbox, as a cursor (the events after the last
