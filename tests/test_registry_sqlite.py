@@ -168,7 +168,7 @@ def test_every_page_of_a_sort_on_a_metadata_key_is_the_reference_page_across_hol
     from tracker_saver.registry.base import select
 
     # 0: no condition or run is rare enough to start from; 1000: the where-condition and the run are
-    monkeypatch.setattr("tracker_saver.registry.sqlite.FEW", few)
+    monkeypatch.setattr("tracker_saver.registry.sqlite_read.FEW", few)
     registry = SQLiteRegistry(tmp_path / "r.db")
     values = [3, None, "b", 0.5, True, "a", 3, None, 2.5, False]
     for i, value in enumerate(values):
