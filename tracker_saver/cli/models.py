@@ -12,6 +12,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import sys
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
@@ -20,6 +21,7 @@ from tracker_saver.cli.shared import (
     add_filters,
     count,
     dump,
+    dump_pages,
     label,
     open_cli_registry,
     print_record,
@@ -55,15 +57,24 @@ def _filters(args: argparse.Namespace) -> dict[str, Any]:
 
 
 def _cmd_models_list(args: argparse.Namespace) -> int:
-    from tracker_saver.models import count_models, find_models
+    """Print each page of records as the registry reads it (MLflow: one search request's page)."""
+    from tracker_saver.find import find_model_pages
+    from tracker_saver.models import count_models
 
     registry = open_cli_registry(args)
     filters = _filters(args)
-    records = find_models(**filters, order_by=args.sort, limit=args.limit, offset=args.offset, registry=registry)
+    pages = find_model_pages(**filters, order_by=args.sort, limit=args.limit, offset=args.offset, registry=registry)
     if wants_json(args):
-        dump([r.to_dict() for r in records])
+        dump_pages([r.to_dict() for r in page] for page in pages)
         return 0
-    if not records:  # not a bare table header: say that the query ran and matched nothing
+    from tracker_saver.cli.console import print_records
+
+    shown = 0
+    for page in pages:
+        print_records(page)
+        sys.stdout.flush()
+        shown += len(page)
+    if not shown:  # not a bare table header: say that the query ran and matched nothing
         total = count_models(**filters, registry=registry) if args.offset else 0
         print(
             f"no records past --offset {args.offset}: the query matches {plural(total, 'record')}"
@@ -71,14 +82,12 @@ def _cmd_models_list(args: argparse.Namespace) -> int:
             else "0 records match"
         )
         return 0
-    from tracker_saver.cli.console import print_records
-
-    print_records(records)
-    if args.limit is not None and len(records) == args.limit:
-        shown = args.offset + len(records)
+    if args.limit is not None and shown == args.limit:
         total = count_models(**filters, registry=registry)
-        if total > shown:
-            print(f"records {args.offset + 1}-{shown} of {total}: --offset {shown} for more")
+        if total > args.offset + shown:
+            print(
+                f"records {args.offset + 1}-{args.offset + shown} of {total}: --offset {args.offset + shown} for more"
+            )
     return 0
 
 
