@@ -1,5 +1,10 @@
 """Every test and doctest runs with a private HOME and a private temporary folder; CI's Hypothesis profile.
 
+torch runs one intra-op thread in the tests and every process they start (``OMP_NUM_THREADS=1``
+unless set): the models are tiny, and on 2 cores shared by 4 pytest-xdist workers, each process's
+OpenMP threads spin-waiting for each other cost 3 to 4 times the CPU of the work itself (a demo run
+took 13 s of CPU instead of 3.5 s). Set it in the environment to run the tests with more.
+
 A test run leaves nothing behind but pytest's own folder: ``tempfile.mkdtemp()`` in a doctest, a
 subprocess's scratch files and torch's inductor cache (``/tmp/torchinductor_<user>``, made when
 torch imports ``torch._dynamo``) all land in one folder per pytest process, removed at its end.
@@ -15,8 +20,12 @@ import pytest
 from hypothesis import settings
 from hypothesis.configuration import set_hypothesis_home_dir
 
-# Every test's CPU (tests/conftest_cpu.py) and CI's no-skip rule (tests/conftest_ci.py), doctests included.
-pytest_plugins = ["tests.conftest_cpu", "tests.conftest_ci"]
+# Every test's CPU (tests/conftest_cpu.py), CI's no-skip rule (tests/conftest_ci.py) and a clean top folder
+# (tests/conftest_clean.py), doctests included.
+pytest_plugins = ["tests.conftest_cpu", "tests.conftest_ci", "tests.conftest_clean"]
+
+# Before anything imports torch (which reads it once); subprocesses, xdist's workers included, inherit it.
+os.environ.setdefault("OMP_NUM_THREADS", "1")
 
 _scratch: list[str] = []
 

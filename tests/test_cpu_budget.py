@@ -1,7 +1,7 @@
 """What the test command reports and enforces: its cost (scripts/cpu_time.py), each test's CPU, no skip in CI.
 
 Each check runs the real thing in a new process: ``scripts/cpu_time.py`` over a command that
-leaves an orphan behind, and pytest with ``tests/conftest_cpu.py`` or ``tests/conftest_ci.py`` on a
+leaves an orphan behind, and pytest with ``tests/conftest_cpu.py``, ``tests/conftest_ci.py`` or ``tests/conftest_clean.py`` on a
 small test file of its own (``--noconftest``: none of this suite's fixtures, so it starts in a
 second). Nothing is asserted about how many seconds anything took: which test the report names
 first, and where an orphan goes, are what it is built on.
@@ -90,6 +90,28 @@ def test_in_ci_a_skip_anywhere_fails_the_run_with_its_reason(tmp_path: Path) -> 
     for reason in ("no server here", "not on this machine", "no_such_module_here", "no_such_module_at_all"):
         assert reason in ci.stdout, ci.stdout
     assert "CI runs every test, but test_module_skip.py skipped at collection" in ci.stdout
+
+
+def test_a_test_that_writes_into_the_top_folder_fails_naming_what_it_left(tmp_path: Path) -> None:
+    (tmp_path / "test_writes.py").write_text(
+        textwrap.dedent(
+            """
+            from pathlib import Path
+
+            def test_writes_into_the_working_folder():
+                Path("stray-output").mkdir()
+                Path(".cache-of-a-tool").mkdir()
+
+            def test_writes_under_tmp_path(tmp_path):
+                (tmp_path / "fine").mkdir()
+            """
+        )
+    )
+    done = _pytest(tmp_path, "-p", "tests.conftest_clean")
+    assert "2 passed, 1 error"  # the writing test passes its call and errs at its tear-down in done.stdout, done.stdout
+    assert "test_writes.py::test_writes_into_the_working_folder left ['stray-output'] in the repository's top" in (
+        done.stdout
+    )
 
 
 def test_cpu_time_adopts_what_the_command_leaves_behind_and_reports_the_budget(tmp_path: Path) -> None:

@@ -1,18 +1,21 @@
 """Distributed training (gloo, 2 CPU processes): only the saving rank does I/O, and no rank hangs.
 
-Each test runs a real ``idist.Parallel(backend="gloo", nproc_per_node=2)``. The workers are
-module-level functions (they are pickled to the spawned processes) that write what they saw
-to ``<tmp>/rank<r>.json``; a worker catches its own training error and reports it there, so
-the test sees every rank's outcome. The process group has a short timeout, so a collective
-that one rank never joins fails the test in seconds instead of hanging it.
+Each test runs a real gloo process group of 2 ranks, each a process of its own started as
+``torchrun`` starts it (``tests.ddp_rank``: the rank in the environment, ``idist.initialize``),
+forked from the tests' fork server (``tests.forkserver``: torch imported once, not by each rank).
+``examples/ddp.py`` (tests/test_examples.py) runs the other launcher, ``idist.Parallel``'s
+``spawn``. The workers are module-level functions that write what they saw to
+``<tmp>/rank<r>.json``; a worker catches its own training error and reports it there, so the test
+sees every rank's outcome. The process group has a short timeout, so a collective that one rank
+never joins fails the test in seconds instead of hanging it.
 """
 
 from __future__ import annotations
 
-import gc
+import contextlib
 import json
-import socket
-from datetime import timedelta
+import subprocess
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -21,32 +24,50 @@ import pytest
 import torch
 from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint
+from torch.distributed import TCPStore
 
+from tests import forkserver
+from tests.ddp_rank import GROUP_TIMEOUT
+from tests.helpers import process_env
 from tracker_saver import RecordState, TrackerSaver, find_models, resume
 from tracker_saver.core.errors import ConfigError, RegistryError, StorageError, TrackerSaverError
 from tracker_saver.save.distributed import open_for_reading, peer_error
 
-#: A collective waiting longer than this fails instead of hanging (gloo's default is 30 minutes).
-GROUP_TIMEOUT = timedelta(seconds=30)
+#: Seconds both ranks may take; a rank left waiting in a collective fails at ``GROUP_TIMEOUT`` first.
+RANKS_TIMEOUT_S = 180
 
 
 def _parallel(worker: Any, *args: Any) -> None:
-    """Run ``worker(local_rank, *args)`` on 2 gloo processes.
+    """Run ``worker(local_rank, *args)`` on 2 gloo ranks; fail with their output if either fails.
 
-    A rank left waiting in a collective fails at ``GROUP_TIMEOUT`` with gloo's own timeout error,
-    which no test expects: that, not a wall-clock assert (flaky on a loaded machine), catches a hang.
+    This process holds the group's store (as torchrun's agent does) on a port the system chose,
+    so two tests starting groups at once never race for a port. A rank left waiting in a
+    collective fails at ``GROUP_TIMEOUT`` with gloo's own timeout error, which no test expects:
+    that, not a wall-clock assert (flaky on a loaded machine), catches a hang.
     """
-    with socket.socket() as free:  # other tests may run a process group at the same time
-        free.bind(("127.0.0.1", 0))
-        port = free.getsockname()[1]
-    with idist.Parallel(backend="gloo", nproc_per_node=2, master_port=port, timeout=GROUP_TIMEOUT) as parallel:
-        parallel.run(_then_free, worker, *args)
-
-
-def _then_free(local_rank: int, worker: Any, *args: Any) -> None:
-    """``worker``, then its DDP models freed before Ignite destroys the process group (see examples/ddp.py)."""
-    worker(local_rank, *args)
-    gc.collect()
+    store = TCPStore("127.0.0.1", 0, world_size=2, is_master=True, wait_for_workers=False, timeout=GROUP_TIMEOUT)
+    env = {**process_env(), "MASTER_ADDR": "127.0.0.1", "MASTER_PORT": str(store.port), "WORLD_SIZE": "2"}
+    env["TORCHELASTIC_USE_AGENT_STORE"] = "True"
+    target = [f"{worker.__module__}:{worker.__name__}", json.dumps(args)]
+    with contextlib.ExitStack() as stack:
+        outputs = [stack.enter_context(tempfile.TemporaryFile(mode="w+")) for _ in range(2)]
+        ranks = [
+            forkserver.spawn("tests.ddp_rank", target, env={**env, "RANK": str(r), "LOCAL_RANK": str(r)},
+                             stdout=outputs[r], stderr=outputs[r])
+            for r in range(2)
+        ]  # fmt: skip
+        try:
+            codes = [rank.wait(RANKS_TIMEOUT_S) for rank in ranks]
+        except subprocess.TimeoutExpired:
+            codes = [None, None]
+        finally:
+            for rank in ranks:
+                rank.kill()
+                rank.wait()
+        for output in outputs:
+            output.seek(0)
+        failed = [f"rank {r} exited {codes[r]}:\n{outputs[r].read()[-4000:]}" for r in range(2) if codes[r] != 0]
+    assert not failed, "\n".join(failed)
 
 
 def _report(folder: str, **seen: Any) -> None:

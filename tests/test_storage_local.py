@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import io
 import os
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -64,3 +66,29 @@ def test_an_os_error_while_writing_is_a_storage_error_with_the_cause(tmp_path) -
         store.put_stream("p/r/s.slot0.pt", io.BytesIO(b"new"))
     assert isinstance(caught.value.__cause__, OSError)
     assert caught.value.key == "p/r/s.slot0.pt"
+
+
+def test_a_write_longer_than_the_writeback_span_lands_whole_and_starts_writeback_on_linux(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    from tracker_saver.storage import files
+
+    assert (files._START_WRITEBACK is not None) == sys.platform.startswith("linux")
+    monkeypatch.setattr(files, "WRITEBACK_BYTES", 1000)
+    started: list[tuple[int, int]] = []
+    real = files._START_WRITEBACK
+
+    def noting(fd: int, offset: int, length: int, flags: int) -> int:
+        started.append((offset, length))
+        return real(fd, offset, length, flags) if real is not None else 0
+
+    monkeypatch.setattr(files, "_START_WRITEBACK", noting)
+    store = LocalStorage(tmp_path)
+    data = os.urandom(3500)
+    staged = store.stage("p/r/m.slot0.pt")
+    for i in range(0, len(data), 700):
+        staged.file.write(data[i : i + 700])
+    staged.finish()
+    staged.commit()
+    assert (tmp_path / "p/r/m.slot0.pt").read_bytes() == data
+    assert started == [(0, 1400), (1400, 1400)]  # each span once, in order; the fsync writes the rest

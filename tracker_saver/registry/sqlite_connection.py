@@ -93,28 +93,30 @@ class SQLiteConnection:
         pending record whose bytes are committed, so the second needs no sync of its own.
         """
         with self._lock:
-            nested = self._conn.in_transaction
             try:
+                nested = self._conn.in_transaction
                 begin, commit, rollback = (
                     ("SAVEPOINT atomic", "RELEASE atomic", "ROLLBACK TO atomic; RELEASE atomic")
                     if nested
                     else ("BEGIN IMMEDIATE", "COMMIT", "ROLLBACK")
                 )
-                if not durable and not nested and self.path != ":memory:":
+                relaxed = not durable and not nested and self.path != ":memory:"
+                if relaxed:
                     self._conn.execute("PRAGMA synchronous = NORMAL")
-                self._conn.execute(begin)
                 try:
-                    yield self._conn
-                except BaseException:
-                    for statement in rollback.split("; "):
-                        self._conn.execute(statement)
-                    raise
-                self._conn.execute(commit)
+                    self._conn.execute(begin)
+                    try:
+                        yield self._conn
+                    except BaseException:
+                        for statement in rollback.split("; "):
+                            self._conn.execute(statement)
+                        raise
+                    self._conn.execute(commit)
+                finally:
+                    if relaxed:
+                        self._conn.execute("PRAGMA synchronous = FULL")
             except sqlite3.Error as exc:
                 raise self._error(exc) from exc
-            finally:
-                if not durable and not nested and self.path != ":memory:":
-                    self._conn.execute("PRAGMA synchronous = FULL")
 
     def _error(self, exc: sqlite3.Error) -> RegistryError:
         """The ``RegistryError`` for a failed statement, with the fix when SQLite says what is wrong."""

@@ -4,8 +4,8 @@
 turns any failure of that read into ``INVALID_PARAMETER_VALUE``. A save writes tags on models it
 made itself, so it skips the read and calls the tracking client underneath, as the public method
 does after its read. ``tests/test_mlflow_internals.py`` checks this against the installed mlflow:
-an upgrade that renames it fails there, naming the attribute and pyproject's bound
-(``mlflow>=3.4,<4``), not mid-training.
+an upgrade that renames it fails there, naming the attribute and the mlflow extra's pin,
+not mid-training.
 """
 
 from __future__ import annotations
@@ -14,6 +14,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tracker_saver.core.errors import ConfigError
+from tracker_saver.core.extras import EXTRAS
 
 __all__ = ["CHECKED_ON", "TRACKING_CLIENT", "tag_writer"]
 
@@ -35,6 +36,6 @@ def tag_writer(client: Any) -> Callable[[str, dict[str, str]], None]:
         raise ConfigError(
             f"this mlflow's MlflowClient has no {TRACKING_CLIENT}.set_logged_model_tags (checked on mlflow "
             f"{CHECKED_ON}): tracker_saver/integrations/mlflow/internals.py needs updating for it "
-            "(pip install 'mlflow>=3.4,<4' meanwhile)"
+            f"(meanwhile pip install {' '.join(repr(req) for req in EXTRAS['mlflow'])})"
         )
     return write  # type: ignore[no-any-return]
