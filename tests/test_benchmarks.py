@@ -187,3 +187,20 @@ def test_bench_drag_goals_compare_ours_with_its_own_plain_thread_and_the_load() 
     assert misses("ours", rows, busy=False) == ["lost>0.25x"]
     assert misses("ours", rows, busy=True) == []
     assert misses("ours-s3", rows, busy=True) == ["lost>thread", "blocked>0.05x", "drag>thread"]
+
+
+@pytest.mark.mlflow
+def test_bench_mlflow_scale_counts_a_saves_calls_by_endpoint_and_finds_the_same_records_pushed_down(
+    mlflow_server: str, tmp_path: Path
+) -> None:
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "bench_mlflow.py"), "--scale", "--uri", mlflow_server,
+           "--records", "8", "--repeats", "1", "--saves", "2"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    row = json.loads(proc.stdout.strip().splitlines()[-1])["results"]["this"]
+    assert row["found"] == 4  # score 1.0: the second step of each of the 4 streams (2 runs, 2 streams)
+    assert row["calls"] == sum(row["by_endpoint"].values()) > 0
+    assert "POST /api/2.0/mlflow/logged-models" in row["by_endpoint"]  # each save creates its model
+    assert 0 < row["registry_s"] <= row["save_s"] and row["first_page_s"] <= row["list_s"]
+    assert "calls a steady save, this: " in proc.stdout

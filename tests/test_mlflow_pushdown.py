@@ -65,7 +65,7 @@ QUERIES = [
     {"where": "score>=0.9 and prefix=best"},
     {"where": "score<0.75", "states": (RecordState.EVICTED, RecordState.LIVE)},
     {"where": "global_step in 2,3 and run=r1"},
-    {"where": "name=\"it's baseline\""},
+    {"where": 'name="it\'s baseline"'},
     {"name": "it's baseline"},
     {"where": "state in live,pending and score>0.5"},
     {"where": "score=1.0", "alias": "best"},
@@ -112,3 +112,12 @@ def test_models_list_prints_each_of_mlflows_pages_as_it_comes(records, monkeypat
     assert [r["id"] for r in listed] == [r.id for r in made if r.score is not None and r.score > 0.5]
     assert main(["--registry", reg.uri, "models", "list", "--project", project, "--run", "r1"]) == 0
     assert capsys.readouterr().out.count("┌") == 2  # six records: a table per page of three
+
+
+def test_a_query_narrowed_by_state_alone_is_one_search_that_also_finds_the_aliases() -> None:
+    from tracker_saver.integrations.mlflow.registry import _searches
+
+    wheres, whole = _searches(Query(project="p", states=(RecordState.PENDING,)))
+    assert whole and len(wheres) == 1 and "'pending'" in wheres[0] and "'live'" in wheres[0]
+    wheres, whole = _searches(Query(project="p", where=parse_where("score>0.5")))
+    assert not whole and len(wheres) == 2  # the states with metrics, then pending and failed

@@ -76,8 +76,8 @@ def dump(value: Any) -> None:
         print(json.dumps(value, indent=2))
 
 
-def dump_pages(pages: Iterable[Sequence[Any]]) -> int:
-    """Print the items of ``pages`` as :func:`dump` prints their list, each page as soon as it comes; return how many.
+def dump_pages(pages: Iterable[Sequence[Any]]) -> None:
+    """Print the items of ``pages`` as :func:`dump` prints their list, each page as soon as it comes.
 
     Examples:
         >>> dump_pages([[1, 2], [3]])
@@ -86,7 +86,6 @@ def dump_pages(pages: Iterable[Sequence[Any]]) -> int:
           2,
           3
         ]
-        3
     """
     out, count = sys.stdout, 0
     out.write("[")
@@ -95,7 +94,6 @@ def dump_pages(pages: Iterable[Sequence[Any]]) -> int:
         out.flush()
         count += len(page)
     out.write("\n]\n" if count else "]\n")
-    return count
 
 
 def resolve(args: argparse.Namespace, registry: Registry) -> Record:

@@ -18,9 +18,10 @@ never drop one it keeps. Pushed down:
 
 Not pushed down: ``!=`` (MySQL compares text without case, so ``!=`` would drop records), text
 metadata (the params hold the values at creation, and a post-upload callback may change them),
-``created_at`` (tracker_saver's clock, not the server's ``creation_time``), and any number typed
-by hand into the ``tracker_saver.metadata`` tag in MLflow's UI differs from its metric: a filter
-on that key answers from the metric (docs/mlflow.md, "Queries").
+and ``created_at`` (tracker_saver's clock, not the server's ``creation_time``). One difference
+remains: a number typed by hand into the ``tracker_saver.metadata`` tag in MLflow's UI is read
+back everywhere, but a filter on that key is answered by the metric, which keeps the value of
+the save (docs/mlflow.md, "Queries and their speed").
 """
 
 from __future__ import annotations
@@ -114,7 +115,8 @@ def record_filters(query: Query) -> list[str]:
     states = list(query.states) if query.states is not None else list(RecordState)
     if query.alias is not None:  # an alias names a loadable or pinned record only
         states = [s for s in states if s in LOADABLE_OR_PINNED]
-    clauses = [stream_filter(query)] if stream_filter(query) else []
+    streams = stream_filter(query)
+    clauses = [streams] if streams else []
     clauses += [_tag_in(k, [getattr(query, k)]) for k in ("filename", "name", "slot") if getattr(query, k) is not None]
     if query.tag is not None and (like := _tag_like(query.tag)) is not None:
         clauses.append(like)

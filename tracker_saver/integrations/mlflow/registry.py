@@ -21,6 +21,7 @@ from tracker_saver.core.errors import ConfigError, RecordNotFoundError, Registry
 from tracker_saver.core.outage import DEFAULT_TIMEOUT_S
 from tracker_saver.core.records import (
     LOADABLE,
+    LOADABLE_OR_PINNED,
     MetaValue,
     Record,
     RecordState,
@@ -376,12 +377,10 @@ class MLflowRegistry(Registry):
 
     def query(self, query: Query) -> list[Record]:
         experiments = self._store.experiments(query.project)
-        wheres = record_filters(query)  # narrow only: select() below applies the whole query
-        records = self._store.search(experiments, wheres, unreadable=self._skip)
-        # Filters beyond the stream's own fields leave streams part-found: their loadable records are searched.
-        whole = wheres == [stream_filter(query)]
+        wheres, whole = _searches(query)
+        records = self._store.search(experiments, wheres, unreadable=self._skip) if wheres else []
         derived, user = self._aliases(experiments, query, records if whole else None)
-        return select(with_aliases(records, derived, user), query)
+        return select(with_aliases(records, derived, user), query)  # the whole query: the search only narrowed
 
     def pages(self, query: Query) -> Iterator[list[Record]]:
         """The records a page of MLflow's search at a time, in the server's creation order, each page
@@ -420,6 +419,24 @@ class MLflowRegistry(Registry):
                 if key.startswith(_ALIAS):
                     user.setdefault(value, []).append(key[len(_ALIAS) :])
         return derived, user
+
+
+def _searches(query: Query) -> tuple[list[str], bool]:
+    """The MLflow filters to search for ``query``, and whether they find every loadable record of
+    the streams they find (then ``best`` and ``latest`` need no search of their own).
+
+    A query narrowed by state at most is searched with every loadable state as well: one search.
+    """
+    wheres = record_filters(query)
+    if not wheres or record_filters(replace(query, states=None, alias=None)) != [stream_filter(query)]:
+        return wheres, False
+    states = set(query.states if query.states is not None else RecordState)
+    if query.alias is not None:
+        states &= set(LOADABLE_OR_PINNED)
+    states |= set(LOADABLE)
+    if len(states) == len(RecordState):
+        return [stream_filter(query)], True
+    return [stream_filter(query, [s for s in RecordState if s in states])], True
 
 
 def from_spec(uri: str | None, *, timeout: float) -> MLflowRegistry:
