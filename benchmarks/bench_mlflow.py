@@ -50,6 +50,7 @@ import http.client
 import http.server
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
@@ -150,8 +151,12 @@ def fill_through_registry(uri: str, project: str, records: int) -> int:
     return 2 * len(STREAMS) * per_stream
 
 
+#: A LoggedModel's id in a request's path: counted as ``{id}``, so the counts are by endpoint.
+MODEL_ID = re.compile(r"/m-[0-9a-f]+")
+
+
 class CountingProxy:
-    """An HTTP proxy in front of the server at ``upstream`` that counts requests by ``METHOD /path``.
+    """An HTTP proxy in front of the server at ``upstream`` that counts requests by ``METHOD /path`` (ids as ``{id}``).
 
     ``GET /__bench/reset`` zeroes the counts and ``GET /__bench/counts`` returns them (neither
     is forwarded nor counted), so a child marks its steady phase itself.
@@ -193,7 +198,7 @@ class CountingProxy:
                 local.conn.request(self.command, self.path, sent, headers)
                 reply = local.conn.getresponse()
                 self._reply(reply.status, reply.getheaders(), reply.read())
-                proxy.counts[f"{self.command} {path}"] += 1
+                proxy.counts[f"{self.command} {MODEL_ID.sub('/{id}', path)}"] += 1
 
             do_GET = do_POST = do_PATCH = do_DELETE = _forward
 

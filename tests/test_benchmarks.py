@@ -201,6 +201,7 @@ def test_bench_mlflow_scale_counts_a_saves_calls_by_endpoint_and_finds_the_same_
     row = json.loads(proc.stdout.strip().splitlines()[-1])["results"]["this"]
     assert row["found"] == 4  # score 1.0: the second step of each of the 4 streams (2 runs, 2 streams)
     assert row["calls"] == sum(row["by_endpoint"].values()) > 0
-    assert "POST /api/2.0/mlflow/logged-models" in row["by_endpoint"]  # each save creates its model
+    assert row["by_endpoint"]["POST /api/2.0/mlflow/logged-models"] == 1  # each save creates its model
+    assert "PATCH /api/2.0/mlflow/logged-models/{id}/tags" in row["by_endpoint"]  # ids counted as one endpoint
     assert 0 < row["registry_s"] <= row["save_s"] and row["first_page_s"] <= row["list_s"]
     assert "calls a steady save, this: " in proc.stdout
