@@ -295,7 +295,9 @@ def first_page(tree: Path, uri: str, project: str) -> tuple[float, float]:
         project,
     ]
     started = time.perf_counter()
-    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env) as proc:
+    # Run in the tree: ``python -m`` imports from the working folder before PYTHONPATH.
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
+                          cwd=tree) as proc:  # fmt: skip
         assert proc.stdout is not None
         first = None
         for line in proc.stdout:
