@@ -20,22 +20,51 @@ queries as ``find_models`` calls in this process (the registry's own time).
     python benchmarks/bench_mlflow.py --records 10000 --repeats 5
 
 Prints a table of median and best seconds, then one JSON line.
+
+``--scale`` measures MLflow at scale instead, for this tree's code and, with ``--baseline TREE``
+(e.g. a ``git worktree`` of main), for that tree's too, in the same run (each in its own process,
+``PYTHONPATH`` set to the tree):
+
+* ``models list --project P`` (a table) as a fresh process: seconds to its first page, and to
+  its exit;
+* a filter (``--where 'score>0.99'``) in one process, pushed down to MLflow's search
+  (``MLflowRegistry.query``) and not (every record of the project, filtered here), checked equal;
+* a steady save (a TrackerSaver with ``n_saved=2`` whose slots are full): the HTTP calls it makes,
+  by endpoint, counted by a proxy in front of the server, and the registry's share of its
+  seconds (the pipeline's ``pending``, ``supersede`` and ``live`` steps, median).
+
+::
+
+    git worktree add /tmp/main-tree main
+    python benchmarks/bench_mlflow.py --scale --records 10000 --baseline /tmp/main-tree
+
+``--uri URI`` uses a running server instead of starting one (its records are written through
+the registry, so keep ``--records`` small: the smoke test passes 8).
 """
 
 from __future__ import annotations
 
 import argparse
+import collections
+import http.client
+import http.server
 import json
 import os
+import re
 import statistics
 import subprocess
 import sys
 import tempfile
+import threading
 import time
+import urllib.request
+import uuid
 from pathlib import Path
+from typing import Any
+from urllib.parse import urlsplit
 
 ROOT = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(ROOT))
+sys.path.append(str(ROOT))  # appended: a child's PYTHONPATH (the tree it measures) comes first
 
 from tests.conftest_mlflow import start_mlflow_server, stop_server  # noqa: E402
 from tracker_saver.core.records import RecordState, UploadInfo  # noqa: E402
@@ -69,8 +98,8 @@ def fill(db: Path, artifacts: Path, records: int) -> int:
                                   output_uri="file:///bench")  # fmt: skip
                 state = RecordState.LIVE if step > per_stream - N_SAVED else RecordState.EVICTED
                 tags = record_tags(info, uri=f"file:///bench/{info.key}", created_at=float(step))
-                tags.update({PREFIX + "state": encode(state.value), PREFIX + "sha256": encode("0" * 64),
-                             PREFIX + "size": encode(10)})  # fmt: skip
+                tags.update({PREFIX + "state": encode("state", state.value), PREFIX + "sha256": encode("sha256", "0" * 64),
+                             PREFIX + "size": encode("size", 10)})  # fmt: skip
                 model = store.create_logged_model(
                     exp, name=model_name(filename), source_run_id=run_id,
                     tags=[LoggedModelTag(k, v) for k, v in tags.items()],
@@ -100,17 +129,258 @@ def in_process(uri: str, query: dict[str, object]) -> tuple[float, int]:
     return time.perf_counter() - started, len(found)
 
 
+def fill_through_registry(uri: str, project: str, records: int) -> int:
+    """Write ``records`` records of ``project`` into a running server as a saver does (two runs, two
+    streams, two live a stream, the rest evicted); return how many."""
+    from tracker_saver.integrations.mlflow.registry import MLflowRegistry
+
+    reg = MLflowRegistry(uri, timeout=60)
+    per_stream = max(1, records // (2 * len(STREAMS)))
+    for r in range(2):
+        for stream in STREAMS:
+            for step in range(1, per_stream + 1):
+                score = round(step / per_stream, 4)
+                info = UploadInfo(filename=f"{stream}_{step}_score={score}.pt", project=project, run=f"r{r}",
+                                  stream=stream, slot=step % N_SAVED, key=f"{project}/r{r}/{stream}.slot{step % N_SAVED}.pt",
+                                  metadata={"global_step": step, "score": score, "priority": score},
+                                  output_uri="file:///bench")  # fmt: skip
+                record = reg.create_pending(info, uri=f"file:///bench/{info.key}")
+                record = reg.make_live(record.id, sha256="0" * 64, size=10)
+                if step <= per_stream - N_SAVED:
+                    reg.evict(record.id)
+    return 2 * len(STREAMS) * per_stream
+
+
+#: A LoggedModel's id in a request's path: counted as ``{id}``, so the counts are by endpoint.
+MODEL_ID = re.compile(r"/m-[0-9a-f]+")
+
+
+class CountingProxy:
+    """An HTTP proxy in front of the server at ``upstream`` that counts requests by ``METHOD /path`` (ids as ``{id}``).
+
+    ``GET /__bench/reset`` zeroes the counts and ``GET /__bench/counts`` returns them (neither
+    is forwarded nor counted), so a child marks its steady phase itself.
+    """
+
+    def __init__(self, upstream: str) -> None:
+        self.counts: collections.Counter[str] = collections.Counter()
+        host, port = urlsplit(upstream).hostname, urlsplit(upstream).port
+        local = threading.local()
+        proxy = self
+
+        class Handler(http.server.BaseHTTPRequestHandler):
+            protocol_version = "HTTP/1.1"
+
+            def log_message(self, *args: Any) -> None:
+                pass
+
+            def _reply(self, status: int, headers: list[tuple[str, str]], body: bytes) -> None:
+                self.send_response(status)
+                for k, v in headers:
+                    if k.lower() not in ("transfer-encoding", "connection", "content-length"):
+                        self.send_header(k, v)
+                self.send_header("Content-Length", str(len(body)))
+                self.end_headers()
+                self.wfile.write(body)
+
+            def _forward(self) -> None:
+                path = urlsplit(self.path).path
+                if path in ("/__bench/reset", "/__bench/counts"):
+                    body = json.dumps(dict(proxy.counts)).encode()
+                    if path.endswith("reset"):
+                        proxy.counts.clear()
+                    self._reply(200, [("Content-Type", "application/json")], body)
+                    return
+                sent = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+                if getattr(local, "conn", None) is None:
+                    local.conn = http.client.HTTPConnection(host, port, timeout=120)
+                headers = {k: v for k, v in self.headers.items() if k.lower() not in ("host", "connection")}
+                local.conn.request(self.command, self.path, sent, headers)
+                reply = local.conn.getresponse()
+                self._reply(reply.status, reply.getheaders(), reply.read())
+                proxy.counts[f"{self.command} {MODEL_ID.sub('/{id}', path)}"] += 1
+
+            do_GET = do_POST = do_PATCH = do_DELETE = _forward
+
+        self._server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+        self._server.daemon_threads = True
+        self.uri = f"http://127.0.0.1:{self._server.server_address[1]}"
+        threading.Thread(target=self._server.serve_forever, daemon=True).start()
+
+    def close(self) -> None:
+        self._server.shutdown()
+        self._server.server_close()
+
+
+def child_query(uri: str, project: str, where: str, repeats: int) -> dict[str, Any]:
+    """In a child: the filter pushed down and not (seconds, medians), checked to find the same records."""
+    from tracker_saver.core.query import parse_where
+    from tracker_saver.integrations.mlflow.registry import MLflowRegistry
+    from tracker_saver.registry.base import Query, select
+
+    reg = MLflowRegistry(uri, timeout=600)
+    query = Query(project=project, where=parse_where(where))
+    reg.query(Query(project=project, run="none"))  # the experiment looked up, the connection open
+    pushed, plain = [], []
+    for _ in range(repeats):
+        started = time.perf_counter()
+        found = reg.query(query)
+        pushed.append(time.perf_counter() - started)
+        started = time.perf_counter()
+        everything = select(reg.query(Query(project=project)), query)
+        plain.append(time.perf_counter() - started)
+        if [r.id for r in found] != [r.id for r in everything]:
+            raise SystemExit(f"pushed down, {where!r} found {len(found)} records, not the same {len(everything)}")
+    return {"pushed_s": statistics.median(pushed), "plain_s": statistics.median(plain), "found": len(found)}
+
+
+def child_save(proxy: str, work: Path, saves: int) -> dict[str, Any]:
+    """In a child: a saver's steady saves through ``proxy``: HTTP calls a save by endpoint, seconds."""
+    import logging
+
+    import torch
+    from ignite.engine import Engine
+    from ignite.handlers import Checkpoint
+
+    from tracker_saver import TrackerSaver
+
+    laps: list[dict[str, float]] = []
+
+    class Steps(logging.Handler):
+        def emit(self, record: logging.LogRecord) -> None:
+            if record.msg.startswith("saved ") and isinstance(record.args, tuple) and len(record.args) == 2:
+                laps.append(dict(record.args[1]))  # type: ignore[call-overload]
+
+    logger = logging.getLogger("tracker_saver.save.pipeline")
+    logger.setLevel(logging.DEBUG)
+    logger.addHandler(Steps())
+    saver = TrackerSaver(str(work / "out"), project=f"save-{uuid.uuid4().hex[:8]}", run="r",
+                         registry=f"mlflow:{proxy}")  # fmt: skip
+    engine = Engine(lambda engine, batch: None)
+    checkpoint = Checkpoint({"model": torch.nn.Linear(4, 4)}, saver, n_saved=N_SAVED)
+    for i in range(N_SAVED + 1 + saves):
+        if i == N_SAVED + 1:  # start-up done, the slots full, one eviction behind: steady from here
+            urllib.request.urlopen(f"{proxy}/__bench/reset").read()
+            laps.clear()
+        engine.state.iteration += 1
+        checkpoint(engine)
+    counts = json.loads(urllib.request.urlopen(f"{proxy}/__bench/counts").read())
+    saver.close()
+    registry = [lap.get("pending", 0) + lap.get("supersede", 0) + lap.get("live", 0) for lap in laps]
+    return {"calls": sum(counts.values()) / saves, "by_endpoint": {k: v / saves for k, v in sorted(counts.items())},
+            "registry_s": statistics.median(registry), "save_s": statistics.median(sum(lap.values()) for lap in laps)}  # fmt: skip
+
+
+def run_child(tree: Path, argv: list[str]) -> dict[str, Any]:
+    """``bench_mlflow.py --child ARGV`` with ``tree``'s tracker_saver; its JSON line."""
+    env = {**os.environ, "PYTHONPATH": str(tree), "MLFLOW_TRACKING_URI": ""}
+    done = subprocess.run([sys.executable, __file__, "--child", *argv], capture_output=True, text=True, env=env)
+    if done.returncode != 0:
+        raise SystemExit(f"child {argv[0]} with {tree} failed:\n{done.stderr[-3000:]}")
+    return dict(json.loads(done.stdout.strip().splitlines()[-1]))
+
+
+def first_page(tree: Path, uri: str, project: str) -> tuple[float, float]:
+    """``models list --project P`` (a table) with ``tree``'s code: seconds to its first table, and to its exit."""
+    env = {**os.environ, "PYTHONPATH": str(tree), "MLFLOW_TRACKING_URI": ""}
+    argv = [
+        sys.executable,
+        "-m",
+        "tracker_saver",
+        "--registry",
+        f"mlflow:{uri}",
+        "models",
+        "list",
+        "--project",
+        project,
+    ]
+    started = time.perf_counter()
+    # Run in the tree: ``python -m`` imports from the working folder before PYTHONPATH.
+    with subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL, text=True, env=env,
+                          cwd=tree) as proc:  # fmt: skip
+        assert proc.stdout is not None
+        first = None
+        for line in proc.stdout:
+            if first is None and line.startswith("┌"):
+                first = time.perf_counter() - started
+        proc.wait()
+    total = time.perf_counter() - started
+    if proc.returncode != 0 or first is None:
+        raise SystemExit(f"models list with {tree} failed (exit status {proc.returncode})")
+    return first, total
+
+
+def scale(args: argparse.Namespace, uri: str, project: str, written: int, fill_s: float) -> None:
+    """Measure each tree's code against the server at ``uri``; print the table and one JSON line."""
+    trees = {"this": ROOT, **({"baseline": Path(args.baseline).resolve()} if args.baseline else {})}
+    proxy = CountingProxy(uri)
+    rows: dict[str, dict[str, Any]] = {}
+    try:
+        with tempfile.TemporaryDirectory(prefix="bench-mlflow-save-") as work:
+            for name, tree in trees.items():
+                firsts = [first_page(tree, uri, project) for _ in range(args.repeats)]
+                row = {"first_page_s": statistics.median(f for f, _ in firsts),
+                       "list_s": statistics.median(t for _, t in firsts)}  # fmt: skip
+                row.update(run_child(tree, ["query", uri, project, WHERE, str(args.repeats)]))
+                row.update(run_child(tree, ["save", proxy.uri, str(Path(work) / name), str(args.saves)]))
+                rows[name] = row
+    finally:
+        proxy.close()
+    print(f"MLflow at scale: {written} records (filled in {fill_s:.1f} s), medians of {args.repeats} runs, "
+          f"{args.saves} steady saves")  # fmt: skip
+    print(
+        "| code | first page s | whole list s | filter pushed s | filter not pushed s | found | calls a save | registry s a save | save s |"
+    )  # noqa: E501
+    print("| --- | --- | --- | --- | --- | --- | --- | --- | --- |")
+    for name, r in rows.items():
+        print(f"| {name} | {r['first_page_s']:.2f} | {r['list_s']:.2f} | {r['pushed_s']:.3f} | {r['plain_s']:.3f} | "
+              f"{r['found']} | {r['calls']:.1f} | {r['registry_s']:.3f} | {r['save_s']:.3f} |")  # fmt: skip
+    for name, r in rows.items():
+        print(f"calls a steady save, {name}: " + ", ".join(f"{k} {v:g}" for k, v in r["by_endpoint"].items()))
+    print(json.dumps({"bench": "mlflow-scale", "records": written, "where": WHERE, "repeats": args.repeats,
+                      "saves": args.saves, "results": rows}))  # fmt: skip
+
+
+#: The filter of ``--scale``: about two records a stream at any size.
+WHERE = "score>0.99"
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--records", type=int, default=10_000)
     parser.add_argument("--repeats", type=int, default=5)
+    parser.add_argument("--scale", action="store_true", help="first page, pushed-down filter, calls a save")
+    parser.add_argument("--baseline", help="--scale: also measure the tracker_saver of this source tree")
+    parser.add_argument("--saves", type=int, default=6, help="--scale: steady saves counted")
+    parser.add_argument("--uri", help="a running mlflow server to use (records written through the registry)")
+    parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
+    if args.child:
+        kind, *rest = args.child
+        if kind == "query":
+            out = child_query(rest[0], rest[1], rest[2], int(rest[3]))
+        else:
+            out = child_save(rest[0], Path(rest[1]), int(rest[2]))
+        print(json.dumps(out))
+        return
+    if args.uri:
+        project = f"bench-{uuid.uuid4().hex[:8]}"
+        started = time.perf_counter()
+        written = fill_through_registry(args.uri, project, args.records)
+        scale(args, args.uri, project, written, time.perf_counter() - started)
+        return
     with tempfile.TemporaryDirectory(prefix="bench-mlflow-") as tmp:
         root = Path(tmp)
         started = time.perf_counter()
         written = fill(root / "mlflow.db", root / "artifacts", args.records)
         fill_s = time.perf_counter() - started
         proc, uri = start_mlflow_server(root, backend_store_uri=f"sqlite:///{root / 'mlflow.db'}")
+        if args.scale:
+            try:
+                scale(args, uri, PROJECT, written, fill_s)
+            finally:
+                stop_server(proc)
+            return
         try:
             env = {**os.environ, "PYTHONPATH": str(ROOT), "MLFLOW_TRACKING_URI": ""}
             base = ["--registry", f"mlflow:{uri}", "models", "list", "--project", PROJECT]

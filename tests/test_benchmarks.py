@@ -236,3 +236,21 @@ def test_bench_scale_prints_every_figure_with_its_goal_and_the_queries_match_wha
                      "models list, first page s": "1"}  # fmt: skip
     assert row["fsck_s"] > 0 and row["models_list_first_page_s"] > 0 and set(row["save_call_ms"]) == {
         "pending", "supersede", "live"}  # fmt: skip
+
+
+@pytest.mark.mlflow
+def test_bench_mlflow_scale_counts_a_saves_calls_by_endpoint_and_finds_the_same_records_pushed_down(
+    mlflow_server: str, tmp_path: Path
+) -> None:
+    cmd = [sys.executable, str(ROOT / "benchmarks" / "bench_mlflow.py"), "--scale", "--uri", mlflow_server,
+           "--records", "8", "--repeats", "1", "--saves", "2"]  # fmt: skip
+    env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}
+    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600, check=False)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    row = json.loads(proc.stdout.strip().splitlines()[-1])["results"]["this"]
+    assert row["found"] == 4  # score 1.0: the second step of each of the 4 streams (2 runs, 2 streams)
+    assert row["calls"] == sum(row["by_endpoint"].values()) > 0
+    assert row["by_endpoint"]["POST /api/2.0/mlflow/logged-models"] == 1  # each save creates its model
+    assert "PATCH /api/2.0/mlflow/logged-models/{id}/tags" in row["by_endpoint"]  # ids counted as one endpoint
+    assert 0 < row["registry_s"] <= row["save_s"] and row["first_page_s"] <= row["list_s"]
+    assert "calls a steady save, this: " in proc.stdout

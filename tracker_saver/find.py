@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import Any
 
 from tracker_saver.core.errors import ConfigError, RecordNotFoundError
@@ -30,6 +30,7 @@ __all__ = [
     "SAVED_STATES",
     "RegistryArg",
     "count_models",
+    "find_model_pages",
     "find_models",
     "get_model",
     "resolve_model",
@@ -45,17 +46,17 @@ SAVED_STATES = (RecordState.LIVE, RecordState.REVIVED, RecordState.EVICTED)
 
 def _query(
     *,
-    output_uri: str | os.PathLike[str] | None,
-    project: str | None,
-    run: str | None,
-    stream: str | None,
-    filename: str | None,
-    name: str | None,
-    tag: str | None,
-    alias: str | None,
-    where: Mapping[str, Any] | Sequence[str] | str | None,
-    live: bool | None,
-    states: Sequence[RecordState | str] | None,
+    output_uri: str | os.PathLike[str] | None = None,
+    project: str | None = None,
+    run: str | None = None,
+    stream: str | None = None,
+    filename: str | None = None,
+    name: str | None = None,
+    tag: str | None = None,
+    alias: str | None = None,
+    where: Mapping[str, Any] | Sequence[str] | str | None = None,
+    live: bool | None = None,
+    states: Sequence[RecordState | str] | None = None,
     order_by: str | Sequence[str] | None = None,
     offset: int = 0,
     limit: int | None = None,
@@ -165,6 +166,31 @@ def find_models(
     found = reg.query(query)
     _check_keys(reg, query, bool(found), found)
     return found
+
+
+def find_model_pages(*, registry: RegistryArg = None, **filters: Any) -> Iterator[list[Record]]:
+    """:func:`find_models`'s records a page at a time, each as soon as the registry has read it.
+
+    Takes :func:`find_models`' keyword arguments. MLflow gives a page per search request, in the
+    server's creation order, each page sorted as :func:`find_models` sorts (with ``order_by``,
+    one page: a sort needs every record first); SQLite gives 100 records, then twice as many each
+    time. An unknown where key is a ``ConfigError`` once nothing matched, as in :func:`find_models`.
+
+    Examples:
+        >>> list(find_model_pages(project="nothing-here", registry=":memory:"))
+        []
+    """
+    query = _query(**filters)
+    reg = shared_registry(registry, create=False)
+    matched = False
+    for page in reg.pages(query):
+        if page and not matched:
+            _check_keys(reg, query, True, page)
+            matched = True
+        if page:
+            yield page
+    if not matched:
+        _check_keys(reg, query, False)
 
 
 def count_models(

@@ -12,9 +12,8 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import functools
 import itertools
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
 from tracker_saver.cli.shared import (
@@ -22,6 +21,7 @@ from tracker_saver.cli.shared import (
     add_filters,
     count,
     dump,
+    dump_pages,
     label,
     open_cli_registry,
     print_record,
@@ -56,36 +56,18 @@ def _filters(args: argparse.Namespace) -> dict[str, Any]:
     }
 
 
-#: ``models list`` asks for this many records first, then twice as many each time up to
-#: ``_PAGE_MAX``: the first rows show at once, and 100,000 records take 16 queries.
-_PAGE_FIRST, _PAGE_MAX = 100, 10_000
-
-
-def _pages(find: Callable[..., list[Record]], limit: int | None, offset: int) -> Iterator[list[Record]]:
-    """``find(limit=, offset=)``'s records a page at a time, from ``offset``, at most ``limit`` of them."""
-    size, shown = _PAGE_FIRST, 0
-    while limit is None or shown < limit:
-        want = size if limit is None else min(size, limit - shown)
-        page = find(limit=want, offset=offset + shown)
-        if page:
-            yield page
-        if len(page) < want:
-            return
-        shown, size = shown + want, min(2 * size, _PAGE_MAX)
-
-
 def _cmd_models_list(args: argparse.Namespace) -> int:
-    from tracker_saver.models import count_models, find_models
+    """Print each page of records as the registry reads it (SQLite: 100, then twice as many each
+    time; MLflow: a search request's page), flushed, so the first rows show at once."""
+    from tracker_saver.find import find_model_pages
+    from tracker_saver.models import count_models
 
     registry = open_cli_registry(args)
     filters = _filters(args)
+    pages = find_model_pages(**filters, order_by=args.sort, limit=args.limit, offset=args.offset, registry=registry)
     if wants_json(args):
-        records = find_models(**filters, order_by=args.sort, limit=args.limit, offset=args.offset, registry=registry)
-        dump([r.to_dict() for r in records])
+        dump_pages([r.to_dict() for r in page] for page in pages)
         return 0
-    pages = _pages(
-        functools.partial(find_models, **filters, order_by=args.sort, registry=registry), args.limit, args.offset
-    )
     first = next(pages, None)
     if first is None:  # not a bare table header: say that the query ran and matched nothing
         total = count_models(**filters, registry=registry) if args.offset else 0
@@ -97,11 +79,13 @@ def _cmd_models_list(args: argparse.Namespace) -> int:
         return 0
     from tracker_saver.cli.console import print_record_pages
 
-    shown = args.offset + print_record_pages(itertools.chain([first], pages))
-    if args.limit is not None and shown - args.offset == args.limit:
+    shown = print_record_pages(itertools.chain([first], pages))
+    if args.limit is not None and shown == args.limit:
         total = count_models(**filters, registry=registry)
-        if total > shown:
-            print(f"records {args.offset + 1}-{shown} of {total}: --offset {shown} for more")
+        if total > args.offset + shown:
+            print(
+                f"records {args.offset + 1}-{args.offset + shown} of {total}: --offset {args.offset + shown} for more"
+            )
     return 0
 
 

@@ -13,6 +13,8 @@ from __future__ import annotations
 
 import argparse
 import json
+import sys
+from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
 from tracker_saver.core.text import escape
@@ -27,6 +29,7 @@ __all__ = [
     "add_filters",
     "count",
     "dump",
+    "dump_pages",
     "label",
     "open_cli_registry",
     "print_record",
@@ -71,6 +74,26 @@ def dump(value: Any) -> None:
         print("[" + ",".join("\n  " + json.dumps(item) for item in value) + ("\n]" if value else "]"))
     else:
         print(json.dumps(value, indent=2))
+
+
+def dump_pages(pages: Iterable[Sequence[Any]]) -> None:
+    """Print the items of ``pages`` as :func:`dump` prints their list, each page as soon as it comes.
+
+    Examples:
+        >>> dump_pages([[1, 2], [3]])
+        [
+          1,
+          2,
+          3
+        ]
+    """
+    out, count = sys.stdout, 0
+    out.write("[")
+    for page in pages:
+        out.write("".join(("," if count or i else "") + "\n  " + json.dumps(item) for i, item in enumerate(page)))
+        out.flush()
+        count += len(page)
+    out.write("\n]\n" if count else "]\n")
 
 
 def resolve(args: argparse.Namespace, registry: Registry) -> Record:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import logging
 from abc import ABC, abstractmethod
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -262,6 +262,14 @@ class RecordStore(ABC):
     @abstractmethod
     def query(self, query: Query) -> list[Record]:
         """Records matching ``query`` with their aliases, sorted as :func:`select` sorts them."""
+
+    def pages(self, query: Query) -> Iterator[list[Record]]:
+        """:meth:`query`'s records a page at a time, so a caller can show the first before the last is read.
+
+        This default gives one page, :meth:`query`'s list; a backend that reads records in pages
+        (MLflow) yields each as it comes.
+        """
+        yield self.query(query)
 
     def count(self, query: Query) -> int:
         """How many records match ``query`` without its ``limit`` and ``offset`` (for pagination)."""

@@ -29,6 +29,8 @@ from tracker_saver.core.errors import UnreadableRecordError
 from tracker_saver.core.records import MetaValue, Record, RecordState, UploadInfo
 
 __all__ = [
+    "LEGAL_KEY",
+    "OWN_KEYS",
     "PREFIX",
     "SCHEMA",
     "STATUS",
@@ -41,7 +43,6 @@ __all__ = [
     "record_tags",
     "schema_of",
     "spellings",
-    "state_filter",
     "status_of",
 ]
 
@@ -50,6 +51,11 @@ PREFIX = "tracker_saver."
 
 #: The tag layout this version writes: 2 is plain text (1 was every tag JSON).
 SCHEMA = 2
+
+#: The metric and param names MLflow takes; other metadata keys live in the metadata tag only.
+LEGAL_KEY = re.compile(r"^[\w\-. :/]{1,250}$")
+#: Keys a read adds to a record's metadata from its own fields; never written into the metadata tag or as metrics.
+OWN_KEYS = ("slot", "created_at", "sha256", "size", "uri")
 
 #: Fields kept as JSON (structured); every other field is plain text, typed by :data:`_TYPES`.
 _JSON_FIELDS = ("metadata", "tags")
@@ -160,18 +166,6 @@ def record_tags(info: UploadInfo, *, uri: str, created_at: float) -> dict[str, s
 def status_of(state: RecordState) -> str:
     """MLflow's status for ``state``."""
     return STATUS[state]
-
-
-def state_filter(states: tuple[RecordState, ...]) -> str:
-    """A ``search_logged_models`` filter for records in ``states`` (MLflow's filters have no ``OR``).
-
-    Examples:
-        >>> print(state_filter((RecordState.LIVE, RecordState.PINNED)))
-        tags.`tracker_saver.state` IN ('live', '"live"', 'pinned', '"pinned"')
-    """
-    return (
-        f"tags.`{PREFIX}state` IN ({', '.join(quoted(s) for state in states for s in spellings('state', state.value))})"
-    )
 
 
 def quoted(text: str) -> str:

@@ -11,9 +11,8 @@ that becomes ``READY`` last.
 from __future__ import annotations
 
 import os
-import re
 import time
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -32,6 +31,8 @@ from tracker_saver.core.records import (
 )
 from tracker_saver.integrations.mlflow.claims import MLflowClaims
 from tracker_saver.integrations.mlflow.codec import (
+    LEGAL_KEY,
+    OWN_KEYS,
     PREFIX,
     SCHEMA,
     as_committed,
@@ -44,6 +45,7 @@ from tracker_saver.integrations.mlflow.codec import (
     status_of,
 )
 from tracker_saver.integrations.mlflow.internals import tag_writer
+from tracker_saver.integrations.mlflow.pushdown import record_filters, stream_filter
 from tracker_saver.integrations.mlflow.store import MLflowStore
 from tracker_saver.integrations.mlflow.transport import MLflowTransport
 from tracker_saver.registry.base import Query, Registry, check_transition, derived_aliases, select, with_aliases
@@ -51,10 +53,6 @@ from tracker_saver.registry.base import Query, Registry, check_transition, deriv
 __all__ = ["MLflowRegistry", "from_spec", "tracking_uri"]
 
 _ALIAS = PREFIX + "alias."
-#: Keys a read adds to a record's metadata from its own fields; never written into the metadata tag.
-_OWN = ("slot", "created_at", "sha256", "size", "uri")
-#: The metric and param names MLflow takes; other metadata keys live in the metadata tag only.
-_LEGAL_KEY = re.compile(r"^[\w\-. :/]{1,250}$")
 
 
 def tracking_uri(uri: str | None = None) -> str:
@@ -165,7 +163,7 @@ class MLflowRegistry(Registry):
         taken = any(read_filename(m) != info.filename for m in same)
         tags = record_tags(info, uri=uri, created_at=time.time())
         tags.update({PREFIX + k: encode(k, v) for k, v in {**extra, "state": state.value}.items() if v is not None})
-        params = {k: str(v) for k, v in info.metadata.items() if v is not None and _LEGAL_KEY.match(k)}
+        params = {k: str(v) for k, v in info.metadata.items() if v is not None and LEGAL_KEY.match(k)}
         try:
             model = self._transport.call(
                 self._transport.client.create_logged_model,
@@ -199,7 +197,7 @@ class MLflowRegistry(Registry):
         metrics = [
             Metric(k, float(v), now, 0, model_id=model_id)
             for k, v in metadata.items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and _LEGAL_KEY.match(k)
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and LEGAL_KEY.match(k)
         ]
         if metrics:
             self._transport.call(
@@ -266,7 +264,7 @@ class MLflowRegistry(Registry):
             raise RegistryError(
                 f"record {record_id} is {record.state.value}, not pending: it cannot become live", record_id=record_id
             )
-        meta = {k: v for k, v in record.metadata.items() if k not in _OWN} | dict(metadata or {})
+        meta = {k: v for k, v in record.metadata.items() if k not in OWN_KEYS} | dict(metadata or {})
         self._write(mine.schema, record, {"sha256": sha256, "size": int(size), "metadata": meta,
                                           "fingerprint": fingerprint}, RecordState.LIVE)  # fmt: skip
         self._metrics(record_id, mine.run_id, meta)  # every number of the checkpoint, logged once: now
@@ -379,21 +377,66 @@ class MLflowRegistry(Registry):
 
     def query(self, query: Query) -> list[Record]:
         experiments = self._store.experiments(query.project)
-        # Pushed down: the stream-level fields, so every stream found is whole (``best``/``latest``).
-        filters = {k: getattr(query, k) for k in ("project", "run", "stream", "output_uri")}
-        # The states too, with every loadable one: ``best``/``latest`` (and user aliases) name those.
-        states = (*LOADABLE_OR_PINNED, *(s for s in query.states or () if s not in LOADABLE_OR_PINNED))
-        pushed = states if query.states is not None or query.alias is not None else ()
-        records = self._store.search(
-            experiments, {k: v for k, v in filters.items() if v is not None}, pushed, unreadable=self._skip
-        )
-        derived = derived_aliases((r.id, r.stream_id, r.created_at, r.score) for r in records if r.state in LOADABLE)
+        wheres, whole = _searches(query)
+        records = self._store.search(experiments, wheres, unreadable=self._skip) if wheres else []
+        derived, user = self._aliases(experiments, query, records if whole else None)
+        return select(with_aliases(records, derived, user), query)  # the whole query: the search only narrowed
+
+    def pages(self, query: Query) -> Iterator[list[Record]]:
+        """The records a page of MLflow's search at a time, in the server's creation order, each page
+        sorted as :meth:`query` sorts; one page when the query sorts (a sort needs every record first)
+        or when its filters need two searches."""
+        wheres = record_filters(query)
+        if query.order_by or len(wheres) != 1:
+            yield self.query(query)
+            return
+        experiments = self._store.experiments(query.project)
+        derived, user = self._aliases(experiments, query, None)
+        skip, left = query.offset, query.limit
+        each = replace(query, offset=0, limit=None)
+        for page in self._store.pages(experiments, wheres[0], unreadable=self._skip, oldest_first=True):
+            found = select(with_aliases(page, derived, user), each)
+            found, skip = found[skip:], max(0, skip - len(found))
+            if left is not None:
+                found = found[:left]
+                left -= len(found)
+            if found:
+                yield found
+            if left == 0:
+                return
+
+    def _aliases(
+        self, experiments: list[Any], query: Query, loadable: list[Record] | None
+    ) -> tuple[dict[str, tuple[str, ...]], dict[str, list[str]]]:
+        """The derived aliases of ``query``'s streams, from ``loadable`` (their loadable records, among
+        others; searched when ``None``), and the user's aliases in the experiments' tags."""
+        if loadable is None:
+            loadable = self._store.search(experiments, [stream_filter(query, LOADABLE)], unreadable=self._skip)
+        derived = derived_aliases((r.id, r.stream_id, r.created_at, r.score) for r in loadable if r.state in LOADABLE)
         user: dict[str, list[str]] = {}
         for exp in experiments:
             for key, value in (exp.tags or {}).items():
                 if key.startswith(_ALIAS):
                     user.setdefault(value, []).append(key[len(_ALIAS) :])
-        return select(with_aliases(records, derived, user), query)
+        return derived, user
+
+
+def _searches(query: Query) -> tuple[list[str], bool]:
+    """The MLflow filters to search for ``query``, and whether they find every loadable record of
+    the streams they find (then ``best`` and ``latest`` need no search of their own).
+
+    A query narrowed by state at most is searched with every loadable state as well: one search.
+    """
+    wheres = record_filters(query)
+    if not wheres or record_filters(replace(query, states=None, alias=None)) != [stream_filter(query)]:
+        return wheres, False
+    states = set(query.states if query.states is not None else RecordState)
+    if query.alias is not None:
+        states &= set(LOADABLE_OR_PINNED)
+    states |= set(LOADABLE)
+    if len(states) == len(RecordState):
+        return [stream_filter(query)], True
+    return [stream_filter(query, [s for s in RecordState if s in states])], True
 
 
 def from_spec(uri: str | None, *, timeout: float) -> MLflowRegistry:

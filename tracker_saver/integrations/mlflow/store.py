@@ -8,18 +8,12 @@ deleted experiment is an error naming the fix, never silently re-created.
 from __future__ import annotations
 
 import uuid
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
 from tracker_saver.core.errors import RecordNotFoundError, RegistryError, UnreadableRecordError
-from tracker_saver.core.records import Record, RecordState
-from tracker_saver.integrations.mlflow.codec import (
-    PREFIX,
-    quoted,
-    read_record,
-    spellings,
-    state_filter,
-)
+from tracker_saver.core.records import Record
+from tracker_saver.integrations.mlflow.codec import PREFIX, quoted, read_record
 from tracker_saver.integrations.mlflow.transport import MLflowTransport
 
 __all__ = ["MLflowStore"]
@@ -141,23 +135,15 @@ class MLflowStore:
         found = self._transport.call(self._transport.client.search_experiments, "listing experiments")
         return [e for e in found if str(e.name).startswith(self.experiment_prefix)]
 
-    def search(
-        self,
-        experiments: list[Any],
-        filters: dict[str, Any],
-        states: tuple[RecordState, ...] = (),
-        *,
-        unreadable: Callable[[str, str], None],
-    ) -> list[Record]:
-        """Every record in ``experiments`` whose ``tracker_saver.*`` tags equal ``filters`` (and in ``states``).
+    def pages(
+        self, experiments: list[Any], where: str, *, unreadable: Callable[[str, str], None], oldest_first: bool = False
+    ) -> Iterator[list[Record]]:
+        """The records in ``experiments`` that MLflow's filter ``where`` keeps, one page of the search at a time.
 
-        A model of ours whose tags cannot be read back is left out and passed to ``unreadable(id, why)``.
+        ``oldest_first``: in the server's creation order (else MLflow's own, newest first). A model
+        of ours whose tags cannot be read back is left out and passed to ``unreadable(id, why)``.
         """
-        clauses = [
-            f"tags.`{PREFIX}{k}` IN ({', '.join(quoted(s) for s in spellings(k, v))})" for k, v in filters.items()
-        ]
-        where = " AND ".join([*clauses, state_filter(states)] if states else clauses)
-        out: list[Record] = []
+        order = [{"field_name": "creation_time", "ascending": True}] if oldest_first else None
         ids = [str(e.experiment_id) for e in experiments]
         for start in range(0, len(ids), 100):
             token: str | None = None
@@ -168,8 +154,10 @@ class MLflowStore:
                     ids[start : start + 100],
                     filter_string=where or None,
                     max_results=PAGE,
+                    order_by=order,
                     page_token=token,
                 )
+                out: list[Record] = []
                 for model in page:
                     try:
                         record = read_record(model)
@@ -178,7 +166,17 @@ class MLflowStore:
                         continue
                     if record is not None:
                         out.append(record)
+                yield out
                 token = page.token
                 if not token:
                     break
-        return out
+
+    def search(
+        self, experiments: list[Any], wheres: Iterable[str], *, unreadable: Callable[[str, str], None]
+    ) -> list[Record]:
+        """Every record in ``experiments`` that one of the filters ``wheres`` keeps (each record once)."""
+        found: dict[str, Record] = {}
+        for where in wheres:
+            for page in self.pages(experiments, where, unreadable=unreadable):
+                found.update((r.id, r) for r in page)
+        return list(found.values())
