@@ -1,4 +1,4 @@
-"""A fork server for the tests' training subprocesses: ``python -m MODULE ARGS`` without paying for imports.
+"""A fork server for the tests' training subprocesses: ``python -m MODULE ARGS`` (or a script) without paying for imports.
 
 Many tests restart training in a new process (``tests.worker``, ``tests.resume_run``): DESIGN asks
 for a subprocess, not a re-import. Each such process spent about 3 s (more on a busy machine)
@@ -20,6 +20,8 @@ Examples:
 from __future__ import annotations
 
 import atexit
+import faulthandler
+import gc
 import json
 import os
 import random
@@ -133,6 +135,8 @@ def spawn(
 ) -> Forked:
     """Run ``python -m module *args`` as a process forked from the server (started on first use).
 
+    A ``module`` that ends in ``.py`` is a script's path: ``python path/to/script.py *args``.
+
     ``stdin``/``stdout`` may be ``subprocess.PIPE`` (then the :class:`Forked` has text pipes) or
     ``None`` (inherit this process's); ``stdout``/``stderr`` may also be an open file.
     """
@@ -200,6 +204,7 @@ def _serve(path: str) -> None:
             __import__(name)
         except ImportError:
             pass
+    gc.freeze()  # a child's collections skip what was imported here (and so never copy its pages)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
     listener.listen(64)
@@ -256,13 +261,20 @@ def _become(request: dict[str, Any], fds: list[int]) -> None:
     os.environ.clear()
     os.environ.update(request["env"])
     os.chdir(request["cwd"])
-    sys.path[0] = request["cwd"]  # as `python -m` puts its working directory first
+    script = request["module"].endswith(".py")  # `python path/to/script.py`, else `python -m module`
+    # as `python -m` puts its working directory first, and `python script.py` the script's folder
+    sys.path[0] = os.path.dirname(os.path.abspath(request["module"])) if script else request["cwd"]
     tempfile.tempdir = None
     random.seed()
+    if os.environ.get("PYTHONFAULTHANDLER"):  # what the interpreter's start would have done
+        faulthandler.enable()
     sys.argv = [request["module"], *request["args"]]
     code: Any = 0
     try:
-        runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+        if script:
+            runpy.run_path(request["module"], run_name="__main__")
+        else:
+            runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
     except SystemExit as exc:
         code = exc.code
     except BaseException:
@@ -275,14 +287,17 @@ def _become(request: dict[str, Any], fds: list[int]) -> None:
 
 def _shutdown(code: Any) -> int:
     """What the interpreter's exit does that anyone can see: non-daemon threads joined, atexit
-    handlers run, stdio flushed; the exit status as ``sys.exit(code)`` makes it.
+    handlers run, what the run made freed (a SQLite connection closes, so its WAL files go, as at a
+    fresh interpreter's exit), stdio flushed; the exit status as ``sys.exit(code)`` makes it.
 
     Not the rest of finalization: tearing down every module touches each of torch's objects, so
     a forked child would copy most of the server's memory page by page (2 s measured, against
-    20 ms for everything before it).
+    20 ms for everything before it). The collection sees only what the child made: the server
+    froze everything it imported (``gc.freeze``) before it forked.
     """
     threading._shutdown()  # type: ignore[attr-defined]
     atexit._run_exitfuncs()
+    gc.collect()  # the run's module is gone from sys.modules: its globals are garbage now
     if code is None:
         status = 0
     elif isinstance(code, int):

@@ -1,4 +1,9 @@
-"""Every script in ``examples/`` runs as a new user runs it: a subprocess in an empty folder.
+"""Every script in ``examples/`` runs as a new user runs it: a new process in an empty folder.
+
+Each is ``python examples/NAME.py`` forked from the tests' fork server (``tests.forkserver``: a
+new process, with torch and ignite imported once for all of them, not once each; its own
+environment, folder, argv and exit status). ``examples/ddp.py`` runs as a fresh interpreter: its
+ranks, started by ``idist.Parallel``'s spawn, import the script again.
 
 The list of examples is the folder listing, so a new example is run automatically; it must
 also be given its key line in ``EXAMPLES`` below (the test says so). What each one leaves in its
@@ -15,11 +20,14 @@ import re
 import signal
 import subprocess
 import sys
+import tempfile
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
+
+from tests import forkserver
 
 ROOT = Path(__file__).resolve().parents[1]
 FOLDER = ROOT / "examples"
@@ -34,6 +42,7 @@ class Example:
     args: tuple[str, ...] = ()
     needs: str | None = None  # "ceph", "clearml" or "mlflow": the marker, and the fixture that starts the server
     before: tuple[tuple[str, ...], ...] = ()  # commands run first in the same folder (example name + args)
+    fresh: bool = False  # a fresh interpreter, not a fork of the tests' fork server
 
 
 EXAMPLES: dict[str, Example] = {
@@ -50,6 +59,7 @@ EXAMPLES: dict[str, Example] = {
             "live: checkpoint_24.pt, checkpoint_32.pt; checkpoints/ holds 2 objects",
         ),
         before=(("ddp.py",),),
+        fresh=True,
     ),
     "s3_ceph.py": Example(key_lines=("created bucket", "holds 2 objects", "loaded checkpoint_40.pt"), needs="ceph"),
     "clearml_dropin.py": Example(
@@ -90,19 +100,25 @@ TIMEOUT_S = 180
 
 def _run(name: str, args: tuple[str, ...], cwd: Path, env: dict[str, str]) -> str:
     """Run ``examples/name``; one that hangs gets SIGABRT, so faulthandler prints every thread's stack."""
-    proc = subprocess.Popen(
-        [sys.executable, str(FOLDER / name), *args], cwd=cwd, env={**env, "PYTHONFAULTHANDLER": "1"},
-        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-    )  # fmt: skip
-    try:
-        out, err = proc.communicate(timeout=TIMEOUT_S)
-    except subprocess.TimeoutExpired:
-        proc.send_signal(signal.SIGABRT)
-        out, err = proc.communicate(timeout=30)
-        pytest.fail(f"python examples/{name} hung for {TIMEOUT_S} s; its stacks:\n{(out + err)[-6000:]}")
-    output = out + err
-    assert proc.returncode == 0, f"python examples/{name} {' '.join(args)} exited {proc.returncode}:\n{output[-4000:]}"
-    return output
+    env = {**env, "PYTHONFAULTHANDLER": "1"}
+    with tempfile.TemporaryFile(mode="w+") as output:
+        if EXAMPLES[name].fresh:
+            proc: subprocess.Popen[str] | forkserver.Forked = subprocess.Popen(
+                [sys.executable, str(FOLDER / name), *args], cwd=cwd, env=env, stdout=output, stderr=output
+            )
+        else:
+            proc = forkserver.spawn(str(FOLDER / name), list(args), env=env, cwd=cwd, stdout=output, stderr=output)
+        try:
+            code = proc.wait(TIMEOUT_S)
+        except subprocess.TimeoutExpired:
+            os.kill(proc.pid, signal.SIGABRT)
+            proc.wait(30)
+            output.seek(0)
+            pytest.fail(f"python examples/{name} hung for {TIMEOUT_S} s; its stacks:\n{output.read()[-6000:]}")
+        output.seek(0)
+        text = output.read()
+    assert code == 0, f"python examples/{name} {' '.join(args)} exited {code}:\n{text[-4000:]}"
+    return text
 
 
 @pytest.mark.parametrize("name", _listed())

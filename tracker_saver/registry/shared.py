@@ -1,7 +1,14 @@
-"""One open registry per location for the query functions, so a loop over records reuses it."""
+"""One open registry per location for the query functions, so a loop over records reuses it.
+
+What is still open at the interpreter's exit is closed by an ``atexit`` handler: a SQLite
+registry then checkpoints and removes its ``-wal``/``-shm`` files even in a process that ends
+without the interpreter's own finalization (a worker forked from a preloaded server, say).
+"""
 
 from __future__ import annotations
 
+import atexit
+import contextlib
 import os
 import threading
 import weakref
@@ -76,3 +83,15 @@ def _keep(key: str, registry: Registry) -> None:
     _recent.move_to_end(key)
     while len(_recent) > MAX_OPEN:
         _recent.popitem(last=False)
+
+
+@atexit.register
+def _close_at_exit() -> None:
+    """Close every registry this cache handed out that is still open (errors at exit are not raised)."""
+    with _lock:
+        opened = {id(r): r for r in [*_recent.values(), *_alive.values()]}.values()
+        _recent.clear()
+        _alive.clear()
+    for registry in opened:
+        with contextlib.suppress(Exception):
+            registry.close()
