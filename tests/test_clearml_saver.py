@@ -16,6 +16,7 @@ from ignite.engine import Events, create_supervised_trainer
 from ignite.handlers import Checkpoint, global_step_from_engine
 from torch.utils.data import DataLoader
 
+from tests import forkserver
 from tests.conftest_clearml import init_task
 from tests.contracts.invariants import InvariantContract
 from tests.helpers import Target, attach, model, trainer_engine
@@ -246,8 +247,6 @@ def test_a_continued_task_rebuilds_its_slots_and_a_new_task_starts_its_own(
 ) -> None:
     import json
     import os
-    import subprocess
-    import sys
 
     out = tmp_path / "output"
     out.mkdir()
@@ -258,11 +257,11 @@ def test_a_continued_task_rebuilds_its_slots_and_a_new_task_starts_its_own(
     env = {k: v for k, v in os.environ.items() if not k.endswith("PROC_MASTER_ID")}
     env["PYTHONPATH"] = str(root)
 
-    def run(epochs: int) -> dict:
-        done = subprocess.run(
-            [sys.executable, "-c", RESUME_SCRIPT, clearml_project, str(out), str(epochs), mode],
-            cwd=root, capture_output=True, text=True, timeout=180, env=env,
-        )  # fmt: skip
+    script = tmp_path / "resume_clearml.py"
+    script.write_text(RESUME_SCRIPT)
+
+    def run(epochs: int) -> dict:  # a new process each time, forked from the tests' fork server
+        done = forkserver.run(str(script), [clearml_project, str(out), str(epochs), mode], env=env, timeout=180)
         assert done.returncode == 0, done.stderr[-3000:]
         return json.loads(done.stdout.strip().splitlines()[-1])
 
