@@ -135,7 +135,8 @@ def spawn(
 ) -> Forked:
     """Run ``python -m module *args`` as a process forked from the server (started on first use).
 
-    A ``module`` that ends in ``.py`` is a script's path: ``python path/to/script.py *args``.
+    A ``module`` that ends in ``.py`` is a script's path (``python path/to/script.py *args``), and
+    ``"-c"`` runs ``args[0]`` as code (``python -c CODE *args[1:]``).
 
     ``stdin``/``stdout`` may be ``subprocess.PIPE`` (then the :class:`Forked` has text pipes) or
     ``None`` (inherit this process's); ``stdout``/``stderr`` may also be an open file.
@@ -261,20 +262,23 @@ def _become(request: dict[str, Any], fds: list[int]) -> None:
     os.environ.clear()
     os.environ.update(request["env"])
     os.chdir(request["cwd"])
-    script = request["module"].endswith(".py")  # `python path/to/script.py`, else `python -m module`
-    # as `python -m` puts its working directory first, and `python script.py` the script's folder
-    sys.path[0] = os.path.dirname(os.path.abspath(request["module"])) if script else request["cwd"]
+    target, args = request["module"], request["args"]
+    # `python -c CODE`, `python path/to/script.py` or `python -m module`: what each puts first on sys.path
+    script = target.endswith(".py")
+    sys.path[0] = "" if target == "-c" else os.path.dirname(os.path.abspath(target)) if script else request["cwd"]
     tempfile.tempdir = None
     random.seed()
     if os.environ.get("PYTHONFAULTHANDLER"):  # what the interpreter's start would have done
         faulthandler.enable()
-    sys.argv = [request["module"], *request["args"]]
+    sys.argv = ["-c", *args[1:]] if target == "-c" else [target, *args]
     code: Any = 0
     try:
-        if script:
-            runpy.run_path(request["module"], run_name="__main__")
+        if target == "-c":
+            exec(compile(args[0], "<string>", "exec"), {"__name__": "__main__", "__builtins__": __builtins__})
+        elif script:
+            runpy.run_path(target, run_name="__main__")
         else:
-            runpy.run_module(request["module"], run_name="__main__", alter_sys=True)
+            runpy.run_module(target, run_name="__main__", alter_sys=True)
     except SystemExit as exc:
         code = exc.code
     except BaseException:

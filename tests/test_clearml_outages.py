@@ -33,7 +33,6 @@ import hashlib
 import json
 import queue
 import subprocess
-import sys
 import threading
 import uuid
 from collections.abc import Callable, Iterator
@@ -45,6 +44,7 @@ import torch
 from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint
 
+from tests import forkserver
 from tests.clearml_standin import ACCESS_KEY, SECRET_KEY, ClearMLStandIn
 from tests.conftest_clearml import ClearMLServer
 from tests.helpers import ROOT, process_env
@@ -497,9 +497,9 @@ def test_a_training_process_with_the_sdks_default_retries_gets_the_error_of_its_
         f'sdk.storage.cache.default_base_dir: "{(tmp_path / "cache").as_posix()}"\n'
     )
     env = {**process_env(), "CLEARML_CONFIG_FILE": str(config), "HOME": str(home)}
-    child = subprocess.Popen(
-        [sys.executable, "-c", CHILD, str(tmp_path / "output"), str(timeout)],
-        cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+    child = forkserver.spawn(  # a new process, forked from the tests' fork server (torch imported once)
+        "-c", [CHILD, str(tmp_path / "output"), str(timeout)], env=env, cwd=ROOT, stdin=subprocess.PIPE,
+        stdout=subprocess.PIPE,
     )  # fmt: skip
     lines: queue.Queue[str] = queue.Queue()
 

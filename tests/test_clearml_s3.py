@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
 
+from tests import forkserver
 from tests.conftest_clearml import clearml_config_text
 
 pytestmark = [pytest.mark.ceph, pytest.mark.clearml]
@@ -45,10 +44,7 @@ sdk.aws.s3 {{
     )
     env = {k: v for k, v in os.environ.items() if k not in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
     env.update(CLEARML_CONFIG_FILE=str(conf), PYTHONPATH=str(ROOT))
-    done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, s3_output_uri, clearml_project],
-        env=env, cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    done = forkserver.run("-c", [SCRIPT, s3_output_uri, clearml_project], env=env, timeout=120)
     assert done.returncode == 0, done.stderr[-3000:]
     records = json.loads(done.stdout.strip().splitlines()[-1])
     assert [(name, state) for name, state, _ in records] == [("model_1.pt", "evicted"), ("model_2.pt", "live")]
@@ -61,9 +57,6 @@ def test_without_any_credentials_the_error_says_where_to_put_them(
 ) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("AWS_ACCESS_KEY_ID", "AWS_SECRET_ACCESS_KEY")}
     env["PYTHONPATH"] = str(ROOT)
-    done = subprocess.run(
-        [sys.executable, "-c", SCRIPT, s3_output_uri, clearml_project],
-        env=env, cwd=ROOT, capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    done = forkserver.run("-c", [SCRIPT, s3_output_uri, clearml_project], env=env, timeout=120)
     assert done.returncode != 0
     assert "credentials" in done.stderr.splitlines()[-1].lower()

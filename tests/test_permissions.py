@@ -7,14 +7,13 @@ Each case runs in a subprocess with its own umask (a process-wide setting), thro
 from __future__ import annotations
 
 import stat
-import subprocess
-import sys
 import textwrap
 from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT, process_env
+from tests import forkserver
+from tests.helpers import process_env
 
 CHILD = textwrap.dedent(
     """
@@ -48,9 +47,7 @@ def _mode(path: Path) -> int:
 def test_slot_files_downloads_and_the_registry_folder_follow_the_umask(
     tmp_path: Path, umask: str, file_mode: int, dir_mode: int
 ) -> None:
-    done = subprocess.run(
-        [sys.executable, "-c", CHILD, umask, str(tmp_path)], cwd=ROOT, env=process_env(), capture_output=True, text=True
-    )
+    done = forkserver.run("-c", [CHILD, umask, str(tmp_path)], env=process_env(), timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     slots = sorted((tmp_path / "ckpt" / "p" / "r").iterdir())
     assert [p.name for p in slots] == ["model.slot0.pt", "model.slot1.pt"]
