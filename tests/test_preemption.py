@@ -13,17 +13,19 @@ never with the grace's ``FlushTimeoutError``. The waits below only guard against
 from __future__ import annotations
 
 import json
+import os
 import queue
 import signal
 import subprocess
-import sys
+import tempfile
 import threading
 from typing import Any
 
 import pytest
 import torch
 
-from tests.helpers import ROOT, process_env
+from tests import forkserver
+from tests.helpers import process_env
 from tracker_saver import RecordState, find_models
 from tracker_saver.models import open_verified
 from tracker_saver.save.preemption import EXIT_STATUS
@@ -43,15 +45,11 @@ class Child:
     ) -> None:
         config = {"output_uri": output_uri, "registry": registry, "saver_options": saver_options,
                   "grace": GRACE, "every": 25, **(extra or {})}  # fmt: skip
-        self.proc = subprocess.Popen(
-            [sys.executable, "-m", "tests.preempt_trainer", json.dumps(config)],
-            cwd=ROOT,
-            env=process_env(),
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+        self._stderr = tempfile.TemporaryFile(mode="w+")  # noqa: SIM115 (read at exit, closed with the test)
+        self.proc = forkserver.spawn(  # a new process, forked from the tests' fork server (torch imported once)
+            "tests.preempt_trainer", [json.dumps(config)], env=process_env(), stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE, stderr=self._stderr,
+        )  # fmt: skip
         self.iteration = 0
         self._lines: queue.Queue[str] = queue.Queue()
         threading.Thread(target=self._read, daemon=True).start()
@@ -70,7 +68,7 @@ class Child:
             self.proc.kill()
             pytest.fail(f"the trainer printed nothing for {HUNG:.0f} s: hung")
         if not line:
-            pytest.fail(f"the trainer ended early: {self.proc.wait()} {self.proc.stderr.read()[-3000:]}")  # type: ignore[union-attr]
+            pytest.fail(f"the trainer ended early: {self.proc.wait()} {self.stderr()[-3000:]}")
         event: dict[str, Any] = json.loads(line)
         self.iteration = event.get("iteration", self.iteration)
         return event
@@ -91,7 +89,7 @@ class Child:
 
     def terminate(self) -> tuple[int, str]:
         """SIGTERM; return (status, stderr) once it exited."""
-        self.proc.send_signal(signal.SIGTERM)
+        os.kill(self.proc.pid, signal.SIGTERM)
         return self.wait_exit()
 
     def wait_exit(self) -> tuple[int, str]:
@@ -100,11 +98,16 @@ class Child:
             self.proc.wait(timeout=HUNG)
         except subprocess.TimeoutExpired:
             self.proc.kill()
-            pytest.fail(f"still running {HUNG:.0f} s later: hung; stderr:\n{self.proc.stderr.read()[-3000:]}")  # type: ignore[union-attr]
+            pytest.fail(f"still running {HUNG:.0f} s later: hung; stderr:\n{self.stderr()[-3000:]}")
         while (line := self._lines.get()) != "":
             self.iteration = json.loads(line).get("iteration", self.iteration)
-        assert self.proc.stderr is not None
-        return self.proc.returncode, self.proc.stderr.read()
+        assert self.proc.returncode is not None
+        return self.proc.returncode, self.stderr()
+
+    def stderr(self) -> str:
+        """What the trainer wrote to stderr so far."""
+        self._stderr.seek(0)
+        return self._stderr.read()
 
 
 def _seen(child: Child, debug_log: Any, ceph_s3: Any) -> str:
