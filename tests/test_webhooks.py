@@ -158,8 +158,11 @@ def test_the_background_thread_delivers_new_events_while_the_registry_is_written
 def test_a_webhook_is_shown_without_its_path_token_or_secret() -> None:
     hook = Webhook("https://hooks.example.com/t/abc?token=xyz", "s3cret")
     assert repr(hook) == "Webhook('https://hooks.example.com')" and "s3cret" not in f"{hook!r}{hook.shown}"
-    with pytest.raises(ConfigError, match="webhook URL 'ftp://x.example' is not an http"):
+    with pytest.raises(ConfigError, match="webhook URL 'ftp://x.example'… is not an http"):
         Webhook("ftp://x.example/a", "s")
+    with pytest.raises(ConfigError, match="'http://hooks.example.com'… is not .* a numeric port"):
+        Webhook("http://user:pw@hooks.example.com:80a/x", "s")  # a port that is none: no ValueError
+    assert repr(Webhook("https://user:pw@hooks.example.com:8443/x", "s")) == "Webhook('https://hooks.example.com:8443')"
     with pytest.raises(ConfigError, match="a webhook needs a secret .* pass --secret"):
         Webhook("https://hooks.example.com", "")
 

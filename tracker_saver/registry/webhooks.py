@@ -61,9 +61,10 @@ class Webhook:
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.url)
-        if parts.scheme not in ("http", "https") or not parts.hostname:
+        if parts.scheme not in ("http", "https") or not parts.hostname or _port(parts.netloc) is None:
             raise ConfigError(
-                f"webhook URL {self.shown!r} is not an http(s) URL with a host: pass e.g. https://hooks.example.com/path"
+                f"webhook URL {self.shown!r}… is not an http(s) URL with a host and, if any, a numeric port: pass e.g. "
+                "https://hooks.example.com/path"
             )
         if not self.secret:
             raise ConfigError("a webhook needs a secret to sign its events: pass --secret (any long random string)")
@@ -72,7 +73,8 @@ class Webhook:
     def shown(self) -> str:
         """The scheme, host and port only: what messages and the registry show of the URL."""
         parts = urlsplit(self.url)
-        return f"{parts.scheme}://{parts.hostname or ''}{f':{parts.port}' if parts.port else ''}"
+        port = _port(parts.netloc)
+        return f"{parts.scheme}://{parts.hostname or ''}{f':{port}' if port else ''}"
 
     @property
     def endpoint(self) -> str:
@@ -81,6 +83,19 @@ class Webhook:
 
     def __repr__(self) -> str:
         return f"Webhook({self.shown!r})"
+
+
+def _port(netloc: str) -> int | None:
+    """The port of ``netloc``; ``0`` for none given, ``None`` for one that is not a port (``h:abc``).
+
+    Examples:
+        >>> _port("user:pw@hooks.example.com:8443"), _port("hooks.example.com"), _port("h:abc")
+        (8443, 0, None)
+    """
+    try:
+        return urlsplit(f"//{netloc}").port or 0
+    except ValueError:
+        return None
 
 
 def _post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> None:
