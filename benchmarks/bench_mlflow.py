@@ -244,6 +244,9 @@ def child_save(proxy: str, work: Path, saves: int) -> dict[str, Any]:
 
     from tracker_saver import TrackerSaver
 
+    # Each save's laps from the pipeline's DEBUG line, read here as bench_save.py reads them: the
+    # child runs with the measured tree's tracker_saver (--baseline: an older one), so it relies on
+    # nothing newer than that line.
     laps: list[dict[str, float]] = []
 
     class Steps(logging.Handler):
