@@ -11,6 +11,7 @@ Load with ``pytest_plugins = ["tests.conftest_mlflow"]`` in ``tests/conftest.py`
   :func:`start_mlflow_server` (tests/test_mlflow_postgres.py) or cuts it off behind a
   ``tests.tcp_gate.Gate`` of its own. Skips when mlflow is not installed (CI fails instead).
 * ``mlflow_uri``: the server's URI, with ``MLFLOW_TRACKING_URI`` set to it for the test.
+* ``mlflow_registry``: an ``MLflowRegistry`` on that server, in experiments of its own; closed after.
 
 Mark tests that need the server with ``@pytest.mark.mlflow``.
 """
@@ -29,12 +30,17 @@ import sys
 import tempfile
 import time
 import urllib.request
+import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
 
 from tests.waiting import wait_gone
+
+if TYPE_CHECKING:
+    from tracker_saver.integrations.mlflow.registry import MLflowRegistry
 
 __all__ = ["SharedServer", "free_port", "start_mlflow_server", "stop_server"]
 
@@ -221,3 +227,15 @@ def mlflow_uri(mlflow_server: str, monkeypatch: pytest.MonkeyPatch) -> str:
     """The session server's URI, also in ``MLFLOW_TRACKING_URI`` for this test."""
     monkeypatch.setenv("MLFLOW_TRACKING_URI", mlflow_server)
     return mlflow_server
+
+
+@pytest.fixture
+def mlflow_registry(mlflow_server: str) -> Iterator[MLflowRegistry]:
+    """An ``MLflowRegistry`` on the session's server, its experiments named with a prefix of its own."""
+    from tracker_saver.integrations.mlflow.registry import MLflowRegistry
+
+    registry = MLflowRegistry(mlflow_server, experiment_prefix=f"t{uuid.uuid4().hex[:10]}-", timeout=10)
+    try:
+        yield registry
+    finally:
+        registry.close()

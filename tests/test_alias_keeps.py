@@ -5,7 +5,6 @@ from __future__ import annotations
 import contextlib
 import io
 import json
-import uuid
 from pathlib import Path
 
 import pytest
@@ -13,6 +12,7 @@ import pytest
 from tests.helpers import SCORES, Target, attach, model, trainer_engine
 from tracker_saver import PromotionRefusedError, RecordState, find_models, get_model, resolve_model, set_alias
 from tracker_saver.cli.main import main
+from tracker_saver.registry.base import Registry
 from tracker_saver.registry.history import better
 
 
@@ -122,14 +122,9 @@ def _gated_alias_on_a_slot(target: Target, held: str) -> None:
 
 @pytest.mark.mlflow
 def test_on_mlflow_an_alias_set_on_a_slot_record_names_a_pin_that_outlives_eviction(
-    mlflow_server: str, tmp_path: Path
+    mlflow_registry: Registry, tmp_path: Path
 ) -> None:
-    pytest.importorskip("mlflow", reason="MLflow tests need mlflow: pip install -e '.[mlflow]' -c constraints.txt")
-    from tracker_saver.integrations.mlflow.registry import MLflowRegistry
-
-    registry = MLflowRegistry(mlflow_server, experiment_prefix=f"t{uuid.uuid4().hex[:10]}-", timeout=10)
-    _alias_on_a_slot_survives_eviction(Target(output_uri=str(tmp_path / "output"), registry=registry))
-    registry.close()
+    _alias_on_a_slot_survives_eviction(Target(output_uri=str(tmp_path / "output"), registry=mlflow_registry))
 
 
 @pytest.mark.clearml

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import threading
-import uuid
 from pathlib import Path
 
 import pytest
@@ -24,6 +23,7 @@ from tracker_saver import (
 from tracker_saver.find import run_stats
 from tracker_saver.fsck import check
 from tracker_saver.lifecycle.keep import unalias_note
+from tracker_saver.registry.base import Registry
 from tracker_saver.registry.shared import shared_registry
 from tracker_saver.save.schedule import KeepEvery
 
@@ -196,11 +196,6 @@ def test_on_clearml_archive_entries_are_pinned_models_and_the_limit_deletes_the_
 
 @pytest.mark.mlflow
 def test_on_mlflow_archive_entries_are_pinned_models_and_the_limit_deletes_the_oldest(
-    mlflow_server: str, tmp_path: Path
+    mlflow_registry: Registry, tmp_path: Path
 ) -> None:
-    pytest.importorskip("mlflow", reason="MLflow tests need mlflow: pip install -e '.[mlflow]' -c constraints.txt")
-    from tracker_saver.integrations.mlflow.registry import MLflowRegistry
-
-    registry = MLflowRegistry(mlflow_server, experiment_prefix=f"t{uuid.uuid4().hex[:10]}-", timeout=10)
-    _archive_with_a_limit(Target(output_uri=str(tmp_path / "output"), registry=registry))
-    registry.close()
+    _archive_with_a_limit(Target(output_uri=str(tmp_path / "output"), registry=mlflow_registry))
