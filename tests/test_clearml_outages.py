@@ -46,7 +46,7 @@ from ignite.handlers import Checkpoint
 
 from tests import forkserver
 from tests.clearml_standin import ACCESS_KEY, SECRET_KEY, ClearMLStandIn
-from tests.conftest_clearml import ClearMLServer
+from tests.conftest_clearml import REQUIREMENTS, ClearMLServer
 from tests.helpers import ROOT, process_env
 from tests.waiting import let_time_pass, on_first_failure
 from tracker_saver import RecordState, RegistryError, TrackerSaver, fsck
@@ -493,7 +493,8 @@ def test_a_training_process_with_the_sdks_default_retries_gets_the_error_of_its_
     home.mkdir()
     config = tmp_path / "clearml.conf"  # no api.http section: the SDK's own defaults
     config.write_text(
-        "sdk.development { report_use_subprocess: false, suppress_update_message: true }\n"
+        "sdk.development { report_use_subprocess: false, suppress_update_message: true,"
+        f' detect_with_pip_freeze: "{REQUIREMENTS.as_posix()}" }}\n'
         f'sdk.storage.cache.default_base_dir: "{(tmp_path / "cache").as_posix()}"\n'
     )
     env = {**process_env(), "CLEARML_CONFIG_FILE": str(config), "HOME": str(home)}
