@@ -183,10 +183,13 @@ def _stop_reporters() -> None:
 
 @pytest.fixture
 def clearml_standin(clearml_server: ClearMLServer) -> ClearMLStandIn:
-    """The in-memory stand-in; tests that inspect its internals skip on a live server."""
+    """The in-memory stand-in, without faults and with no unknown call of an earlier test (the session
+    shares it: ``test_clearml_standin_rules`` calls an unknown endpoint on purpose); tests that inspect
+    its internals skip on a live server."""
     if clearml_server.standin is None:
         pytest.skip("inspects the in-memory ClearML stand-in, but a live server is configured (CLEARML_API_HOST)")
     clearml_server.standin.clear_faults()
+    clearml_server.standin.unknown_calls.clear()
     return clearml_server.standin
 
 
