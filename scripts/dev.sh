@@ -47,13 +47,14 @@ test_() {
         log "not root: Ceph RGW cannot be started; run with -m 'not ceph' (CI runs as root)"
     fi
     local status=0
-    # Tests wait on servers, subprocesses and the Ceph gateway's lock much of the time: 4 pytest-xdist
-    # processes on 2 cores (3 left a quarter of the CPU idle; -n 0 runs them in this process). worksteal: a worker
-    # that runs out takes tests queued behind a long one (the default hands each worker a quarter
+    # Tests wait on servers, subprocesses and the Ceph gateway's lock much of the time: 3 pytest-xdist
+    # processes on 2 cores (each also pays its own start-up, collection and servers: a fourth cost
+    # more CPU than the idle time it filled; -n 0 runs them in this process). worksteal: a worker
+    # that runs out takes tests queued behind a long one (the default hands each worker a share
     # of the suite up front, and the tests queued behind a 100 s soak waited for it).
     # pytest ends with its CPU section (tests/conftest_cpu.py): the count of tests per marker and
     # the 25 costliest tests by CPU.
-    "$VENV/bin/python" -m pytest -n "${WORKERS:-4}" --dist worksteal "$@" || status=$?
+    "$VENV/bin/python" -m pytest -n "${WORKERS:-3}" --dist worksteal "$@" || status=$?
     [ "$ceph" = 1 ] && { bash scripts/ceph-s3.sh stop; trap - EXIT; }
     return "$status"
 }
