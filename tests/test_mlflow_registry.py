@@ -67,6 +67,29 @@ def test_a_checkpoint_is_a_logged_model_with_a_legal_name_metrics_and_status(reg
     assert [m.value for m in client.get_metric_history(model.source_run_id, "write_s")] == [0.25]
 
 
+def test_an_experiment_found_once_gives_its_id_and_registry_id_without_another_call(
+    reg: MLflowRegistry, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A saver's start looks the experiment up (its registry id, for the owner check); its first
+    record then needs the experiment's id: neither is read from the server again in this process."""
+    from tracker_saver.integrations.mlflow.transport import MLflowTransport
+
+    calls: list[str] = []
+    original = MLflowTransport.call
+
+    def recording(self: MLflowTransport, fn, what: str, *args, **kwargs):
+        calls.append(fn.__name__)
+        return original(self, fn, what, *args, **kwargs)
+
+    monkeypatch.setattr(MLflowTransport, "call", recording)
+    registry_id = reg.registry_id("p")
+    assert calls == ["get_experiment_by_name", "create_experiment", "get_experiment"]
+    calls.clear()
+    pending(reg, "model_1.pt")
+    assert reg.registry_id("p") == registry_id
+    assert "get_experiment_by_name" not in calls and "get_experiment" not in calls, calls
+
+
 def test_two_filenames_never_share_a_name(reg: MLflowRegistry) -> None:
     a = live(reg, "best_model_3_acc=0.91.pt")
     b = live(reg, "best_model_3_acc=0_91.pt", slot=1)

@@ -95,7 +95,6 @@ class MLflowRegistry(Registry):
         self._store = MLflowStore(self._transport, experiment_prefix=experiment_prefix)
         self._claims = MLflowClaims(self._transport, self._store)
         self.uri = self._transport.uri
-        self._ids: dict[str, str] = {}  # project -> its experiment's registry id
         # Pending records this process made, until they go live: a save's later steps write them
         # without reading them back. Any other record is read first: someone may have edited it.
         self._written: dict[str, _Written] = {}
@@ -118,9 +117,7 @@ class MLflowRegistry(Registry):
         self._claims.release(stream, holder)
 
     def registry_id(self, project: str) -> str:
-        if project not in self._ids:
-            self._ids[project] = self._store.registry_id(project)
-        return self._ids[project]
+        return self._store.registry_id(project)
 
     # --- RunContext: what the active MLflow run knows -------------------------------------
     def run_defaults(self) -> dict[str, str]:

@@ -38,30 +38,37 @@ class MLflowStore:
         self._transport = transport
         self.experiment_prefix = experiment_prefix
         self._run_ids: dict[tuple[str, str], str] = {}  # (experiment id, run name) -> MLflow run id
-        self._experiment_ids: dict[str, str] = {}  # project -> its experiment's id, for the write path
+        # project -> its experiment's id and its registry id, kept from any lookup: neither ever changes
+        # (a deleted experiment is found again by recheck, after a write fails)
+        self._experiment_ids: dict[str, str] = {}
+        self._registry_ids: dict[str, str] = {}
 
     def experiment(self, project: str, *, create: bool) -> Any:
         """The experiment of ``project`` (``None`` when absent and not ``create``)."""
-        project = self.experiment_prefix + project
+        name = self.experiment_prefix + project
         exp = self._transport.call(
-            self._transport.client.get_experiment_by_name, f"looking up experiment {project!r}", project
+            self._transport.client.get_experiment_by_name, f"looking up experiment {name!r}", name
         )
         if exp is not None and exp.lifecycle_stage == "deleted":
             raise RegistryError(
-                f"MLflow registry {self._transport.uri}: experiment {project!r} (id {exp.experiment_id}) is deleted: restore "
+                f"MLflow registry {self._transport.uri}: experiment {name!r} (id {exp.experiment_id}) is deleted: restore "
                 f"it (`mlflow experiments restore --experiment-id {exp.experiment_id}`) or save under another project"
             )
         if exp is None and create:
             # Born with its registry id (tracker_saver.save.ownership), so no saver ever finds it without one.
-            exp_id = self._transport.call(self._transport.client.create_experiment, f"creating experiment {project!r}",
-                                          project, tags={REGISTRY_ID: uuid.uuid4().hex})  # fmt: skip
-            exp = self._transport.call(self._transport.client.get_experiment, f"reading experiment {project!r}", exp_id)
+            exp_id = self._transport.call(self._transport.client.create_experiment, f"creating experiment {name!r}",
+                                          name, tags={REGISTRY_ID: uuid.uuid4().hex})  # fmt: skip
+            exp = self._transport.call(self._transport.client.get_experiment, f"reading experiment {name!r}", exp_id)
+        if exp is not None:
+            self._experiment_ids[project] = str(exp.experiment_id)
+            if (exp.tags or {}).get(REGISTRY_ID):
+                self._registry_ids.setdefault(project, str(exp.tags[REGISTRY_ID]))
         return exp
 
     def experiment_id(self, project: str) -> str:
         """The id of ``project``'s experiment, made if needed: looked up once per process (each save needs it)."""
         if project not in self._experiment_ids:
-            self._experiment_ids[project] = str(self.experiment(project, create=True).experiment_id)
+            self.experiment(project, create=True)
         return self._experiment_ids[project]
 
     def recheck(self, project: str) -> None:
@@ -75,12 +82,15 @@ class MLflowStore:
         An experiment made by someone else gets one on first use; two savers doing that at once
         both read back the tag that stayed.
         """
+        if project in self._registry_ids:  # read with the experiment already (a claim looks it up first)
+            return self._registry_ids[project]
         exp = self.experiment(project, create=True)
         if not (exp.tags or {}).get(REGISTRY_ID):
             self._transport.call(self._transport.client.set_experiment_tag, f"naming experiment {project!r}'s registry",
                                  exp.experiment_id, REGISTRY_ID, uuid.uuid4().hex)  # fmt: skip
             exp = self._transport.call(self._transport.client.get_experiment, "reading it back", exp.experiment_id)
-        return str(exp.tags[REGISTRY_ID])
+        self._registry_ids[project] = str(exp.tags[REGISTRY_ID])
+        return self._registry_ids[project]
 
     def run_id(self, experiment_id: str, run: str) -> str:
         """The id of the MLflow run called ``run`` in the experiment: the active run when it is that one
