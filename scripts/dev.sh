@@ -48,8 +48,8 @@ test_() {
     fi
     local status=0
     # Tests wait on servers, subprocesses and the Ceph gateway's lock much of the time: 3 pytest-xdist
-    # processes on 2 cores (each also pays its own start-up, collection and servers: a fourth cost
-    # more CPU than the idle time it filled; -n 0 runs them in this process). worksteal: a worker
+    # processes on 2 cores (each also pays its own start-up, collection, about 11 s of CPU, and
+    # servers; -n 0 runs them in this process). worksteal: a worker
     # that runs out takes tests queued behind a long one (the default hands each worker a share
     # of the suite up front, and the tests queued behind a 100 s soak waited for it).
     # pytest ends with its CPU section (tests/conftest_cpu.py): the count of tests per marker and
