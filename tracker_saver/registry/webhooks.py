@@ -20,7 +20,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from urllib.parse import urlsplit
+from urllib.parse import SplitResult, urlsplit
 
 from tracker_saver.core.errors import ConfigError
 from tracker_saver.registry.history import Event, HistoryLog
@@ -61,7 +61,7 @@ class Webhook:
 
     def __post_init__(self) -> None:
         parts = urlsplit(self.url)
-        if parts.scheme not in ("http", "https") or not parts.hostname or _port(parts.netloc) is None:
+        if parts.scheme not in ("http", "https") or not parts.hostname or _port(parts) is None:
             raise ConfigError(
                 f"webhook URL {self.shown!r}… is not an http(s) URL with a host and, if any, a numeric port: pass e.g. "
                 "https://hooks.example.com/path"
@@ -73,7 +73,7 @@ class Webhook:
     def shown(self) -> str:
         """The scheme, host and port only: what messages and the registry show of the URL."""
         parts = urlsplit(self.url)
-        port = _port(parts.netloc)
+        port = _port(parts)
         return f"{parts.scheme}://{parts.hostname or ''}{f':{port}' if port else ''}"
 
     @property
@@ -85,15 +85,15 @@ class Webhook:
         return f"Webhook({self.shown!r})"
 
 
-def _port(netloc: str) -> int | None:
-    """The port of ``netloc``; ``0`` for none given, ``None`` for one that is not a port (``h:abc``).
+def _port(parts: SplitResult) -> int | None:
+    """The port of the URL ``parts``; ``0`` for none given, ``None`` for one that is not a port (``h:abc``).
 
     Examples:
-        >>> _port("user:pw@hooks.example.com:8443"), _port("hooks.example.com"), _port("h:abc")
-        (8443, 0, None)
+        >>> [_port(urlsplit(u)) for u in ("https://u:pw@h.example.com:8443/p", "https://h.example.com", "http://h:abc")]
+        [8443, 0, None]
     """
     try:
-        return urlsplit(f"//{netloc}").port or 0
+        return parts.port or 0
     except ValueError:
         return None
 
