@@ -42,7 +42,7 @@ from tests.waiting import wait_gone
 if TYPE_CHECKING:
     from tracker_saver.integrations.mlflow.registry import MLflowRegistry
 
-__all__ = ["SharedServer", "free_port", "start_mlflow_server", "stop_server"]
+__all__ = ["SharedServer", "free_port", "own_registry", "start_mlflow_server", "stop_server"]
 
 #: Seconds a fresh server may take to answer ``/health`` (a few on 2 cores; gunicorn imports mlflow).
 START_TIMEOUT_S = 90.0
@@ -233,12 +233,17 @@ def mlflow_uri(mlflow_server: str, monkeypatch: pytest.MonkeyPatch) -> str:
     return mlflow_server
 
 
-@pytest.fixture
-def mlflow_registry(mlflow_server: str) -> Iterator[MLflowRegistry]:
-    """An ``MLflowRegistry`` on the session's server, its experiments named with a prefix of its own."""
+def own_registry(uri: str, timeout: float = 10) -> MLflowRegistry:
+    """An ``MLflowRegistry`` on ``uri`` whose experiments are its own (a prefix no other test uses)."""
     from tracker_saver.integrations.mlflow.registry import MLflowRegistry
 
-    registry = MLflowRegistry(mlflow_server, experiment_prefix=f"t{uuid.uuid4().hex[:10]}-", timeout=10)
+    return MLflowRegistry(uri, experiment_prefix=f"t{uuid.uuid4().hex[:10]}-", timeout=timeout)
+
+
+@pytest.fixture
+def mlflow_registry(mlflow_server: str) -> Iterator[MLflowRegistry]:
+    """An ``MLflowRegistry`` on the session's server, in experiments of its own; closed after."""
+    registry = own_registry(mlflow_server)
     try:
         yield registry
     finally:

@@ -3,12 +3,11 @@ suite, and what MLflow itself shows of the records (read back with MLflow's own 
 
 from __future__ import annotations
 
-import uuid
-
 import pytest
 
 pytest.importorskip("mlflow", reason="MLflow tests need mlflow: pip install -e '.[mlflow]' -c constraints.txt")
 
+from tests.conftest_mlflow import own_registry  # noqa: E402
 from tests.contracts.claims import StreamClaimsContract  # noqa: E402
 from tests.contracts.labels import LabelsContract  # noqa: E402
 from tests.contracts.records import SHA, RecordStoreContract, live, pending  # noqa: E402
@@ -20,22 +19,17 @@ from tracker_saver.registry import open_registry  # noqa: E402
 pytestmark = pytest.mark.mlflow
 
 
-def _registry(uri: str) -> MLflowRegistry:
-    """A registry whose experiments are this test's own (the server is shared by the session)."""
-    return MLflowRegistry(uri, experiment_prefix=f"t{uuid.uuid4().hex[:10]}-", timeout=10)
-
-
 class TestMLflowRegistryContract(RecordStoreContract, LabelsContract, StreamClaimsContract):
     @pytest.fixture
     def registry(self, mlflow_server: str):
-        reg = _registry(mlflow_server)
+        reg = own_registry(mlflow_server)
         yield reg
         reg.close()
 
 
 @pytest.fixture
 def reg(mlflow_server: str) -> MLflowRegistry:
-    return _registry(mlflow_server)
+    return own_registry(mlflow_server)
 
 
 def _model(reg: MLflowRegistry, record_id: str):
@@ -158,7 +152,7 @@ def test_a_tag_write_whose_pre_read_meets_an_outage_is_retried_not_a_parameter_e
 
     host, port = mlflow_server.removeprefix("http://").split(":")
     gate = Gate(host, int(port))
-    reg = _registry(gate.uri)
+    reg = own_registry(gate.uri)
     record = live(reg, "a_1.pt")
     gate.close()
     failed = on_first_failure(reg._transport._outage, gate.open)

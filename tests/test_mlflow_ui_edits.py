@@ -18,13 +18,13 @@ from __future__ import annotations
 
 import json
 import logging
-import uuid
 from pathlib import Path
 
 import pytest
 
 pytest.importorskip("mlflow", reason="MLflow tests need mlflow: pip install 'mlflow>=3.4,<4' (the mlflow extra)")
 
+from tests.conftest_mlflow import own_registry  # noqa: E402
 from tests.contracts.records import live  # noqa: E402
 from tests.helpers import model, train  # noqa: E402
 from tracker_saver import StreamOwnedError, TrackerSaver, UnreadableRecordError, find_models  # noqa: E402
@@ -36,7 +36,7 @@ pytestmark = pytest.mark.mlflow
 
 @pytest.fixture
 def reg(mlflow_server: str) -> MLflowRegistry:
-    return MLflowRegistry(mlflow_server, experiment_prefix=f"t{uuid.uuid4().hex[:10]}-", timeout=20)
+    return own_registry(mlflow_server, timeout=20)
 
 
 def _client(reg: MLflowRegistry):  # noqa: ANN202 (mlflow's type)
