@@ -482,8 +482,18 @@ def _stream(output_uri: str = "file:///out") -> StreamId:
     return StreamId(output_uri, "ckpts", "train-run", "best_model")
 
 
+#: The project root of the claim tests' registry: the session shares the stand-in, and other tests'
+#: savers leave claims of their own in it.
+CLAIM_ROOT = _root()
+
+
 def _claim_models(standin: Any) -> list[dict[str, Any]]:
-    return [m for m in standin.models.values() if any(t.startswith(CLAIM_TAG_PREFIX) for t in m.get("tags") or [])]
+    """The claims under :data:`CLAIM_ROOT`, whatever other tests left in the shared stand-in."""
+    ours = {pid for pid, p in standin.projects.items() if p["name"].startswith(CLAIM_ROOT + "/")}
+    return [
+        m for m in standin.models.values()
+        if m.get("project") in ours and any(t.startswith(CLAIM_TAG_PREFIX) for t in m.get("tags") or [])
+    ]  # fmt: skip
 
 
 def _dead_holder() -> Holder:
@@ -498,7 +508,7 @@ def _dead_holder() -> Holder:
 
 @pytest.fixture
 def claim_registry(clearml_standin):
-    registry = ClearMLRegistry(project_root=_root())
+    registry = ClearMLRegistry(project_root=CLAIM_ROOT)
     yield registry
     for model in _claim_models(clearml_standin):
         clearml_standin.models.pop(model["id"], None)
