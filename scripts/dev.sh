@@ -21,8 +21,16 @@ setup() {
         bash scripts/apt.sh install python3-venv python3-pip
     fi
     [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-    # constraints.txt pins torch to the local CPU wheel: nothing may pull a CUDA build.
-    "$VENV/bin/python" -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[all,test,docs]'
+    # uv installs what pip would (the same 160 pins here) for a fraction of its CPU: 48 s against
+    # 87 s in a new .venv, byte-compiling included; CI's budget is CPU. uv reads no pip.conf, so
+    # it gets pip's find-links (where a machine keeps local wheels, torch's CPU build among them).
+    # constraints.txt pins torch to the local CPU wheel (nothing may pull a CUDA build) and uv.
+    [ -x "$VENV/bin/uv" ] || "$VENV/bin/python" -m pip install -q --disable-pip-version-check -c constraints.txt uv
+    local links=() link
+    while read -r link; do links+=(--find-links "$link"); done < <(
+        "$VENV/bin/python" -m pip config list 2>/dev/null | sed -n "s/^[^=]*find-links='\(.*\)'$/\1/p" | tr ' ' '\n' | sort -u)
+    "$VENV/bin/uv" pip install -q --python "$VENV/bin/python" --compile-bytecode -c constraints.txt "${links[@]}" \
+        -e '.[all,test,docs]'
 }
 
 test_() {

@@ -1,4 +1,5 @@
-"""The set-up scripts a new user runs first: they wait for apt's lock instead of failing.
+"""The set-up scripts a new user runs first: they wait for apt's lock instead of failing, and the
+virtual environment they make holds what ``constraints.txt`` pins.
 
 Run with the real ``apt-get`` and the real dpkg lock (root only, as CI runs): the test holds
 ``/var/lib/dpkg/lock-frontend`` the way dpkg does (an fcntl lock) while apt.sh runs.
@@ -9,8 +10,10 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
+import re
 import shutil
 import subprocess
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -112,3 +115,16 @@ def test_ceph_s3_running_says_in_one_line_that_no_gateway_runs(tmp_path: Path) -
     assert done.stderr == (
         f"ceph-s3: no gateway of {state} answers on 127.0.0.1:7480: start one with scripts/ceph-s3.sh start\n"
     )
+
+
+def test_the_set_up_venv_holds_the_pinned_cpu_torch_and_no_broken_requirement() -> None:
+    """``scripts/dev.sh`` installs with uv, which reads no pip.conf: it must still take the CPU build
+    of the torch ``constraints.txt`` pins (from the find-links pip is configured with; a CUDA build
+    is several GB) and leave every requirement satisfied, as pip would."""
+    import torch
+
+    pin = re.search(r"^torch==(\S+)$", (ROOT / "constraints.txt").read_text(), re.M)
+    assert pin, "constraints.txt pins torch"
+    assert torch.__version__.split("+")[0] == pin[1] and torch.version.cuda is None, torch.__version__
+    done = subprocess.run([sys.executable, "-m", "pip", "check"], capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
