@@ -121,7 +121,7 @@ class Zygote:
         if backend.s3 is not None:
             preload += ["boto3", "tracker_saver.storage.s3"]
         if backend.standin is not None:
-            preload += ["clearml", "tracker_saver.integrations.clearml.registry"]
+            preload += ["clearml", "clearml.backend_api.services", "tracker_saver.integrations.clearml.registry"]
         if backend.mlflow is not None:
             preload += ["mlflow", "tracker_saver.integrations.mlflow.registry"]
         self._err = tempfile.TemporaryFile(mode="w+")

@@ -365,10 +365,18 @@ def zygote(socket_path: str, preload: list[str]) -> None:
 
     Forking from a process that has only imported modules (no saver, registry, storage or
     thread) gives the same process as a fresh interpreter, in milliseconds instead of the
-    seconds ``import torch`` takes: like ``multiprocessing``'s forkserver.
+    seconds ``import torch`` takes: like ``multiprocessing``'s forkserver. With ClearML, it has
+    also read the SDK's configuration, which a fresh interpreter of the same environment reads alike.
     """
     for name in preload:
         __import__(name)
+    if "clearml" in preload:
+        # The SDK reads clearml.conf (a HOCON parse) once per process, at its first session: a
+        # third of each ClearML child's CPU. This process has the children's environment (the
+        # driver's ``process_env``), so it reads the same configuration once for all of them.
+        from tracker_saver.integrations.clearml.internals import sdk_config
+
+        sdk_config()
     lock = threading.Lock()
     children = threading.Condition()
     running = [0]
