@@ -19,6 +19,8 @@ from pathlib import Path
 
 import pytest
 
+from tests import forkserver
+
 ROOT = Path(__file__).resolve().parent.parent
 #: The variants the goals compare (each runs in a fresh interpreter: torch.save and DiskSaver, plain
 #: calls, are left to the benchmark's own runs).
@@ -85,6 +87,22 @@ def test_bench_outages_clearml_kinds_neither_hang_nor_lie_nor_leave_objects(tmp_
         ("clearml-500", "sync"),
         ("clearml-503", "async"),
     }
+
+
+@pytest.mark.clearml
+def test_bench_clearml_requests_validates_each_kind_both_ways_and_times_saves_both_ways(tmp_path: Path) -> None:
+    done = forkserver.run(
+        str(ROOT / "benchmarks" / "bench_clearml_requests.py"), ["--repeats", "3", "--saves", "3"],
+        env={**os.environ, "TMPDIR": str(tmp_path)}, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.strip().splitlines()
+    result = json.loads(lines[-1])
+    kinds = ["models.get_all", "models.create", "models.edit", "models.add_or_update_metadata"]
+    assert list(result["validate_us"]) == kinds
+    assert all(sorted(row) == ["ours", "sdk"] for row in result["validate_us"].values())
+    assert sorted(result["save_cpu_ms"]) == ["ours", "sdk"]
+    assert [line.split()[0] for line in lines[1:5]] == kinds and lines[5].startswith("CPU per save (ms)")
 
 
 @pytest.mark.ceph

@@ -71,6 +71,48 @@ def test_the_bounded_session_overrides_each_name_it_sets() -> None:
     assert bounded._session_timeout == (1.0, 2.0)
 
 
+def test_the_sdk_validates_a_request_with_its_own_validator_class_and_the_request_classs_schema() -> None:
+    from clearml.backend_api.services import models
+    from clearml.backend_api.session import datamodel
+
+    hook = getattr(Session, internals.VALIDATE_HOOK, None)
+    assert callable(hook), _broken(f"Session.{internals.VALIDATE_HOOK} is gone")
+    assert list(inspect.signature(hook).parameters) == ["self", "req_obj"], _broken(
+        f"Session.{internals.VALIDATE_HOOK} takes other arguments"
+    )
+    assert internals.VALIDATE_HOOK in vars(internals.bounded_session_class(1.0, 2.0))
+    validator = getattr(datamodel, "_CustomValidator", None)
+    assert callable(getattr(validator, "check_schema", None)), _broken("datamodel._CustomValidator is gone")
+    assert isinstance(getattr(models.GetAllRequest, "_schema", None), dict), _broken("Request._schema is no dict")
+
+
+def _sdk_and_ours(request: Any) -> tuple[str, str]:
+    """What the SDK's ``Session.validate_request`` and the bounded session's raise for ``request`` ("" for nothing)."""
+    outcomes = []
+    for validate in (Session.validate_request, internals.bounded_session_class(1.0, 2.0).validate_request):
+        try:
+            validate(None, request)
+            outcomes.append("")
+        except Exception as exc:  # noqa: BLE001 (compared whatever it is)
+            outcomes.append(f"{type(exc).__name__}: {exc}")
+    return outcomes[0], outcomes[1]
+
+
+def test_the_bounded_session_refuses_and_accepts_exactly_what_the_sdk_does() -> None:
+    from clearml.backend_api.services import models
+
+    created = models.CreateRequest(uri="file:///out/slot-0", name="best_model_1.pt", project="p", tags=["a"])
+    missing = models.CreateRequest(uri="file:///out/slot-0", name="no uri")
+    missing._property_uri = None  # the schema requires it
+    wrong = models.GetAllRequest(name="x")
+    wrong._property_name = 5  # a string in the schema, set past the request's own type check
+    for request in (created, models.GetAllRequest(project=["p"], only_fields=["id"]), missing, wrong, object()):
+        sdk, ours = _sdk_and_ours(request)
+        assert sdk == ours, (request, sdk, ours)
+    assert "'uri' is a required property" in _sdk_and_ours(missing)[1]
+    assert _sdk_and_ours(wrong)[1].startswith("ValidationError: 5 is not of type 'string'")
+
+
 def test_session_takes_host_config_and_http_retries_config() -> None:
     params = inspect.signature(Session.__init__).parameters
     for name in ("host", "config", "http_retries_config"):
@@ -118,7 +160,10 @@ def test_the_installed_clearml_is_within_the_pyproject_bound() -> None:
 
 
 #: The private names only the shim may use (attributes, or strings given to getattr).
-PRIVATE = {*internals.SESSION_TIMEOUTS, *internals.SESSION_HOOKS, "_init", "_action", "_offline_filename"}
+PRIVATE = {
+    *internals.SESSION_TIMEOUTS, *internals.SESSION_HOOKS, "_init", "_action", "_offline_filename", "_schema",
+    "_CustomValidator",
+}  # fmt: skip
 
 
 def _private_uses(source: str) -> set[str]:
