@@ -59,7 +59,7 @@ def _validators(way: str) -> Callable[[Any], None]:
     if way == "sdk":
         return lambda request: request.validate()  # what Session.validate_request does
     cache: dict[type[Any], Any] = {}
-    return lambda request: internals.validate_once(cache, request)
+    return lambda request: None if internals.validate_once(cache, request) else request.validate()
 
 
 def per_request(repeats: int) -> dict[str, dict[str, float]]:
@@ -86,7 +86,7 @@ def _sdk_validation(way: str) -> Iterator[None]:
         yield
         return
     shipped = internals.validate_once
-    internals.validate_once = lambda _cache, request: request.validate()  # type: ignore[assignment]
+    internals.validate_once = lambda _cache, _request: False  # type: ignore[assignment]  # the SDK's own check
     try:
         yield
     finally:

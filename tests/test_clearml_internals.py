@@ -88,10 +88,11 @@ def test_the_sdk_validates_a_request_with_its_own_validator_class_and_the_reques
 
 def _sdk_and_ours(request: Any) -> tuple[str, str]:
     """What the SDK's ``Session.validate_request`` and the bounded session's raise for ``request`` ("" for nothing)."""
+    bounded = internals.bounded_session_class(1.0, 2.0)
     outcomes = []
-    for validate in (Session.validate_request, internals.bounded_session_class(1.0, 2.0).validate_request):
+    for session in (Session.__new__(Session), bounded.__new__(bounded)):  # validating needs no connection
         try:
-            validate(None, request)
+            session.validate_request(request)
             outcomes.append("")
         except Exception as exc:  # noqa: BLE001 (compared whatever it is)
             outcomes.append(f"{type(exc).__name__}: {exc}")

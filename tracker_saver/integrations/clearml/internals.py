@@ -75,35 +75,33 @@ def bounded_session_class(connect: float, read: float) -> type[Any]:
             return []  # so a 502/503 comes back as an answer, for send() to retry (or not)
 
         def validate_request(self, req_obj: Any) -> None:
-            validate_once(validators, req_obj)
+            if not validate_once(validators, req_obj):
+                super().validate_request(req_obj)
 
     return _Bounded
 
 
-def validate_once(validators: dict[type[Any], Any], request: Any) -> None:
+def validate_once(validators: dict[type[Any], Any], request: Any) -> bool:
     """Validate a ClearML ``request`` as the SDK does, its class's schema checked only the first time.
 
     ``jsonschema.validate(instance, schema, cls)``, which the SDK calls, is ``cls.check_schema(schema)``
     then the best match of ``cls(schema).iter_errors(instance)``, raised: the same here, with
-    ``cls(schema)`` kept in ``validators`` per request class. Without the SDK's validator class
-    (jsonschema < 3), the SDK's own ``request.validate()``.
+    ``cls(schema)`` kept in ``validators`` per request class. ``False`` when it cannot (not a
+    request with a schema, or no SDK validator class with jsonschema < 3): the SDK's own check then.
 
     Examples:
         >>> validate_once({}, object())
-        Traceback (most recent call last):
-        ...
-        TypeError: "req_obj" parameter must be an backend_api.session.Request object
+        False
     """
     validator = validators.get(type(request))
     if validator is None:
         schema = getattr(request, "_schema", None)
         if not isinstance(schema, dict) or not hasattr(request, "to_dict"):
-            raise TypeError('"req_obj" parameter must be an backend_api.session.Request object')  # the SDK's words
+            return False
         from clearml.backend_api.session import datamodel
 
         if datamodel._CustomValidator is None:
-            request.validate()
-            return
+            return False
         datamodel._CustomValidator.check_schema(schema)
         validator = validators[type(request)] = datamodel._CustomValidator(schema)
     from jsonschema.exceptions import best_match
@@ -111,6 +109,7 @@ def validate_once(validators: dict[type[Any], Any], request: Any) -> None:
     error = best_match(validator.iter_errors(request.to_dict()))
     if error is not None:
         raise error
+    return True
 
 
 def sdk_config() -> Any:
