@@ -683,6 +683,20 @@ def test_the_registry_has_its_own_bounded_session_and_leaves_the_sdks_alone(clea
     assert registry.query(Query(project="nothing-here")) == []  # and it works
 
 
+def test_opening_the_registrys_session_never_walks_the_stack(
+    clearml_server: ClearMLServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The SDK names a session's logger after its caller's file, found by ``inspect.stack()``, which
+    reads the source of every frame (a sixth of the ClearML tests' CPU): the registry names it."""
+    import inspect
+
+    walks = []
+    real = inspect.stack
+    monkeypatch.setattr(inspect, "stack", lambda *a, **k: walks.append(1) or real(*a, **k))
+    session = ClearMLRegistry(project_root=_root()).transport.session()
+    assert walks == [] and session._logger.name.endswith(".session"), session._logger.name
+
+
 # -- the stand-in runs the real SDK ------------------------------------------------------------------
 
 

@@ -15,6 +15,7 @@ Nothing global changes: the user's ``Task`` and the SDK's own calls keep their s
 
 from __future__ import annotations
 
+import logging
 import time
 from typing import Any
 
@@ -61,10 +62,16 @@ def open_session(host: str | None, timeout: float) -> Any:
             session = open_session(None, 60.0)
             send(session, services.models.GetAllRequest(name="x"), Outage(60.0))
     """
+    from clearml.debugging import get_logger
+
     connect, read = request_timeouts(timeout)
     bounded = bounded_session_class(connect, read)
     config: Any = _Config(sdk_config())
-    return bounded(host=host, config=config, http_retries_config={"total": 0})
+    # The logger the SDK gives a session, named here: left to the SDK, get_logger() names it after
+    # its caller's file, found by inspect.stack(), which reads the source of every frame on the
+    # stack (a sixth of the CPU of the ClearML tests, whose stacks are deep).
+    logger = get_logger(path="session", level=logging.INFO)
+    return bounded(host=host, config=config, http_retries_config={"total": 0}, logger=logger)
 
 
 def send(session: Any, request: Any, outage: Outage) -> Any:
