@@ -24,6 +24,7 @@ processes, about 3 s apiece). With ``CI`` set the sequences are the same every r
 from __future__ import annotations
 
 import collections
+import itertools
 import math
 import os
 from pathlib import Path
@@ -40,6 +41,10 @@ N_SAVED = {"best_checkpoint": 2, "checkpoint": 1}
 FAULTS = ["serialize", "skip", "registry", "storage", "kill-pre", "kill-serialize", "kill-stage", "kill-post"]
 #: Faults after which the save's bytes are committed (the kill comes after the commit point).
 COMMITTED = {None, "kill-post"}
+#: Each example's run, unique in the process: ``id(self)`` was, until CPython gave a new machine the
+#: address of a freed one, and that example met the objects of an earlier one (a failure at the
+#: initial state, then hypothesis's FlakyStrategyDefinition).
+_RUNS = itertools.count()
 
 
 class SaverMachine(RuleBasedStateMachine):
@@ -51,7 +56,7 @@ class SaverMachine(RuleBasedStateMachine):
         self.commits: collections.Counter[str] = collections.Counter()
         self.outcome: dict[tuple[str, str], bool] = {}  # (stream, filename) -> its last save committed
         self.inexact: set[str] = set()  # streams with a failed or skipped save, or a fresh rerun
-        self.run = f"prop-{id(self)}"
+        self.run = f"prop-{next(_RUNS)}"
 
     def teardown(self) -> None:
         if self.worker is not None and self.worker.proc.poll() is None:
