@@ -4,6 +4,7 @@ user aliases are unique per project and resolve to their record."""
 from __future__ import annotations
 
 import errno
+import itertools
 import threading
 from collections import defaultdict
 from pathlib import Path
@@ -198,6 +199,9 @@ def test_record_states_never_loadable_never_hold_aliases(local_target: Target) -
     assert [r.aliases for r in records] == [(), (), (), ("latest",)]
 
 
+_MACHINES = itertools.count()
+
+
 class AliasMachine(RuleBasedStateMachine):
     """Saves (some failing), pins, unpins and user aliases in random order through a real
     Checkpoint (n_saved=2, scores); after every step the aliases agree with the record states,
@@ -207,7 +211,8 @@ class AliasMachine(RuleBasedStateMachine):
 
     def __init__(self) -> None:
         super().__init__()
-        self.target = Target(output_uri=str(self.folder / f"o{id(self)}"), registry=str(self.folder / f"{id(self)}.db"))
+        n = next(_MACHINES)  # not id(self): CPython gives a new machine a freed one's address, and its files
+        self.target = Target(output_uri=str(self.folder / f"o{n}"), registry=str(self.folder / f"{n}.db"))
         self.fail_next = False
         self.saver = self.target.saver(pre_upload=[self._refuse])
         self.engine = trainer_engine(model())
