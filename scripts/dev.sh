@@ -55,14 +55,15 @@ test_() {
         log "not root: Ceph RGW cannot be started; run with -m 'not ceph' (CI runs as root)"
     fi
     local status=0
-    # Tests wait on servers, subprocesses and the Ceph gateway's lock much of the time: 3 pytest-xdist
-    # processes on 2 cores (each also pays its own start-up, collection, about 11 s of CPU, and
-    # servers; -n 0 runs them in this process). worksteal: a worker
-    # that runs out takes tests queued behind a long one (the default hands each worker a share
-    # of the suite up front, and the tests queued behind a 100 s soak waited for it).
+    # 2 pytest-xdist processes, one per core of CI's machine: each pays its own start-up, collection
+    # (about 11 s of CPU) and servers, and a third process on 2 cores cost CPU without saving wall
+    # time (fresh-clone runs of the same package code: 832 s of CPU and 8 min 21 s with 3 workers,
+    # 751 s and 8 min 47 s with 2); -n 0 runs the tests in this process. worksteal: a worker that runs out takes tests queued
+    # behind a long one (the default hands each worker a share of the suite up front, and the
+    # tests queued behind a 100 s soak waited for it).
     # pytest ends with its CPU section (tests/conftest_cpu.py): the count of tests per marker and
     # the 25 costliest tests by CPU.
-    "$VENV/bin/python" -m pytest -n "${WORKERS:-3}" --dist worksteal "$@" || status=$?
+    "$VENV/bin/python" -m pytest -n "${WORKERS:-2}" --dist worksteal "$@" || status=$?
     [ "$ceph" = 1 ] && { bash scripts/ceph-s3.sh stop; trap - EXIT; }
     return "$status"
 }
