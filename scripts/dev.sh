@@ -21,9 +21,10 @@ setup() {
         bash scripts/apt.sh install python3-venv python3-pip
     fi
     [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-    # uv installs what pip would (the same 160 pins here) for a fraction of its CPU: 48 s against
-    # 87 s in a new .venv, byte-compiling included; CI's budget is CPU. uv reads no pip.conf, so
-    # it gets pip's find-links (where a machine keeps local wheels, torch's CPU build among them).
+    # uv installs what pip would (the same 160 pins here) for about half its CPU: 52 s of CPU for a
+    # new .venv with uv's cache empty, as in CI, against about 95 s with pip, byte-compiling included;
+    # CI's budget is CPU. uv reads no pip.conf, so it gets pip's find-links (where a machine keeps
+    # local wheels, torch's CPU build among them).
     # constraints.txt pins torch to the local CPU wheel (nothing may pull a CUDA build) and uv.
     [ -x "$VENV/bin/uv" ] || "$VENV/bin/python" -m pip install -q --disable-pip-version-check -c constraints.txt uv
     local links=() link
@@ -58,9 +59,9 @@ test_() {
     # 2 pytest-xdist processes, one per core of CI's machine: each pays its own start-up, collection
     # (about 11 s of CPU) and servers, and a third process on 2 cores cost CPU without saving wall
     # time (fresh-clone runs of the same package code: 832 s of CPU and 8 min 21 s with 3 workers,
-    # 751 s and 8 min 47 s with 2); -n 0 runs the tests in this process. worksteal: a worker that runs out takes tests queued
-    # behind a long one (the default hands each worker a share of the suite up front, and the
-    # tests queued behind a 100 s soak waited for it).
+    # 751 s and 8 min 47 s with 2); -n 0 runs the tests in this process. worksteal: a worker that
+    # runs out takes tests queued behind a long one (the default hands each worker a share of the
+    # suite up front, and the tests queued behind a 100 s soak waited for it).
     # pytest ends with its CPU section (tests/conftest_cpu.py): the count of tests per marker and
     # the 25 costliest tests by CPU.
     "$VENV/bin/python" -m pytest -n "${WORKERS:-2}" --dist worksteal "$@" || status=$?

@@ -18,7 +18,7 @@ What is relied on (clearml 2.1.12):
   validator made once per request class, from ``Request._schema`` (the request's JSON schema) and
   ``clearml.backend_api.session.datamodel._CustomValidator`` (the SDK's own jsonschema validator
   class). The SDK calls ``jsonschema.validate``, which checks the schema against JSON Schema's
-  metaschema at every request first: 2.1 ms of CPU for a ``models.get_all``, against 0.04 ms
+  metaschema at every request first: 2.7 ms of CPU for a ``models.get_all``, against 0.05 ms
   (``benchmarks/bench_clearml_requests.py``). The same errors are raised for the same requests.
 * ``ConfigWrapper._init() -> Config``: the SDK's configuration (clearml.conf, ``CLEARML_*``).
 * ``Request._action``: a request's action name (``"get_all"``, ``"create"``...).
