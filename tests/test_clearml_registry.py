@@ -687,7 +687,7 @@ def test_opening_the_registrys_session_never_walks_the_stack(
     clearml_server: ClearMLServer, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     """The SDK names a session's logger after its caller's file, found by ``inspect.stack()``, which
-    reads the source of every frame (a sixth of the ClearML tests' CPU): the registry names it."""
+    reads the source of every frame (about a tenth of the ClearML tests' CPU): the registry names it."""
     import inspect
 
     walks = []

@@ -69,7 +69,7 @@ def open_session(host: str | None, timeout: float) -> Any:
     config: Any = _Config(sdk_config())
     # The logger the SDK gives a session, named here: left to the SDK, get_logger() names it after
     # its caller's file, found by inspect.stack(), which reads the source of every frame on the
-    # stack (a sixth of the CPU of the ClearML tests, whose stacks are deep).
+    # stack (about a tenth of the ClearML tests' CPU: their stacks are deep).
     logger = get_logger(path="session", level=logging.INFO)
     return bounded(host=host, config=config, http_retries_config={"total": 0}, logger=logger)
 
