@@ -92,3 +92,47 @@ def test_a_write_longer_than_the_writeback_span_lands_whole_and_starts_writeback
     staged.commit()
     assert (tmp_path / "p/r/m.slot0.pt").read_bytes() == data
     assert started == [(0, 1400), (1400, 1400)]  # each span once, in order; the fsync writes the rest
+
+
+def resident_pages(path: Path) -> int:
+    """How many of ``path``'s pages are in the page cache (Linux's ``mincore`` on a mapping of it)."""
+    import ctypes
+    import mmap
+
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.mmap.restype = ctypes.c_void_p
+    libc.mmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_int, ctypes.c_int, ctypes.c_int, ctypes.c_long]
+    libc.mincore.argtypes = [ctypes.c_void_p, ctypes.c_size_t, ctypes.c_void_p]
+    libc.munmap.argtypes = [ctypes.c_void_p, ctypes.c_size_t]
+    size = path.stat().st_size
+    pages = (size + mmap.PAGESIZE - 1) // mmap.PAGESIZE
+    fd = os.open(path, os.O_RDONLY)
+    try:
+        addr = libc.mmap(None, size, mmap.PROT_READ, mmap.MAP_SHARED, fd, 0)
+        assert addr not in (None, ctypes.c_void_p(-1).value), ctypes.get_errno()
+        vec = (ctypes.c_ubyte * pages)()
+        try:
+            assert libc.mincore(addr, size, vec) == 0, ctypes.get_errno()
+        finally:
+            libc.munmap(addr, size)
+    finally:
+        os.close(fd)
+    return sum(v & 1 for v in vec)
+
+
+def test_a_write_over_a_slot_lets_the_replaced_bytes_pages_go_and_keeps_the_bytes_until_the_commit(
+    tmp_path: Path,
+) -> None:
+    store = LocalStorage(tmp_path)
+    old, new = os.urandom(1 << 20), os.urandom(1 << 20)
+    store.put_stream("p/r/m.slot0.pt", io.BytesIO(old))  # fsynced: its pages are clean
+    slot = tmp_path / "p/r/m.slot0.pt"
+    assert slot.read_bytes() == old and resident_pages(slot) > 0  # read back: cached
+
+    staged = store.stage("p/r/m.slot0.pt")
+    assert resident_pages(slot) == 0  # the new bytes take those pages, not more memory
+    staged.file.write(new)
+    staged.finish()
+    assert slot.read_bytes() == old  # untouched on disk until the commit (invariant 6)
+    staged.commit()
+    assert slot.read_bytes() == new

@@ -14,7 +14,7 @@ from urllib.request import url2pathname
 from tracker_saver.core.errors import ConfigError, StorageError
 from tracker_saver.core.naming import check_key
 from tracker_saver.storage.base import ObjectStat, Stable, Staged, StagedWrite, Storage, listed
-from tracker_saver.storage.files import WritebackFile, close_later, fsync_dir, hold
+from tracker_saver.storage.files import WritebackFile, close_later, drop_cached, fsync_dir, hold
 from tracker_saver.storage.verify import file_mode
 
 __all__ = ["LocalStorage", "LocalWrite", "fingerprint", "from_uri"]
@@ -64,6 +64,7 @@ class LocalWrite(StagedWrite):
             raise self._error(exc) from exc
         self._file = os.fdopen(fd, "wb")
         self.file = WritebackFile(self._file)  # type: ignore[assignment]
+        drop_cached(path)  # the bytes this write replaces stay on disk; their cached pages take the new ones
 
     def _error(self, exc: OSError) -> StorageError:
         return StorageError(f"cannot write {str(self._path)!r}: {exc.strerror}", key=self.key)
