@@ -63,7 +63,6 @@ def bounded_session_class(connect: float, read: float) -> type[Any]:
     from clearml.backend_api import Session
 
     timeouts = (connect, read)
-    validators: dict[type[Any], Any] = {}  # request class -> its validator, its schema checked once
 
     class _Bounded(Session):
         _session_initial_timeout = _session_timeout = _write_session_timeout = timeouts
@@ -75,25 +74,29 @@ def bounded_session_class(connect: float, read: float) -> type[Any]:
             return []  # so a 502/503 comes back as an answer, for send() to retry (or not)
 
         def validate_request(self, req_obj: Any) -> None:
-            if not validate_once(validators, req_obj):
+            if not validate_once(req_obj):
                 super().validate_request(req_obj)
 
     return _Bounded
 
 
-def validate_once(validators: dict[type[Any], Any], request: Any) -> bool:
+#: Each request class's validator, its schema checked once (per process: a schema never changes).
+_VALIDATORS: dict[type[Any], Any] = {}
+
+
+def validate_once(request: Any) -> bool:
     """Validate a ClearML ``request`` as the SDK does, its class's schema checked only the first time.
 
     ``jsonschema.validate(instance, schema, cls)``, which the SDK calls, is ``cls.check_schema(schema)``
     then the best match of ``cls(schema).iter_errors(instance)``, raised: the same here, with
-    ``cls(schema)`` kept in ``validators`` per request class. ``False`` when it cannot (not a
-    request with a schema, or no SDK validator class with jsonschema < 3): the SDK's own check then.
+    ``cls(schema)`` kept per request class. ``False`` when it cannot (not a request with a schema,
+    or no SDK validator class with jsonschema < 3): the SDK's own check then.
 
     Examples:
-        >>> validate_once({}, object())
+        >>> validate_once(object())
         False
     """
-    validator = validators.get(type(request))
+    validator = _VALIDATORS.get(type(request))
     if validator is None:
         schema = getattr(request, "_schema", None)
         if not isinstance(schema, dict) or not hasattr(request, "to_dict"):
@@ -103,7 +106,7 @@ def validate_once(validators: dict[type[Any], Any], request: Any) -> bool:
         if datamodel._CustomValidator is None:
             return False
         datamodel._CustomValidator.check_schema(schema)
-        validator = validators[type(request)] = datamodel._CustomValidator(schema)
+        validator = _VALIDATORS[type(request)] = datamodel._CustomValidator(schema)
     from jsonschema.exceptions import best_match
 
     error = best_match(validator.iter_errors(request.to_dict()))
