@@ -120,8 +120,9 @@ def test_generic_code_never_imports_a_tracker_integration(name: str) -> None:
     assert not glue, f"{name} imports a tracker's glue: {sorted(glue)}"
 
 
-#: The most lines one module may have (issue 27: past it, a module has grown into several jobs).
-MAX_LINES = 450
+#: The most lines one module may have (STYLE.md; issue 53 moved it from 450: the cap stands for one job
+#: per module, and at 450 it made people pack lines instead of laying them out).
+MAX_LINES = 600
 
 
 def _too_long(texts: dict[str, str]) -> dict[str, int]:
@@ -129,7 +130,7 @@ def _too_long(texts: dict[str, str]) -> dict[str, int]:
     return {name: n for name, text in texts.items() if (n := len(text.splitlines())) > MAX_LINES}
 
 
-def test_no_module_is_over_450_lines() -> None:
+def test_no_module_is_over_600_lines() -> None:
     texts = {name: path.read_text() for name, path in _modules().items()}
     assert _too_long(texts) == {}, "split these modules by job"
 
