@@ -94,7 +94,7 @@ def test_records_carry_the_commit_dirty_flag_masked_command_and_versions(repo: P
         command = str(meta["command"])
         assert command.startswith("train.py ")
         assert "--password=*** --aws-secret-access-key ***" in command
-        assert "postgres://db.example.com/x api_token=***" in command
+        assert "postgres://***@db.example.com/x api_token=***" in command
         assert not any(secret in command for secret in SECRETS)
         assert "clearml_task_id" not in meta
     clean = find_models(project="lineage", where="git_dirty=False", registry=str(tmp_path / "registry.db"))
@@ -110,7 +110,7 @@ def test_records_carry_the_commit_dirty_flag_masked_command_and_versions(repo: P
         (["t.py", "--password=hunter2", "--lr=0.1"], "t.py --password=*** --lr=0.1"),
         (["t.py", "-api-key", "hunter2", "-v"], "t.py -api-key *** -v"),
         (["t.py", "db_password=hunter2", "epochs=3"], "t.py db_password=*** epochs=3"),
-        (["t.py", "--url", "https://user:hunter2@host/p"], "t.py --url https://host/p"),
+        (["t.py", "--url", "https://user:hunter2@host/p"], "t.py --url https://***@host/p"),
         (["t.py", "--opts", "token=hunter2 lr=0.1"], "t.py --opts 'token=*** lr=0.1'"),
         (["t.py", "--use-auth", "--lr", "0.1"], "t.py --use-auth --lr 0.1"),
     ],

@@ -2,9 +2,9 @@
 
 :func:`lineage` is computed once per saver and merged into every record's metadata, so
 ``find_models(where="git_dirty=False")`` or ``where="git_commit=3f2a..."`` find checkpoints
-by the code that made them. The command line goes through :func:`mask_command` first:
-a registry is shared, so a ``--aws-secret-access-key`` or a ``user:password@`` in ``argv``
-must never reach it.
+by the code that made them. The command line goes through
+:func:`~tracker_saver.core.masked_command.mask_command` first: a registry is shared, so a
+``--aws-secret-access-key``, a ``--password -Xy9`` or a signed URL in ``argv`` must never reach it.
 """
 
 from __future__ import annotations
@@ -12,8 +12,6 @@ from __future__ import annotations
 import logging
 import os
 import platform
-import re
-import shlex
 import socket
 import subprocess
 import sys
@@ -23,7 +21,7 @@ from pathlib import Path
 import ignite
 import torch
 
-from tracker_saver.core.masking import strip_userinfo
+from tracker_saver.core.masked_command import MASK, mask_command
 from tracker_saver.core.records import MetaValue
 from tracker_saver.core.text import escape
 
@@ -37,52 +35,6 @@ LINEAGE_KEYS = ("git_commit", "git_dirty", "host", "command", "python", "torch",
 
 #: The longest, in seconds, one ``git`` call may take (a huge or network-mounted repository).
 GIT_TIMEOUT_S = 3.0
-
-#: What replaces a secret in the recorded command line.
-MASK = "***"
-#: Stands for :data:`MASK` while quoting: shlex would quote ``***`` as a shell glob.
-_PLACEHOLDER = "__tracker_saver_masked__"
-
-#: An option or ``key=value`` name that holds a secret: password, token, secret, API/access key...
-_SECRET_NAME = re.compile(
-    r"(?i)(passw(or)?d|passwd|pwd|secret|token|credential|api[_-]?key|access[_-]?key|private[_-]?key|auth)"
-)
-#: ``--name=value``, ``-name=value`` or ``name=value`` (also inside a quoted argument).
-_ASSIGNMENT = re.compile(r"(?P<name>[A-Za-z0-9_.-]+)(?P<sep>=)(?P<value>\S+)")
-
-
-def mask_command(argv: Sequence[str]) -> str:
-    """``argv`` as one shell-quoted line, with every secret in it replaced by ``***``.
-
-    Masks the value of an option whose name looks secret (``--aws-secret-access-key KEY``,
-    ``--password=PW``, ``db_token=T``, ``-api-key K``) and the ``user:password@`` of any URL.
-
-    Examples:
-        >>> mask_command(["train.py", "--lr", "0.1", "--aws-secret-access-key", "abc", "password=pw"])
-        'train.py --lr 0.1 --aws-secret-access-key *** password=***'
-        >>> mask_command(["train.py", "--db", "postgres://me:pw@db/x"])
-        'train.py --db postgres://db/x'
-    """
-    out: list[str] = []
-    hide_next = False
-    for arg in argv:
-        if hide_next and not arg.startswith("-"):
-            out.append(_PLACEHOLDER)
-            hide_next = False
-            continue
-        hide_next = False
-        if arg.startswith("-") and "=" not in arg and _SECRET_NAME.search(arg):
-            hide_next = True  # `--secret VALUE`: the value is the next argument
-            out.append(arg)
-            continue
-        out.append(_ASSIGNMENT.sub(_mask_assignment, strip_userinfo(arg)))
-    return shlex.join(out).replace(_PLACEHOLDER, MASK)
-
-
-def _mask_assignment(match: re.Match[str]) -> str:
-    if not _SECRET_NAME.search(match["name"]):
-        return match[0]
-    return f"{match['name']}{match['sep']}{_PLACEHOLDER}"
 
 
 def git_state(folder: str | os.PathLike[str]) -> dict[str, MetaValue]:
