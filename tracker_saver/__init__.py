@@ -60,7 +60,8 @@ if typing.TYPE_CHECKING:
 #: Exports imported on first use (they import torch and ignite): name -> module.
 _LAZY = {"TrackerSaver": "tracker_saver.save.saver", "resume": "tracker_saver.resuming"}
 
-__version__ = "0.1.0"
+#: The one source of the version (pyproject reads it; docs/releases.md: the policy and the releases table).
+__version__ = "0.2.0.dev0"
 
 __all__ = [
     "CallbackChain",

@@ -76,20 +76,17 @@ class _Version(argparse.Action):
 
 
 def package_version() -> str:
-    """The installed distribution's version, else the package's ``__version__`` (a source tree).
+    """The package's ``__version__``: the one source, which a wheel's metadata is built from.
+
+    An editable install's metadata keeps the version of its last ``pip install -e``, so it is not read.
 
     Examples:
         >>> package_version() == __import__("tracker_saver").__version__
         True
     """
-    from importlib.metadata import PackageNotFoundError, version
+    import tracker_saver
 
-    try:
-        return version("tracker-saver")
-    except PackageNotFoundError:
-        import tracker_saver
-
-        return str(getattr(tracker_saver, "__version__", "unknown"))
+    return tracker_saver.__version__
 
 
 # -- the commands ----------------------------------------------------------------------------

@@ -1,0 +1,192 @@
+"""An upgrade mid-training loses nothing: trained with each earlier release, continued with this code.
+
+For each release of docs/releases.md's table, ``git archive COMMIT tracker_saver`` gives that
+release's package. A process of that release trains 3 epochs (a ``best`` stream, n_saved=2, and a
+``last`` stream, n_saved=1), renames a live best record, aliases it ``production`` and pins the
+other with its own API; a process of this code resumes the run for 3 more epochs, which evicts
+both. Then every invariant holds, the rename is kept, ``models get PROJECT@production`` gives the
+aliased bytes (issue 52, case 1: 0.1.0 left the alias on the slot record, and its eviction made
+the alias dangle), the pin loads, and fsck is clean. Last, the release opens the registry this
+code wrote, and refuses it with a clear message instead of misreading it.
+
+Both processes are forked from the tests' fork server (torch and ignite imported once); the
+release's process first forgets the ``tracker_saver`` the server imported, then imports the
+exported one. Two processes, two versions of the package: that is the point.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import io
+import json
+import os
+import subprocess
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests import forkserver
+from tests.helpers import ROOT
+from tests.test_releases import released
+from tracker_saver import RecordState, find_models, get_model, resolve_model
+from tracker_saver.cli.main import main
+from tracker_saver.storage import open_storage
+
+#: One training process, of any release since 0.1.0 (their public API is the same): CONFIG is JSON.
+CHILD = r"""
+import json, sys
+config = json.loads(sys.argv[1])
+if config["package"]:  # an earlier release: forget the tracker_saver the fork server imported
+    for name in [m for m in sys.modules if m.split(".")[0] == "tracker_saver"]:
+        del sys.modules[name]
+    sys.path.insert(0, config["package"])
+import torch
+from ignite.engine import Engine, Events
+from ignite.handlers import Checkpoint
+import tracker_saver
+from tracker_saver import TrackerSaver, find_models, pin_model, rename_model, resume, set_alias
+
+print(json.dumps({"version": tracker_saver.__version__, "file": tracker_saver.__file__}), flush=True)
+reg = config["registry"]
+if config["epochs"]:
+    torch.manual_seed(0)
+    net = torch.nn.Linear(4, 2)
+
+    def step(engine, batch):
+        with torch.no_grad():
+            for p in net.parameters():
+                p.add_(0.01)
+
+    trainer = Engine(step)
+    saver = TrackerSaver(config["output_uri"], project="upg", run="r", registry=reg)
+    scores = [0.5, 0.7, 0.6, 0.9, 0.4, 0.95]
+    best = Checkpoint({"model": net}, saver, n_saved=2, filename_prefix="best", score_name="val_acc",
+                      score_function=lambda e: scores[e.state.epoch - 1],
+                      global_step_transform=lambda e, _: e.state.epoch)
+    last = Checkpoint({"model": net, "trainer": trainer}, saver, n_saved=1)
+    trainer.add_event_handler(Events.EPOCH_COMPLETED, best)
+    trainer.add_event_handler(Events.EPOCH_COMPLETED, last)
+    if trainer_state := config["resume"]:
+        resume(saver, {"model": net, "trainer": trainer}, [best, last])
+    trainer.run([0], max_epochs=config["epochs"])
+    saver.close()
+if config["label"]:  # the lowest-scored live best record: renamed and aliased; the other pinned
+    low, high = sorted(find_models(project="upg", stream="best_model", live=True, registry=reg), key=lambda r: r.score)
+    rename_model(low.id, "keep me", registry=reg)
+    set_alias(low.id, "production", registry=reg)
+    pinned = pin_model(high.id, registry=reg)
+    print(json.dumps({"aliased": low.id, "pinned": pinned.id}), flush=True)
+if config["read"]:
+    print(json.dumps({"records": len(find_models(project="upg", registry=reg))}), flush=True)
+"""
+
+
+@dataclass(frozen=True)
+class Upgraded:
+    """A run trained with ``release`` and continued with this code; what the release's process said."""
+
+    release: str
+    output_uri: str
+    registry: str
+    before: dict[str, Any]  # the release's records as it left them: id -> (state, name, sha256, size)
+    aliased: str
+    pinned: str
+    package: str
+
+
+def _child(package: str, **config: Any) -> list[dict[str, Any]]:
+    """Run CHILD (this code when ``package`` is empty), forked; its JSON lines (exit 0 asserted)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRACKER_SAVER_")}
+    spec = {"package": package, "resume": False, "label": False, "read": False, "epochs": 0, **config}
+    done = forkserver.run("-c", [CHILD, json.dumps(spec)], env=env, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
+    assert lines[0]["file"].startswith(package or str(ROOT)), lines[0]  # the package meant, not another
+    return lines
+
+
+def _export(commit: str, into: Path) -> str:
+    """``git archive COMMIT tracker_saver``, unpacked into ``into``: that release's package."""
+    into.mkdir(parents=True)
+    archive = subprocess.run(["git", "archive", commit, "tracker_saver"], cwd=ROOT, capture_output=True, check=True)
+    subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
+    return str(into)
+
+
+def _record_facts(registry: str) -> dict[str, Any]:
+    return {r.id: (r.state, r.name, r.sha256, r.size) for r in find_models(project="upg", registry=registry)}
+
+
+@pytest.fixture(scope="module", params=[r.version for r in released()])
+def upgraded(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Upgraded]:
+    release = next(r for r in released() if r.version == request.param)
+    root = tmp_path_factory.mktemp(f"upgrade-{release.version}")
+    package = _export(release.commit, root / "package")
+    output_uri, registry = str(root / "output"), str(root / "registry.db")
+    said = _child(package, output_uri=output_uri, registry=registry, epochs=3, label=True)
+    assert said[0]["version"] == release.version
+    before = _record_facts(registry)
+    _child("", output_uri=output_uri, registry=registry, epochs=6, resume=True)
+    yield Upgraded(release.version, output_uri, registry, before, said[-1]["aliased"], said[-1]["pinned"], package)
+
+
+def _cli(registry: str, *argv: str) -> tuple[int, str]:
+    out = io.StringIO()
+    with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
+        code = main(["--registry", registry, *argv])
+    return code, out.getvalue()
+
+
+def test_an_alias_set_by_an_earlier_release_names_its_bytes_after_this_code_evicts_its_slot(
+    upgraded: Upgraded, tmp_path: Path
+) -> None:
+    aliased = get_model(upgraded.aliased, registry=upgraded.registry)
+    assert aliased.state is RecordState.EVICTED  # this code's save replaced its slot
+    code, said = _cli(upgraded.registry, "models", "get", "upg@production", str(tmp_path))
+    assert code == 0, said
+    production = resolve_model("upg@production", registry=upgraded.registry)
+    assert production.state is RecordState.PINNED and str(production.metadata["pinned_from"]) == aliased.id
+    (got,) = tmp_path.iterdir()
+    _, name, sha256, size = upgraded.before[aliased.id]
+    assert hashlib.sha256(got.read_bytes()).hexdigest() == sha256 and got.stat().st_size == size
+    assert production.name == name == "keep me"  # the rename went with the bytes
+
+
+def test_after_the_upgrade_renames_pins_and_live_records_hold_and_fsck_is_clean(upgraded: Upgraded) -> None:
+    reg, storage = upgraded.registry, open_storage(upgraded.output_uri)
+    now = {r.id: r for r in find_models(project="upg", registry=reg)}
+    assert set(upgraded.before) <= set(now)  # no record of the release is lost
+    assert now[upgraded.aliased].name == "keep me"  # the rename is kept on the record itself
+    pinned = now[upgraded.pinned]
+    assert pinned.state is RecordState.PINNED and pinned.sha256 == upgraded.before[upgraded.pinned][2]
+    assert storage.digest(str(pinned.key)) == (pinned.size, pinned.sha256)
+    for record in now.values():  # truth: every loadable record's object holds its bytes
+        if record.state in (RecordState.LIVE, RecordState.REVIVED, RecordState.PINNED):
+            assert storage.digest(str(record.key)) == (record.size, record.sha256), record
+    slots = sorted(o.key for o in storage.list("upg/r/") if ".slot" in o.key)
+    assert slots == ["upg/r/best_model.slot0.pt", "upg/r/best_model.slot1.pt", "upg/r/checkpoint.slot0.pt"]
+    saved = [r for r in now.values() if r.state is not RecordState.PINNED]
+    steps = sorted((r.stream, r.global_step) for r in saved)  # one record per save: best at epochs 1-4 and 6
+    assert steps == sorted([*(("best_model", s) for s in (1, 2, 3, 4, 6)), *(("checkpoint", s) for s in range(1, 7))])
+    live = sorted((r.stream, r.global_step) for r in saved if r.state is RecordState.LIVE)
+    assert live == [("best_model", 4), ("best_model", 6), ("checkpoint", 6)]
+    code, said = _cli(reg, "fsck")
+    assert code == 0, said
+
+
+def test_the_earlier_release_refuses_the_registry_this_code_wrote_and_changes_nothing(upgraded: Upgraded) -> None:
+    with open(upgraded.registry, "rb") as f:
+        before = hashlib.sha256(f.read()).hexdigest()
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRACKER_SAVER_")}
+    spec = {"package": upgraded.package, "registry": upgraded.registry, "read": True}
+    spec |= {"resume": False, "label": False, "epochs": 0}
+    done = forkserver.run("-c", [CHILD, json.dumps(spec)], env=env, timeout=300)
+    assert done.returncode == 1
+    assert "ConfigError: registry" in done.stderr and "is newer than this tracker_saver knows" in done.stderr
+    assert "upgrade tracker-saver" in done.stderr
+    with open(upgraded.registry, "rb") as f:
+        assert hashlib.sha256(f.read()).hexdigest() == before
