@@ -15,7 +15,7 @@ import re
 import shlex
 import sys
 from collections.abc import Callable, Sequence
-from typing import Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from tracker_saver.cli.history import add_history_commands
 from tracker_saver.cli.models import add_models_commands
@@ -162,11 +162,38 @@ def _matched_nothing(args: argparse.Namespace, streams: list[str]) -> None:
         )
 
 
-def _cmd_fsck(args: argparse.Namespace) -> int:
-    from tracker_saver.fsck import check
+def _open_or_damaged(args: argparse.Namespace) -> Registry | Report:
+    """The registry for fsck and repair, or, when an existing SQLite file cannot be opened as one
+    because it is damaged, the report that says so (instead of only "cannot be opened")."""
+    try:
+        return open_cli_registry(args)
+    except TrackerSaverError:
+        from tracker_saver.fsck import check_registry_file
+        from tracker_saver.registry import parse_registry
 
-    report = check(open_cli_registry(args), **_fsck_scope(args))
-    _matched_nothing(args, report.streams)
+        try:
+            spec = parse_registry(getattr(args, "registry", None))
+        except TrackerSaverError:
+            spec = None
+        if spec is None or spec.kind != "sqlite" or not spec.location or not os.path.isfile(spec.location):
+            raise
+        report = check_registry_file(spec.location, deep=args.deep)
+        if not report.problems:
+            raise
+        return report
+
+
+def _damaged(report: Report) -> bool:
+    return any(f.kind == "damaged-registry" for f in report.findings)
+
+
+def _cmd_fsck(args: argparse.Namespace) -> int:
+    from tracker_saver.fsck import Report, check
+
+    registry = _open_or_damaged(args)
+    report = registry if isinstance(registry, Report) else check(registry, **_fsck_scope(args))
+    if not _damaged(report):  # a damaged registry's records were not read: no stream matched nothing
+        _matched_nothing(args, report.streams)
     if wants_json(args):
         dump(report.to_dict())
     else:
@@ -177,18 +204,26 @@ def _cmd_fsck(args: argparse.Namespace) -> int:
 
 
 def _cmd_repair(args: argparse.Namespace) -> int:
-    from tracker_saver.fsck import repair
+    from tracker_saver.fsck import Report, repair
 
     as_json = wants_json(args)
-    report = repair(
-        open_cli_registry(args),
-        **_fsck_scope(args),
-        delete_orphans=args.delete_orphans,
-        stale_after_s=args.stale_after,
-        dry_run=args.dry_run,
-        echo=(lambda _: None) if as_json else (lambda line: print(escape(line))),
-    )
-    _matched_nothing(args, report.streams)
+    registry = _open_or_damaged(args)
+    echo: Callable[[str], None] = (lambda _: None) if as_json else (lambda line: print(escape(line)))
+    if isinstance(registry, Report):  # nothing to open, and nothing may be written to it
+        report = registry
+        report.actions = [f"leave {report.findings[0].stream}: {report.findings[0].detail}"]
+        echo(report.actions[0])
+    else:
+        report = repair(
+            registry,
+            **_fsck_scope(args),
+            delete_orphans=args.delete_orphans,
+            stale_after_s=args.stale_after,
+            dry_run=args.dry_run,
+            echo=echo,
+        )
+    if not _damaged(report):
+        _matched_nothing(args, report.streams)
     if as_json:
         dump(report.to_dict())
     else:

@@ -10,8 +10,8 @@ Examples:
     []
 """
 
-from tracker_saver.fsck.check import check
+from tracker_saver.fsck.check import check, check_registry_file
 from tracker_saver.fsck.repair import repair
 from tracker_saver.fsck.report import PROBLEMS, STALE_AFTER_S, Finding, Report
 
-__all__ = ["PROBLEMS", "STALE_AFTER_S", "Finding", "Report", "check", "repair"]
+__all__ = ["PROBLEMS", "STALE_AFTER_S", "Finding", "Report", "check", "check_registry_file", "repair"]

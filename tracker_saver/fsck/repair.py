@@ -14,6 +14,7 @@ from tracker_saver.core.records import LOADABLE, RecordState, StreamId
 from tracker_saver.core.text import check_filters
 from tracker_saver.fsck.check import check_places
 from tracker_saver.fsck.report import (
+    REPORTED_ONLY,
     STALE_AFTER_S,
     Finding,
     Place,
@@ -46,6 +47,9 @@ def repair(
     goes through start-up recovery (promote, revive, fail). Temp files and multipart uploads
     older than ``stale_after_s`` are removed; orphans are deleted only with ``delete_orphans``.
     Each stream is repaired holding its claim; one that a live process writes is skipped.
+    What is someone else's or gone for good (a misplaced or unreadable record, a pinned record
+    whose object is missing or differs, a pin object two records share, a path that is not a
+    regular file) is reported and left to a person; a damaged registry is written nothing.
 
     With ``dry_run`` it changes nothing and echoes each action it would take (``would …``):
     recovery's plan for each slot after the demotions, and a slot object that the plan leaves
@@ -71,7 +75,7 @@ def repair(
     for finding in before.problems:
         if finding.kind == "unreachable":  # nothing to repair it with
             act(f"skip {finding.stream}: {finding.detail}")
-        elif finding.kind in ("misplaced", "unreadable"):  # someone else's record: reported, never acted on
+        elif finding.kind in REPORTED_ONLY:  # someone else's record, bytes that are gone, a damaged registry
             act(f"leave {finding.detail} ({finding.fix})")
         else:
             todo[finding.stream].append(finding)

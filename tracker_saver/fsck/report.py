@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -16,10 +17,12 @@ from tracker_saver.storage.base import Staged
 __all__ = [
     "PLANNED",
     "PROBLEMS",
+    "REPORTED_ONLY",
     "STALE_AFTER_S",
     "Finding",
     "Place",
     "Report",
+    "damaged_finding",
     "foreign_finding",
     "in_folder",
     "misplaced_finding",
@@ -35,10 +38,19 @@ __all__ = [
 STALE_AFTER_S = 3600.0
 
 
+#: Finding kinds that ``repair`` reports and never acts on: what they name is someone else's, or
+#: bytes that are gone; a person decides (each finding's ``fix`` says how).
+REPORTED_ONLY = (
+    "misplaced",
+    "unreadable",
+    "pin-missing",
+    "pin-differs",
+    "shared-pin",
+    "not-regular",
+    "damaged-registry",
+)
 #: Finding kinds that are problems (``busy`` and ``foreign`` only say a stream was skipped).
-PROBLEMS = (
-    "lie", "pending", "revivable", "orphan", "staged", "over-slots", "unreachable", "misplaced", "unreadable",
-)  # fmt: skip
+PROBLEMS = ("lie", "pending", "revivable", "orphan", "staged", "over-slots", "unreachable", *REPORTED_ONLY)
 
 
 @dataclass(frozen=True)
@@ -123,6 +135,18 @@ def foreign_finding(registry: Registry, storage: Storage, sid: StreamId) -> Find
         return None
     return Finding("foreign", sid.label, f"owned by {owner.describe()}: not checked from this registry",
                    "none: check it with the registry that owns it")  # fmt: skip
+
+
+def damaged_finding(uri: str, path: str, problems: list[str]) -> Finding:
+    """A ``damaged-registry`` finding: SQLite's own check of the registry file failed."""
+    quoted = shlex.quote(path)
+    detail = f"the registry file {path!r} is damaged, so no record was checked; SQLite says: {'; '.join(problems)}"
+    fix = (
+        "none: write nothing to it (no saves, no repair) and keep the file; restore it from a backup, or rescue "
+        f"what SQLite can still read into a new file (sqlite3 {quoted} .recover | sqlite3 recovered.db), check "
+        "that one with `tracker-saver --registry recovered.db fsck --deep`, then put it in the damaged one's place"
+    )
+    return Finding("damaged-registry", uri, detail, fix)
 
 
 def unreachable_finding(label: str, uri: str, why: str) -> Finding:

@@ -1,4 +1,4 @@
-"""Check a SQLite registry path before anything is created: a writable folder, or a schema this version knows."""
+"""Check a SQLite registry file without writing to it: before anything is created, and for damage (fsck)."""
 
 from __future__ import annotations
 
@@ -10,7 +10,10 @@ from pathlib import Path
 from tracker_saver.core.errors import ConfigError
 from tracker_saver.registry.migrations import stored_version
 
-__all__ = ["check_registry_path"]
+__all__ = ["check_registry_path", "damage", "sqlite_file"]
+
+#: How many problems ``damage`` lists at most: the first ones say enough, and a wrecked file has thousands.
+MOST_PROBLEMS = 10
 
 
 def _refusal(path: Path) -> str:
@@ -19,6 +22,17 @@ def _refusal(path: Path) -> str:
         if os.statvfs(path).f_flag & os.ST_RDONLY:
             return "Read-only file system"
     return "Permission denied"
+
+
+def _peek(target: Path) -> sqlite3.Connection:
+    """A read-only connection to ``target``, which exists.
+
+    Without a -wal file the main file holds everything, and immutable=1 reads it without
+    creating the -wal and -shm files that mode=ro would leave behind. With one (a registry open
+    somewhere, this process's included), mode=ro reads through it, in one snapshot.
+    """
+    peek = "mode=ro" if target.with_name(target.name + "-wal").exists() else "immutable=1"
+    return sqlite3.connect(f"{target.resolve().as_uri()}?{peek}", uri=True)
 
 
 def check_registry_path(path: str | os.PathLike[str]) -> None:
@@ -71,11 +85,8 @@ def check_registry_path(path: str | os.PathLike[str]) -> None:
                 f"{what} {str(item)!r} is read-only ({_refusal(item)}): SQLite writes the registry and its "
                 "-wal and -shm files there; pass a registry path you can write to"
             )
-    # A read-only peek. Without a -wal file the main file holds everything, and immutable=1
-    # reads it without creating the -wal and -shm files that mode=ro would leave behind.
-    peek = "mode=ro" if target.with_name(target.name + "-wal").exists() else "immutable=1"
     try:
-        conn = sqlite3.connect(f"{target.resolve().as_uri()}?{peek}", uri=True)
+        conn = _peek(target)
         try:
             conn.execute("SELECT count(*) FROM sqlite_master").fetchone()
             stored_version(conn, repr(str(target)))
@@ -86,3 +97,41 @@ def check_registry_path(path: str | os.PathLike[str]) -> None:
             f"registry {str(target)!r} is not a SQLite database ({exc}): pass the path of a registry file, "
             "or move this file away to start a new registry there"
         ) from exc
+
+
+def sqlite_file(uri: str) -> str | None:
+    """The file of a SQLite registry's ``uri`` (``sqlite:///PATH``); ``None`` for ``:memory:`` or another registry.
+
+    Examples:
+        >>> sqlite_file("sqlite:////home/me/registry.db"), sqlite_file("sqlite://:memory:"), sqlite_file("mlflow:")
+        ('/home/me/registry.db', None, None)
+    """
+    return uri[len("sqlite:///") :] if uri.startswith("sqlite:///") else None
+
+
+def damage(path: str | os.PathLike[str], *, deep: bool = False) -> list[str]:
+    """What SQLite finds wrong with the registry file at ``path``, at most ``MOST_PROBLEMS`` lines; ``[]``: nothing.
+
+    Reads only, never writes: a damaged file must be kept as it is for ``.recover`` or a
+    restore. ``PRAGMA quick_check`` reads every page and checks each b-tree (what a query would
+    trip on); ``deep`` runs ``PRAGMA integrity_check``, which also checks every index against
+    its table. A file SQLite cannot read at all (a destroyed header page) is one line saying why.
+
+    Examples:
+        >>> import os, tempfile
+        >>> junk = os.path.join(tempfile.mkdtemp(), "registry.db")
+        >>> _ = open(junk, "wb").write(b"not a database" * 512)
+        >>> damage(junk)
+        ['file is not a database']
+    """
+    pragma = "integrity_check" if deep else "quick_check"
+    try:
+        conn = _peek(Path(path).expanduser())
+        try:
+            rows = conn.execute(f"PRAGMA {pragma}({MOST_PROBLEMS})").fetchall()
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError as exc:  # the header or the schema cannot be read: nothing can
+        return [str(exc)]
+    lines = [str(row[0]) for row in rows]
+    return [] if lines == ["ok"] else lines
