@@ -13,6 +13,9 @@ folder gives Ignite what it looks for, outside output_uri (which holds slot obje
 
 When a save evicts a record, its file here goes. Every file here was written from, or checked
 against, the record's sha256; :meth:`LocalView.local_copy` checks again before it returns a path.
+Only regular files are linked or read, here and at output_uri: a symlink, FIFO or device is
+refused with an ``IntegrityError`` (:func:`~tracker_saver.storage.files.open_regular`), never
+followed into the view and never waited on.
 """
 
 from __future__ import annotations
@@ -30,7 +33,7 @@ from tracker_saver.core.naming import key_ext, run_prefix, safe_filename
 from tracker_saver.core.records import Record
 from tracker_saver.save.locate import locate
 from tracker_saver.storage.base import Storage
-from tracker_saver.storage.files import unlink_soon
+from tracker_saver.storage.files import check_regular, open_regular, unlink_soon
 from tracker_saver.storage.verify import Digest, copy_checked, digest
 
 __all__ = ["LocalView", "default_dirname"]
@@ -146,11 +149,11 @@ class LocalView:
         """
         locate(record, storage=self.storage)
         path = self.path(record.filename)
-        with contextlib.suppress(FileNotFoundError), open(path, "rb") as f:
+        with contextlib.suppress(FileNotFoundError), os.fdopen(open_regular(path), "rb") as f:
             if digest(f) == _expected(record):
                 return path
         self._place(record)
-        with open(path, "rb") as f:  # a hard link is the slot file itself: check it as a download is
+        with os.fdopen(open_regular(path), "rb") as f:  # a hard link is the slot file itself: check it as a download is
             matches = digest(f) == _expected(record)
         if not matches:
             path.unlink()
@@ -177,8 +180,10 @@ class LocalView:
         tmp = path.with_name(f".tmp-{path.name[:100]}.{uuid.uuid4().hex[:12]}")
         with contextlib.suppress(FileNotFoundError):
             tmp.unlink()
+        slot = root / record.key
+        check_regular(slot, key=record.key)  # the view gets the slot file itself, never what a symlink names
         try:
-            os.link(root / record.key, tmp)
+            os.link(slot, tmp, follow_symlinks=False)
         except OSError:  # another file system, or links refused: a verified copy, if asked for
             if copy:
                 _copy(self.storage, record, path)

@@ -1,5 +1,10 @@
 """Local file chores kept off the training thread: early writeback, blocks freed in the pool.
 
+Every path the project opens at a local output_uri (a slot, a pin, an archive keep, an owner
+object, a dirname view's file) is opened by :func:`open_regular`: a symlink there is never
+followed, a FIFO or device never waited on, and each is refused with an ``IntegrityError``
+that names the path, what it is and the fix (:func:`check_regular` says the same from a stat).
+
 A rename over a file or its unlink frees its blocks at once unless a descriptor still holds
 them; this module holds one and closes it in the pool. A large write starts the disk's
 writeback as it goes (:class:`WritebackFile`), so the fsync at its end waits for little, and
@@ -19,15 +24,28 @@ from __future__ import annotations
 
 import ctypes
 import ctypes.util
+import errno
 import os
+import stat
 import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import BinaryIO
 
+from tracker_saver.core.errors import IntegrityError
 from tracker_saver.core.pools import shared_pool
 
-__all__ = ["WRITEBACK_BYTES", "WritebackFile", "close_later", "drop_cached", "fsync_dir", "hold", "unlink_soon"]
+__all__ = [
+    "WRITEBACK_BYTES",
+    "WritebackFile",
+    "check_regular",
+    "close_later",
+    "drop_cached",
+    "fsync_dir",
+    "hold",
+    "open_regular",
+    "unlink_soon",
+]
 
 #: A write starts the writeback of each span this long as soon as it is written.
 WRITEBACK_BYTES = 32 << 20
@@ -87,6 +105,85 @@ class WritebackFile:
         self._file.flush()
 
 
+#: What a file that is not a regular one is, by its ``stat`` type, as an error names it.
+_KINDS = (
+    (stat.S_ISLNK, "a symlink"),
+    (stat.S_ISFIFO, "a FIFO (named pipe)"),
+    (stat.S_ISCHR, "a device"),
+    (stat.S_ISBLK, "a device"),
+    (stat.S_ISDIR, "a folder"),
+    (stat.S_ISSOCK, "a socket"),
+)
+
+
+def _refusal(path: Path, mode: int, key: str | None) -> IntegrityError:
+    kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
+    return IntegrityError(
+        f"{str(path)!r} is {kind}, not a checkpoint file: tracker_saver reads and replaces only regular files "
+        "it wrote, and never follows a link out of output_uri nor waits on a pipe or device; remove it "
+        "(`tracker-saver fsck` reports it), then save again",
+        key=key,
+    )
+
+
+def check_regular(path: Path, *, key: str | None = None) -> os.stat_result | None:
+    """``path``'s own stat (a symlink is not followed), ``None`` if nothing is there.
+
+    Raises:
+        IntegrityError: something other than a regular file is there (a symlink, FIFO, device, folder).
+
+    Examples:
+        >>> import tempfile
+        >>> folder = Path(tempfile.mkdtemp())
+        >>> check_regular(folder / "missing.pt") is None
+        True
+        >>> check_regular(folder)
+        Traceback (most recent call last):
+        ...
+        tracker_saver.core.errors.IntegrityError: '...' is a folder, not a checkpoint file: ...
+    """
+    try:
+        found = os.lstat(path)
+    except (FileNotFoundError, NotADirectoryError):  # a file on the way where a folder should be: nothing here
+        return None
+    if not stat.S_ISREG(found.st_mode):
+        raise _refusal(path, found.st_mode, key)
+    return found
+
+
+def open_regular(path: Path, *, key: str | None = None) -> int:
+    """A read-only descriptor of the regular file ``path``; nothing else is opened, and nothing blocks.
+
+    ``O_NOFOLLOW`` refuses a symlink at ``path`` and ``O_NONBLOCK`` returns at once from a FIFO
+    (an open for reading would wait for a writer forever); the descriptor's own ``fstat`` then
+    decides, so a file swapped in after any earlier check is refused too. ``OSError`` (a missing
+    file) is the caller's to map.
+
+    Raises:
+        IntegrityError: ``path`` is not a regular file.
+
+    Examples:
+        >>> import tempfile
+        >>> f = Path(tempfile.mkdtemp()) / "m.slot0.pt"
+        >>> _ = f.write_bytes(b"x")
+        >>> fd = open_regular(f); os.read(fd, 1); os.close(fd)
+        b'x'
+    """
+    check_regular(path, key=key)  # a device is refused before it is opened (an open may rewind a tape)
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+    except OSError as exc:
+        if exc.errno == errno.ELOOP:  # O_NOFOLLOW met a symlink put there after the check
+            raise _refusal(path, stat.S_IFLNK, key) from exc
+        raise
+    mode = os.fstat(fd).st_mode
+    if not stat.S_ISREG(mode):
+        os.close(fd)
+        raise _refusal(path, mode, key)
+    os.set_blocking(fd, True)  # reads of a regular file never wait anyway; the caller gets a plain descriptor
+    return fd
+
+
 def drop_cached(path: Path) -> None:
     """Let the kernel drop ``path``'s cached pages now (a missing file is no error); the file is untouched.
 
@@ -94,11 +191,12 @@ def drop_cached(path: Path) -> None:
     replaces it then writes into memory just freed instead of taking more: on a training node
     whose page cache is full that spares reclaim, and on a VM that hands free memory back to its
     host (virtio-balloon free page reporting) it spares a host fault per page, 0.4 s of kernel
-    CPU per 256 MiB on the test machines (measured: benchmarks/bench_save.py).
+    CPU per 256 MiB on the test machines (measured: benchmarks/bench_save.py). Anything but a
+    regular file there is left alone: only advice is lost, and the write's commit refuses it.
     """
     try:
-        fd = os.open(path, os.O_RDONLY)
-    except OSError:
+        fd = open_regular(path)
+    except (OSError, IntegrityError):
         return
     try:
         os.posix_fadvise(fd, 0, 0, os.POSIX_FADV_DONTNEED)
@@ -109,17 +207,17 @@ def drop_cached(path: Path) -> None:
 
 
 def hold(path: Path) -> int | None:
-    """An open descriptor of ``path`` (``None`` when it cannot be opened), so that a rename over it
-    or its unlink does not free its blocks until :func:`close_later`."""
+    """An open descriptor of the regular file ``path`` (``None`` when it is not one, or cannot be
+    opened), so that a rename over it or its unlink does not free its blocks until :func:`close_later`."""
     try:
-        return os.open(path, os.O_RDONLY)
-    except OSError:
+        return open_regular(path)
+    except (OSError, IntegrityError):  # a FIFO or device is never waited on: there are no blocks to keep
         return None
 
 
 def fsync_dir(path: Path) -> None:
     """Make the entries of folder ``path`` (a rename, a new name, a removal) durable."""
-    fd = os.open(path, os.O_RDONLY)
+    fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY)  # a FIFO put in the folder's place is refused, never waited on
     try:
         os.fsync(fd)
     finally:

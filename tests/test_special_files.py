@@ -1,0 +1,209 @@
+"""Only regular files at output_uri: a FIFO, symlink, device or folder at a slot path is refused
+at once, never waited on nor followed; a UI download frees its place when its client goes, and
+SIGTERM stops the UI server with a download in flight.
+
+Everything runs the real thing: Ignite's ``Checkpoint`` through a saver, a real folder and SQLite
+registry, the CLI's ``main``, the UI under uvicorn. A call that the code before this fix would
+block forever (an open of a FIFO waits for a writer) runs in a thread with a bound: the test
+fails instead of hanging the suite, and the FIFO is opened for writing to let the thread go.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import stat
+import threading
+from collections.abc import Callable, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from tests.helpers import Target, attach, model, trainer_engine
+from tracker_saver import models
+from tracker_saver.cli.main import main
+from tracker_saver.core.errors import IntegrityError
+from tracker_saver.core.records import RecordState
+
+#: The most a call may take before the test calls it hung (a bound, never asserted as a duration).
+BOUND_S = 30
+KEY0 = "p/r/model.slot0.pt"
+
+
+class Run:
+    """Two epochs of a real training, stream ``model`` with ``n_saved=2``: slots 0 and 1 hold
+    ``model_1.pt`` and ``model_2.pt``; :meth:`epoch` trains one more through the same handler."""
+
+    def __init__(self, root: Path, **saver_options: Any) -> None:
+        self.target = Target(output_uri=str(root / "out"), registry=str(root / "registry.db"))
+        self.root = root
+        self.slot0 = root / "out" / KEY0
+        self.net = model()
+        self.trainer = trainer_engine(self.net)
+        self.saver = self.target.saver(**saver_options)
+        attach(self.trainer, self.saver, {"model": self.net}, n_saved=2)
+        self.epoch(2)
+
+    def epoch(self, n: int = 1) -> None:
+        self.trainer.run([0], max_epochs=self.trainer.state.epoch + n)
+
+    def record(self, filename: str) -> Any:
+        return next(r for r in models.find_models(registry=self.target.registry) if r.filename == filename)
+
+
+@pytest.fixture
+def run(tmp_path: Path) -> Iterator[Run]:
+    made = Run(tmp_path)
+    yield made
+    made.saver.close()
+
+
+def _let_readers_go(path: Path) -> None:
+    """Open a FIFO for writing and close it: each reader waiting in ``open`` gets its end of file."""
+    for _ in range(8):
+        try:
+            os.close(os.open(path, os.O_WRONLY | os.O_NONBLOCK))
+        except OSError as exc:
+            if exc.errno != errno.ENXIO:  # ENXIO: no reader waits any more
+                raise
+            return
+
+
+def _within(call: Callable[[], Any], fifo: Path | None = None) -> Any:
+    """``call()``'s result, or the exception it raised (returned, not raised); a failure if it hangs."""
+    box: dict[str, Any] = {}
+
+    def target() -> None:
+        try:
+            box["result"] = call()
+        except BaseException as exc:  # noqa: BLE001 (returned to the test, which asserts on it)
+            box["result"] = exc
+
+    thread = threading.Thread(target=target, daemon=True)
+    thread.start()
+    thread.join(BOUND_S)
+    if thread.is_alive():
+        if fifo is not None and fifo.exists():
+            _let_readers_go(fifo)
+        thread.join(BOUND_S)
+        pytest.fail(f"hung for {BOUND_S} s on a special file at a slot path")
+    return box["result"]
+
+
+def _make(kind: str, path: Path, outside: Path) -> str:
+    """Put ``kind`` at ``path`` in place of its file (whose bytes a symlink's target keeps); how errors name it."""
+    data = path.read_bytes()
+    path.unlink()
+    if kind == "fifo":
+        os.mkfifo(path)
+        return "a FIFO"
+    if kind == "symlink inside":
+        copy = path.with_name("model_copy.bin")
+        copy.write_bytes(data)  # the record's own bytes, inside the folder: still never followed
+        path.symlink_to(copy)
+        return "a symlink"
+    if kind == "symlink outside":
+        outside.write_bytes(data)
+        path.symlink_to(outside)
+        return "a symlink"
+    if kind == "device":
+        try:
+            os.mknod(path, stat.S_IFCHR | 0o600, os.makedev(1, 3))  # /dev/null's numbers
+        except PermissionError:
+            path.symlink_to("/dev/null")  # not root: the path still never reaches the device
+            return "a symlink"
+        return "a device"
+    path.mkdir()
+    return "a folder"
+
+
+KINDS = ["fifo", "symlink inside", "symlink outside", "device", "folder"]
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_a_special_file_at_a_slot_path_is_refused_by_stat_get_and_models_get(run, kind, capsys) -> None:
+    named = _make(kind, run.slot0, run.root / "outside.pt")
+    storage = run.target.storage()
+    for call in (lambda: storage.stat(KEY0), lambda: storage.get(KEY0), lambda: storage.digest(KEY0)):
+        refused = _within(call, run.slot0)
+        assert isinstance(refused, IntegrityError), refused
+        assert named in str(refused) and str(run.slot0) in str(refused) and "remove it" in str(refused)
+    record = run.record("model_1.pt")
+    status = _within(lambda: main(["models", "get", record.id, str(run.root / "got.pt"), "--registry", run.target.registry]), run.slot0)  # fmt: skip
+    assert status != 0 and named in capsys.readouterr().err
+    assert not (run.root / "got.pt").exists()
+
+
+@pytest.mark.parametrize("kind", KINDS)
+def test_the_next_save_into_a_special_slot_refuses_and_leaves_it_as_found(run, kind) -> None:
+    outside = run.root / "outside.pt"
+    named = _make(kind, run.slot0, outside)
+    before, kept = os.lstat(run.slot0), outside.read_bytes() if outside.exists() else None
+    refused = _within(run.epoch, run.slot0)
+    assert isinstance(refused, IntegrityError) and named in str(refused), refused
+    after = os.lstat(run.slot0)
+    assert (after.st_ino, after.st_mode) == (before.st_ino, before.st_mode)  # not replaced
+    assert (outside.read_bytes() if outside.exists() else None) == kept  # nor written through
+    assert models.load_checkpoint(run.record("model_2.pt"), {"model": model()}).state is RecordState.LIVE
+
+
+def test_a_fifo_at_a_slot_path_refuses_the_next_run_and_models_pin_at_once(run, capsys) -> None:
+    run.saver.close()
+    _make("fifo", run.slot0, run.root / "outside.pt")
+    again = run.target.saver()  # the next run: a fresh Checkpoint reuses the oldest inherited slot, slot 0
+    try:
+        net = model()
+        trainer = trainer_engine(net)
+        attach(trainer, again, {"model": net}, n_saved=2)
+        refused = _within(lambda: trainer.run([0], max_epochs=1), run.slot0)
+        assert isinstance(refused, IntegrityError) and "a FIFO" in str(refused), refused
+    finally:
+        again.close()
+    record = run.record("model_1.pt")
+    status = _within(lambda: main(["models", "pin", record.id, "--registry", run.target.registry]), run.slot0)
+    assert status != 0 and "a FIFO" in capsys.readouterr().err
+    assert stat.S_ISFIFO(os.lstat(run.slot0).st_mode)
+
+
+def test_fsck_reports_a_symlink_at_a_slot_path_even_to_the_records_own_bytes(run, capsys) -> None:
+    _make("symlink outside", run.slot0, run.root / "outside.pt")
+    run.saver.close()
+    assert main(["fsck", "--registry", run.target.registry]) != 0
+    assert KEY0 in capsys.readouterr().out
+
+
+def test_a_run_folder_that_is_a_symlink_is_never_written_through(tmp_path) -> None:
+    outside = tmp_path / "elsewhere"
+    outside.mkdir()
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "p").symlink_to(outside, target_is_directory=True)
+    target = Target(output_uri=str(tmp_path / "out"), registry=str(tmp_path / "registry.db"))
+    saver = target.saver()
+    try:
+        net = model()
+        trainer = trainer_engine(net)
+        attach(trainer, saver, {"model": net}, n_saved=2)
+        with pytest.raises(IntegrityError, match="reached through a symlink"):
+            trainer.run([0], max_epochs=1)
+    finally:
+        saver.close()
+    assert list(outside.rglob("*")) == []
+
+
+def test_a_dirname_view_never_links_what_a_symlink_at_the_slot_names(tmp_path) -> None:
+    made = Run(tmp_path, dirname=str(tmp_path / "named"))
+    try:
+        view = tmp_path / "named" / "model_1.pt"
+        view.unlink()  # get_local_copy places it again, from the slot
+        _make("symlink outside", made.slot0, tmp_path / "outside.pt")
+        refused = _within(lambda: made.saver.get_local_copy("model_1.pt"))
+        assert isinstance(refused, IntegrityError) and "a symlink" in str(refused), refused
+        assert not view.exists()
+        fifo = tmp_path / "named" / "model_2.pt"
+        fifo.unlink()
+        os.mkfifo(fifo)  # a FIFO in the view itself is never waited on either
+        refused = _within(lambda: made.saver.get_local_copy("model_2.pt"), fifo)
+        assert isinstance(refused, IntegrityError) and "a FIFO" in str(refused), refused
+    finally:
+        made.saver.close()
