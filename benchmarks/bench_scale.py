@@ -176,7 +176,7 @@ def fill(path: str, output_uri: str, records: int) -> tuple[int, dict[str, float
 def _pin_and_tag(registry: SQLiteRegistry, storage: Any, record_id: str, project: str) -> None:
     """Pin a live record as ``models pin`` does (a copy at its pin key), tag it, alias the copy."""
     source = registry.get(record_id)
-    key = pinned_key(source.project, source.run, source.filename)
+    key = pinned_key(source.project, source.run, source.filename, f"{int(record_id):08x}")
     storage.copy(source.key, key)
     info = UploadInfo(source.project, source.run, source.stream, source.filename, metadata=dict(source.metadata),
                       key=key, output_uri=source.output_uri or "")  # fmt: skip

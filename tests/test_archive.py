@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 import threading
 from pathlib import Path
 
@@ -34,6 +35,11 @@ def _archive(target: Target) -> list[tuple[int | float, str]]:
     return [(r.metadata["kept_at"], r.metadata["kept_by"]) for r in pinned if "kept_at" in r.metadata]  # type: ignore[misc]
 
 
+def _untokened(key: str) -> str:
+    """A pin key without its fresh token (``p/r/+pinned/<token>-model_2.pt`` is ``p/r/+pinned/model_2.pt``)."""
+    return re.sub(r"\+pinned/[0-9a-f]{16}-", "+pinned/", key)
+
+
 def _entries_intact(target: Target) -> None:
     """Each pinned object is its record's bytes; an archive entry's, those of the slot record it was kept from."""
     for entry in find_models(project="p", states=["pinned"], registry=target.registry):
@@ -59,8 +65,8 @@ def test_every_two_epochs_a_save_is_also_kept_outside_the_slots(local_target: Ta
     saver.close()
     assert _archive(local_target) == [(2, "every 2 epochs"), (4, "every 2 epochs")]
     assert copied_on == [not async_upload] * 2  # with async_upload, the worker copies: the training thread never
-    keys = sorted(o.key for o in local_target.storage().list("p/r/"))
-    assert keys == ["p/r/model.slot0.pt", "p/r/pinned/model_2.pt", "p/r/pinned/model_4.pt"]
+    keys = sorted(_untokened(o.key) for o in local_target.storage().list("p/r/"))
+    assert keys == ["p/r/+pinned/model_2.pt", "p/r/+pinned/model_4.pt", "p/r/model.slot0.pt"]
     _entries_intact(local_target)
     assert check(shared_registry(local_target.registry), project="p", deep=True).problems == []
     (row, _) = run_stats("p", "r", registry=local_target.registry)
@@ -83,7 +89,7 @@ def test_keep_every_max_deletes_the_oldest_entry_never_a_persons_pin_or_an_alias
     kept = [at for at, _ in _archive(local_target)]
     assert kept == [1, 5, 6]  # 1 holds an alias, so it stays and is not counted; 2, 3 and 4 went oldest first
     assert get_model(persons.id, registry=local_target.registry).state is RecordState.PINNED
-    assert len(local_target.storage().list("p/r/pinned/")) == 4  # 3 entries + the person's pin, nothing left over
+    assert len(local_target.storage().list("p/r/+pinned/")) == 4  # 3 entries + the person's pin, nothing left over
     _entries_intact(local_target)
     unaliased = remove_alias("p", "production", registry=local_target.registry)
     assert unalias_note("p", "production", unaliased) == (
@@ -168,7 +174,10 @@ def test_on_s3_the_archive_is_a_server_side_copy_of_the_slot(s3_output_uri: str,
     trainer.run([0], max_epochs=4)
     saver.close()
     assert _archive(target) == [(4, "every 2 epochs")]
-    assert sorted(o.key for o in target.storage().list("p/r/")) == ["p/r/model.slot0.pt", "p/r/pinned/model_4.pt"]
+    assert sorted(_untokened(o.key) for o in target.storage().list("p/r/")) == [
+        "p/r/+pinned/model_4.pt",
+        "p/r/model.slot0.pt",
+    ]
     _entries_intact(target)
 
 
@@ -180,9 +189,9 @@ def _archive_with_a_limit(target: Target) -> None:
     trainer.run([0], max_epochs=3)
     saver.close()
     assert _archive(target) == [(2, "every 1 epoch"), (3, "every 1 epoch")]
-    assert sorted(o.key for o in target.storage().list("p/r/pinned/")) == [
-        "p/r/pinned/model_2.pt",
-        "p/r/pinned/model_3.pt",
+    assert sorted(_untokened(o.key) for o in target.storage().list("p/r/+pinned/")) == [
+        "p/r/+pinned/model_2.pt",
+        "p/r/+pinned/model_3.pt",
     ]
     _entries_intact(target)
 

@@ -258,7 +258,7 @@ def test_alias_then_unalias(trained, capsys) -> None:
 
 def test_pin_then_unpin(trained, local_target, capsys) -> None:
     pinned = _json(capsys, "models", "pin", "p/r/best_model@best", "--registry", trained)
-    assert pinned["state"] == "pinned" and "/pinned/" in pinned["key"]
+    assert pinned["state"] == "pinned" and "/+pinned/" in pinned["key"]
     assert (Path(local_target.output_uri) / pinned["key"]).exists()
     rows = _json(capsys, "models", "list", "--registry", trained, "--state", "pinned")
     assert [r["id"] for r in rows] == [pinned["id"]]

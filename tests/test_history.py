@@ -245,7 +245,7 @@ def test_a_copy_made_for_a_gated_alias_that_another_move_beat_meanwhile_is_delet
     ):
         set_alias(records[2].id, "production", registry=local_target.registry, require=gate)
     assert _pins(registry) == [] and find_models(alias="production", registry=registry) == []
-    assert [o.key for o in local_target.storage().list("p/") if "/pinned/" in o.key] == []
+    assert [o.key for o in local_target.storage().list("p/") if "pinned/" in o.key] == []
     assert not check(registry).problems
 
 

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import re
+
 import pytest
 
 from tests.helpers import SCORES, Target, attach, model, trainer_engine
@@ -40,7 +42,8 @@ class PinContract:
         assert best.global_step == 2
         pinned = pin_model(best.id, registry=target.registry, storage_options=target.storage_options)
         source_id = int(best.id) if best.id.isdigit() else best.id  # typed metadata: a SQLite id is an int
-        assert pinned.key == f"p/r/pinned/{best.filename}" and pinned.metadata["pinned_from"] == source_id
+        assert re.fullmatch(rf"p/r/\+pinned/[0-9a-f]{{16}}-{re.escape(best.filename)}", pinned.key)
+        assert pinned.metadata["pinned_from"] == source_id
         assert (pinned.name, pinned.sha256, pinned.size, pinned.stream) == (
             best.name,
             best.sha256,
@@ -102,7 +105,7 @@ class PinContract:
         target.storage().put_stream(record.key, __import__("io").BytesIO(b"other bytes"))
         with pytest.raises(IntegrityError, match="copy was deleted"):
             pin_model(record.id, registry=target.registry, storage_options=target.storage_options)
-        assert target.storage().list("p/r/pinned/") == []
+        assert target.storage().list("p/r/+pinned/") == []
         assert find_models(project="p", states=["pinned"], registry=target.registry) == []
 
 

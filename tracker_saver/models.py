@@ -31,7 +31,7 @@ from tracker_saver.lifecycle.keep import drop_alias, keep_alias
 from tracker_saver.registry import Query
 from tracker_saver.registry.history import Check, better
 from tracker_saver.registry.shared import shared_registry
-from tracker_saver.save.keep import is_archived, keep_copy
+from tracker_saver.save.keep import drop_pin, is_archived, keep_copy
 from tracker_saver.save.locate import locate
 from tracker_saver.storage import Storage
 from tracker_saver.storage.verify import Digest, check, copy_checked, digest
@@ -252,10 +252,13 @@ def _what(record: Record) -> str:
 def pin_model(
     record_id: str | int, *, registry: RegistryArg = None, storage_options: Mapping[str, Any] | None = None
 ) -> Record:
-    """Copy a live record out of its slot to ``<project>/<run>/pinned/<filename>``, as a new pinned record.
+    """Copy a live record out of its slot to ``<project>/<run>/+pinned/<token>-<filename>``, as a new pinned record.
 
     The copy is server-side on S3 (CopyObject) and a file copy locally; its sha256 is read back
-    and checked before the record is created.
+    and checked before the record is created. Its key is new for each pin (``token``: random hex),
+    so two pins never share bytes; two processes that pin one record at once get one pin on
+    SQLite (the later copy is deleted), and at worst two, each with its own bytes, on MLflow and
+    ClearML. The stream's owner is checked first, as a save checks it.
     The pinned record keeps the source's name, tags and metadata, plus ``pinned_from`` (the
     source id). Eviction, slots, resume and recovery never touch it; :func:`unpin_model` deletes
     it. Pinning a pinned record returns it, but for an archive entry (``keep_every``), which
@@ -265,6 +268,7 @@ def pin_model(
         RegistryError: the record is not live, revived or an archive entry.
         IntegrityError: the copy differs from the record (the source slot was overwritten
             meanwhile); the copy is deleted.
+        StreamOwnedError: another registry owns the record's stream at its output_uri; nothing is written.
 
     Examples:
         >>> pin_model(12, registry=":memory:")  # doctest: +IGNORE_EXCEPTION_DETAIL
@@ -282,8 +286,12 @@ def pin_model(
 
 def unpin_model(
     record_id: str | int, *, registry: RegistryArg = None, storage_options: Mapping[str, Any] | None = None
-) -> None:
+) -> bool:
     """Delete a pinned record and then its object (a failure in between leaves an object, never a lie).
+
+    The object stays when another record still names it (two pins an earlier release made at
+    once share one) or when its key, an earlier release's, may be another stream's slot
+    (:func:`~tracker_saver.save.keep.drop_pin`). Returns whether the object was deleted.
 
     Raises:
         RegistryError: the record is not pinned (slot records are history, never deleted).
@@ -302,8 +310,7 @@ def unpin_model(
             record_id=record.id,
         )
     storage, _ = locate(record, storage_options=storage_options)
-    reg.delete_pinned(record.id)
-    storage.delete(record.key)
+    return drop_pin(storage, reg, record)
 
 
 @contextlib.contextmanager

@@ -164,6 +164,16 @@ class StorageContract:
         assert [s.key for s in storage.list(".tracker_saver/")] == [".tracker_saver/p/r/s.owner"]
         assert storage.staged() == []
 
+    def test_copy_makes_a_new_object_and_never_replaces_one(self, storage: Storage) -> None:
+        storage.put_stream("p/r/s.slot0.pt", io.BytesIO(b"slot bytes"))
+        storage.put_stream("p/r/+pinned/ab12-s.pt", io.BytesIO(b"an earlier pin"))
+        with pytest.raises(StorageError, match="never replaces"):
+            storage.copy("p/r/s.slot0.pt", "p/r/+pinned/ab12-s.pt")
+        storage.copy("p/r/s.slot0.pt", "p/r/+pinned/cd34-s.pt")
+        with storage.get("p/r/+pinned/ab12-s.pt") as kept, storage.get("p/r/+pinned/cd34-s.pt") as made:
+            assert (kept.read(), made.read()) == (b"an earlier pin", b"slot bytes")
+        assert storage.staged() == []
+
     def test_read_small_reads_a_small_object_or_says_it_is_missing(self, storage: Storage) -> None:
         assert storage.read_small("p/r/s.json") is None
         storage.put_stream("p/r/s.json", io.BytesIO(b'{"owner": 1}'))

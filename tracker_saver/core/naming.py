@@ -40,6 +40,8 @@ from tracker_saver.core.text import check_text
 
 __all__ = [
     "KEY_EXTENSIONS",
+    "LEGACY_PIN_FOLDER",
+    "PIN_FOLDER",
     "SlotKey",
     "check_key",
     "check_name",
@@ -51,6 +53,7 @@ __all__ = [
     "key_segment",
     "log_key",
     "logs_prefix",
+    "may_be_slot_key",
     "parse_filename",
     "parse_slot_key",
     "pinned_key",
@@ -241,16 +244,48 @@ def stream_path(project: str, run: str, stream: str) -> str:
     return slot_key(project, run, stream, 0, ".pt").rsplit(".slot", 1)[0]
 
 
-def pinned_key(project: str, run: str, filename: str) -> str:
-    """The stable key of a pinned copy: ``<project>/<run>/pinned/<filename>``, names slugged.
+#: The folder of a run's pins and keeps: a segment that :func:`key_segment` never makes (no slug
+#: starts with ``+``), so no project, run, stream or log key can ever name a key under it.
+PIN_FOLDER = "+pinned"
+#: The folder of pins written by releases before issue 51: still read, loaded and unpinned, never written.
+LEGACY_PIN_FOLDER = "pinned"
 
-    It is outside every stream's slot keys (``<stream>.slot<k><ext>``), so no save ever writes it.
+
+def pinned_key(project: str, run: str, filename: str, token: str) -> str:
+    """The key of one pinned copy: ``<project>/<run>/+pinned/<token>-<filename>``, names slugged.
+
+    ``+pinned`` is a segment no slugged project, run or stream can be (:func:`key_segment` never
+    starts one with ``+``), so the key is outside every stream's slot keys and log keys, whatever
+    the names; ``token`` is fresh for each pin (random hex), so two pins, made at once by two
+    processes, never share a key. Pins that earlier releases wrote at
+    ``<project>/<run>/pinned/<filename>`` stay where they are (:func:`key_problem` accepts them).
 
     Examples:
-        >>> pinned_key("mnist", "r1", "best_model_17_val_acc=0.9312.pt")
-        'mnist/r1/pinned/best_model_17_val_acc=0.9312.pt'
+        >>> pinned_key("mnist", "r1", "best_model_17_val_acc=0.9312.pt", "3f9a2c1b7d4e8f00")
+        'mnist/r1/+pinned/3f9a2c1b7d4e8f00-best_model_17_val_acc=0.9312.pt'
+        >>> pinned_key("team/vision", "pinned", "best_model.slot0.pt", "ab12") != slot_key(
+        ...     "team/vision", "pinned", "best_model", 0, ".pt")
+        True
     """
-    return check_key(f"{key_path(project)}/{key_segment(run)}/pinned/{key_segment(filename)}")
+    if not re.fullmatch(r"[0-9a-f]{4,32}", token):
+        raise ConfigError(f"pin token {token!r} is not 4-32 lowercase hex digits (secrets.token_hex makes one)")
+    return check_key(f"{run_prefix(project, run)}{PIN_FOLDER}/{token}-{key_segment(filename)}")
+
+
+def may_be_slot_key(key: str) -> bool:
+    """Whether ``key`` could be the slot key of some stream: it reads as one and is not under a pin folder.
+
+    A pin key of an earlier release (``<project>/<run>/pinned/<name>``) whose name reads as a slot
+    key is the slot key of project ``<project>/<run>``, run ``pinned`` (issue 51): its bytes may be
+    another stream's, so an unpin never deletes them.
+
+    Examples:
+        >>> may_be_slot_key("team/vision/pinned/best_model.slot0.pt"), may_be_slot_key("p/r/pinned/best_model_3.pt")
+        (True, False)
+        >>> may_be_slot_key("team/vision/+pinned/ab12-best_model.slot0.pt")
+        False
+    """
+    return parse_slot_key(key) is not None and not any(part.startswith("+") for part in key.split("/"))
 
 
 @lru_cache(maxsize=65536)  # asked of every record of a slot, three times by fsck
@@ -259,13 +294,16 @@ def key_problem(project: str, run: str, stream: str, slot: int | None, key: str 
 
     Paths come from the stream, never from a record (DESIGN, "Others write too"): a slot
     record's key is its stream's slot key, a pinned record's (``slot`` ``None``) a pin key
-    under its own run's folder. Anyone who can write records could otherwise point one at any
+    under its own run's folder: ``<project>/<run>/+pinned/<name>``, or ``<project>/<run>/pinned/<name>``
+    for a pin an earlier release made (an upgrade never loses a pin). Anyone who can write records could otherwise point one at any
     file, and a download or an unpin would read or delete it.
 
     Examples:
         >>> key_problem("p", "r", "best_model", 1, "p/r/best_model.slot1.pt") is None
         True
-        >>> key_problem("p", "r", "best_model", None, "p/r/pinned/best_model_3.pt") is None
+        >>> key_problem("p", "r", "best_model", None, "p/r/+pinned/9f2c-best_model_3.pt") is None
+        True
+        >>> key_problem("p", "r", "best_model", None, "p/r/pinned/best_model_3.pt") is None  # an earlier release's
         True
         >>> key_problem("p", "r", "best_model", 1, "id_rsa")
         "key 'id_rsa' is not slot 1's of stream p/r/best_model (p/r/best_model.slot1.<ext>)"
@@ -278,11 +316,12 @@ def key_problem(project: str, run: str, stream: str, slot: int | None, key: str 
         if parsed is None or (parsed.stream_path, parsed.slot) != (path, slot):
             return f"key {key!r} is not slot {slot}'s of stream {project}/{run}/{stream} ({path}.slot{slot}.<ext>)"
         return None
-    folder = run_prefix(project, run) + "pinned/"
-    rest = key[len(folder) :] if key.startswith(folder) else ""
-    if not rest or "/" in rest:
-        return f"key {key!r} is not a pin key of run {project}/{run} ({folder}<name>)"
-    return None
+    prefix = run_prefix(project, run)
+    for folder in (f"{prefix}{PIN_FOLDER}/", f"{prefix}{LEGACY_PIN_FOLDER}/"):  # a pin of an earlier release too
+        rest = key[len(folder) :] if key.startswith(folder) else ""
+        if rest and "/" not in rest:
+            return None
+    return f"key {key!r} is not a pin key of run {project}/{run} ({prefix}{PIN_FOLDER}/<name>)"
 
 
 def safe_filename(name: str, ext: str = "") -> str:

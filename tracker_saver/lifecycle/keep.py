@@ -12,7 +12,7 @@ compare-and-set.
 Examples:
     >>> from tracker_saver.core.records import Record, RecordState
     >>> slot = Record("7", "p", "r", "s", "s_3.pt", "s_3.pt", RecordState.LIVE, 0, "p/r/s.slot0.pt", "file:///o")
-    >>> pin = Record("9", "p", "r", "s", "s_3.pt", "s_3.pt", RecordState.PINNED, None, "p/r/pinned/s_3.pt",
+    >>> pin = Record("9", "p", "r", "s", "s_3.pt", "s_3.pt", RecordState.PINNED, None, "p/r/+pinned/9f2c-s_3.pt",
     ...              "file:///o", aliases=("production",))
     >>> alias_note(slot, pin, "production")
     "record 7 ('s_3.pt') pinned as record 9, alias p@production now on record 9: later saves never evict it"
@@ -20,6 +20,7 @@ Examples:
 
 from __future__ import annotations
 
+import contextlib
 from collections.abc import Mapping
 from typing import Any
 
@@ -29,7 +30,7 @@ from tracker_saver.find import RegistryArg
 from tracker_saver.registry import Query, Registry
 from tracker_saver.registry.history import Check, move_alias, refused
 from tracker_saver.registry.shared import shared_registry
-from tracker_saver.save.keep import KEPT_BY, alias_reason, is_archived, keep_copy, kept_for_alias
+from tracker_saver.save.keep import KEPT_BY, alias_reason, drop_pin, is_archived, keep_copy, kept_for_alias
 from tracker_saver.save.locate import locate
 
 __all__ = ["alias_note", "drop_alias", "keep_alias", "unalias_note"]
@@ -72,9 +73,9 @@ def keep_alias(
     try:
         return move_alias(reg, target.id, alias, check=check)
     except PromotionRefusedError:
-        if target.id not in before and target.key is not None:  # the copy this move made: nothing else uses it
-            reg.delete_pinned(target.id)
-            storage.delete(target.key)
+        if target.id not in before:  # the copy this move made, unless another alias went on it meanwhile
+            with contextlib.suppress(RecordNotFoundError):
+                drop_pin(storage, reg, target, unless_aliased=True)
         raise
 
 

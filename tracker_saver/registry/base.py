@@ -335,11 +335,16 @@ class Labels(ABC):
 
     @abstractmethod
     def create_pinned(
-        self, info: UploadInfo, *, uri: str, sha256: str, size: int, fingerprint: str | None = None
+        self, info: UploadInfo, *, uri: str, sha256: str, size: int, fingerprint: str | None = None, once: bool = False
     ) -> Record:
         """Create a ``pinned`` record, in one step, for bytes already copied to ``info.key``.
 
-        ``info.slot`` is ``None``: a pinned record holds no slot.
+        ``info.slot`` is ``None``: a pinned record holds no slot. With ``once``, a pinned record
+        with the same ``pinned_from`` and ``kept_by`` metadata at the same output_uri that exists
+        already is returned instead, and nothing is created (its key is not ``info.key``: the
+        caller deletes its copy). A backend with transactions (SQLite) checks in the insert's
+        transaction, so two processes that pin one record at once get one pin; one without
+        (MLflow, ClearML) may create both, each naming its own bytes.
         """
 
     @abstractmethod

@@ -305,10 +305,14 @@ class SQLiteRegistry(Registry):
             )
 
     def create_pinned(
-        self, info: UploadInfo, *, uri: str, sha256: str, size: int, fingerprint: str | None = None
+        self, info: UploadInfo, *, uri: str, sha256: str, size: int, fingerprint: str | None = None, once: bool = False
     ) -> Record:
         now = time.time()
         with self._db.atomic() as conn:
+            # BEGIN IMMEDIATE holds the write lock: the check and the insert are one compare-and-set.
+            first = self._pin_of(conn, info) if once else None
+            if first is not None:
+                return self.get(str(first))
             cur = conn.execute(
                 "INSERT INTO records (project, run, stream, filename, name, state, slot, key, uri, output_uri,"
                 " sha256, size, fingerprint, created_at, updated_at)"
@@ -321,6 +325,23 @@ class SQLiteRegistry(Registry):
             conn.executemany("INSERT OR IGNORE INTO tags VALUES (?, ?)", [(rid, t) for t in info.tags])
             self._event(conn, "record.pinned", rid)
         return self.get(str(rid))
+
+    @staticmethod
+    def _pin_of(conn: sqlite3.Connection, info: UploadInfo) -> int | None:
+        """The id of a pinned record at ``info``'s output_uri with its ``pinned_from`` and ``kept_by``, if any."""
+        keys = {k: clean_metadata({k: info.metadata.get(k)}).get(k) for k in ("pinned_from", "kept_by")}
+        sql = "SELECT r.id FROM records r WHERE r.state = 'pinned' AND r.output_uri IS ? AND r.project = ?"
+        args: list[Any] = [info.output_uri, info.project]
+        for key, value in keys.items():
+            if value is None:
+                sql += " AND NOT EXISTS (SELECT 1 FROM metadata m WHERE m.record_id = r.id AND m.key = ? AND m.type != 'none')"
+                args.append(key)
+            else:
+                sql += (" AND EXISTS (SELECT 1 FROM metadata m WHERE m.record_id = r.id AND m.key = ? AND m.type = ?"
+                        " AND m.num IS ? AND m.text IS ?)")  # fmt: skip
+                args += [key, *encode_row(value)]
+        row = conn.execute(sql + " ORDER BY r.id LIMIT 1", args).fetchone()
+        return int(row[0]) if row is not None else None
 
     def delete_pinned(self, record_id: str) -> None:
         rid = self._id(record_id)

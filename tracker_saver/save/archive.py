@@ -18,11 +18,11 @@ from __future__ import annotations
 import logging
 from typing import TYPE_CHECKING
 
-from tracker_saver.core.errors import ConfigError
+from tracker_saver.core.errors import ConfigError, RecordNotFoundError
 from tracker_saver.core.query import Order
 from tracker_saver.core.records import Record, RecordState, StreamId
 from tracker_saver.registry.base import Registry, stream_query
-from tracker_saver.save.keep import KEPT_BY, is_archived, keep_copy
+from tracker_saver.save.keep import KEPT_BY, drop_pin, is_archived, keep_copy
 from tracker_saver.save.schedule import KeepEvery, check_keep_every
 from tracker_saver.storage import Storage
 
@@ -126,8 +126,10 @@ class Archive:
         entries = [r for r in archive_entries(registry, stream) if not r.aliases]
         assert self.limit is not None
         for old in entries[: max(0, len(entries) - self.limit)]:
-            registry.delete_pinned(old.id)  # the record first: a failure in between leaves an object, never a lie
-            if old.key is not None:
-                storage.delete(old.key)
+            try:  # a person may alias or unpin the entry meanwhile: an aliased one stays, an unpinned one is gone
+                if not drop_pin(storage, registry, old, unless_aliased=True):
+                    continue
+            except RecordNotFoundError:
+                continue
             log.debug("%s: archive entry %s (%s) deleted by keep_every_max=%d", stream.label, old.id, old.name,
                       self.limit)  # fmt: skip

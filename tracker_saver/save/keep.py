@@ -8,24 +8,25 @@ archive entry. Only archive entries are ever deleted by the saver (``keep_every_
 
 Examples:
     >>> from tracker_saver.core.records import Record, RecordState
-    >>> entry = Record("9", "p", "r", "s", "s_10.pt", "s_10.pt", RecordState.PINNED, None, "p/r/pinned/s_10.pt",
-    ...                "file:///o/p/r/pinned/s_10.pt", metadata={"kept_by": "every 10 epochs"})
+    >>> entry = Record("9", "p", "r", "s", "s_10.pt", "s_10.pt", RecordState.PINNED, None, "p/r/+pinned/9f2c-s_10.pt",
+    ...                "file:///o/p/r/+pinned/9f2c-s_10.pt", metadata={"kept_by": "every 10 epochs"})
     >>> is_archived(entry), kept_for_alias(entry)
     (True, False)
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+import secrets
+from collections.abc import Mapping
 
-from tracker_saver.core.errors import IntegrityError
-from tracker_saver.core.naming import pinned_key
+from tracker_saver.core.naming import may_be_slot_key, pinned_key
 from tracker_saver.core.records import TIMING_KEYS, MetaValue, Record, RecordState, UploadInfo
 from tracker_saver.registry.base import Query, Registry
+from tracker_saver.save.ownership import ensure_owner
 from tracker_saver.storage import Storage
 from tracker_saver.storage.verify import Digest, check
 
-__all__ = ["KEPT_BY", "alias_reason", "is_archived", "keep_copy", "kept_for_alias"]
+__all__ = ["KEPT_BY", "alias_reason", "drop_pin", "is_archived", "keep_copy", "kept_for_alias"]
 
 #: The metadata key that says why a pinned record exists (absent: a person pinned it).
 KEPT_BY = "kept_by"
@@ -52,25 +53,14 @@ def alias_reason(alias: str) -> str:
     return _ALIAS + alias
 
 
-def _candidates(source: Record) -> Iterator[str]:
-    """Pin keys for ``source``, the plain one first: ``<project>/<run>/pinned/<filename>``, then with its id."""
-    yield pinned_key(source.project, source.run, source.filename)
-    yield pinned_key(source.project, source.run, f"{source.id}-{source.filename}")
-    for n in range(2, 1000):
-        yield pinned_key(source.project, source.run, f"{source.id}-{n}-{source.filename}")
-
-
-def _choose(registry: Registry, source: Record, *, reuse: bool) -> tuple[str, Record | None]:
-    """The key of the new copy, or (with ``reuse``) a pin of the same bytes made before, which is not an archive entry."""
+def _reusable(registry: Registry, source: Record) -> Record | None:
+    """A pin of ``source`` made before (``pinned_from``, same bytes), which is not an archive entry."""
     query = Query(output_uri=source.output_uri, project=source.project, run=source.run, states=(RecordState.PINNED,))
-    taken = {r.key: r for r in registry.query(query)}
-    for key in _candidates(source):
-        other = taken.get(key)
-        if other is None:
-            return key, None
-        if reuse and other.sha256 == source.sha256 and not is_archived(other):
-            return key, other
-    raise IntegrityError(f"record {source.id} ({source.name!r}) has 1000 pins: unpin some", record_id=source.id)
+    for other in registry.query(query):
+        if str(other.metadata.get("pinned_from")) == source.id and other.sha256 == source.sha256:
+            if not is_archived(other):
+                return other
+    return None
 
 
 def keep_copy(
@@ -82,10 +72,14 @@ def keep_copy(
     reuse: bool = True,
     verify: bool = True,
 ) -> Record:
-    """Copy a loadable record's object to a free pin key (server-side on S3) and record it as ``pinned``.
+    """Copy a loadable record's object to a new pin key (server-side on S3) and record it as ``pinned``.
 
-    The pinned record keeps the source's name, tags and metadata, plus ``pinned_from`` (the
-    source id) and ``extra`` (``kept_by``, ``kept_at``). ``storage`` is the source's
+    The key is new for each pin (:func:`~tracker_saver.core.naming.pinned_key`: a fresh token
+    under the run's ``+pinned/`` folder), and the copy never replaces an object
+    (``Storage.copy``), so two pins never share bytes, whoever makes them at once. The stream's
+    owner is checked first, as a save checks it: a registry that does not own the stream writes
+    nothing. The pinned record keeps the source's name, tags and metadata, plus ``pinned_from``
+    (the source id) and ``extra`` (``kept_by``, ``kept_at``). ``storage`` is the source's
     (:func:`~tracker_saver.save.locate.locate` found it); the caller checked the source is loadable.
 
     Args:
@@ -93,19 +87,24 @@ def keep_copy(
         registry: where the pinned record goes.
         source: a live, revived or pinned record.
         extra: metadata the copy adds (why it was kept).
-        reuse: return a pin of the same bytes made before (not an archive entry) instead of copying again.
+        reuse: return a pin of the same record made before (not an archive entry) instead of copying
+            again; two processes that copy at once get one pin where the registry has transactions
+            (``create_pinned(once=True)``: the later copy is deleted), else each its own bytes.
         verify: read the copy back and check its sha256 (a person's pin: the slot may be overwritten
             meanwhile by a training that runs). Without it, the copy's size is checked: for the
             saver's own keep, which holds the stream's claim, so no one else writes the slot.
 
     Raises:
+        StreamOwnedError: another registry owns the source's stream; nothing is written.
         IntegrityError: the copy differs from the record; it is deleted and nothing is recorded.
         StorageError: the copy could not be made.
     """
     assert source.key is not None
-    key, before = _choose(registry, source, reuse=reuse)
+    before = _reusable(registry, source) if reuse else None
     if before is not None:
         return before
+    ensure_owner(storage, registry, source.stream_id)
+    key = pinned_key(source.project, source.run, source.filename, secrets.token_hex(8))
     storage.copy(source.key, key)
     expected = Digest(source.size or 0, source.sha256 or "")
     stat = storage.stat(key)
@@ -128,5 +127,44 @@ def keep_copy(
         tags=list(source.tags), slot=None, key=key, output_uri=source.output_uri or storage.uri,
     )  # fmt: skip
     fingerprint = stat.fingerprint if stat is not None else None
-    return registry.create_pinned(info, uri=storage.url(key), sha256=expected.sha256, size=found.size,
-                                  fingerprint=fingerprint)  # fmt: skip
+    # A failure here leaves the copy at its fresh key: an object no record names, never a record that lies.
+    pinned = registry.create_pinned(info, uri=storage.url(key), sha256=expected.sha256, size=found.size,
+                                    fingerprint=fingerprint, once=reuse)  # fmt: skip
+    if pinned.key != key:  # another process pinned the same record first: its pin is the one
+        storage.delete(key)
+    return pinned
+
+
+def drop_pin(storage: Storage, registry: Registry, record: Record, *, unless_aliased: bool = False) -> bool:
+    """Delete a pinned record, then its object unless another record still names it; whether the object went.
+
+    The record goes first: a failure in between leaves an object, never a lie. Two unpins of
+    two records that name one object (an earlier release's pin race) each see the other's
+    record until it is gone, so the last one deletes the object, and never earlier. An earlier
+    release's pin key that reads as a slot key may be another stream's slot (issue 51): its
+    object stays.
+
+    Args:
+        storage: the record's storage (:func:`~tracker_saver.save.locate.locate`).
+        registry: the record's registry.
+        record: a pinned record.
+        unless_aliased: leave a record that holds an alias now alone (``keep_every_max``, a refused
+            gated move): the record is read again first.
+
+    Raises:
+        RecordNotFoundError: the record is gone (another process unpinned it, and deletes its object).
+        RegistryError: the record is not pinned.
+    """
+    if unless_aliased and registry.get(record.id).aliases:
+        return False
+    registry.delete_pinned(record.id)
+    if record.key is None or may_be_slot_key(record.key) or _named(registry, record):
+        return False
+    storage.delete(record.key)
+    return True
+
+
+def _named(registry: Registry, record: Record) -> bool:
+    """Whether a record other than ``record`` names ``record``'s key at its output_uri (all of its run's)."""
+    query = Query(output_uri=record.output_uri, project=record.project, run=record.run, details=False)
+    return any(r.key == record.key and r.id != record.id for r in registry.query(query))

@@ -15,7 +15,7 @@ Examples:
     >>> locate(forged)
     Traceback (most recent call last):
     ...
-    tracker_saver.core.errors.IntegrityError: record 9 ('x') is refused: key 'id_rsa' is not a pin key of run p/r (p/r/pinned/<name>); a record names its object only by its stream: `tracker-saver fsck` reports it, and nothing reads or deletes what it names
+    tracker_saver.core.errors.IntegrityError: record 9 ('x') is refused: key 'id_rsa' is not a pin key of run p/r (p/r/+pinned/<name>); a record names its object only by its stream: `tracker-saver fsck` reports it, and nothing reads or deletes what it names
 """
 
 from __future__ import annotations

@@ -251,9 +251,13 @@ class Storage(ABC):
 
     @abstractmethod
     def copy(self, src_key: str, dst_key: str) -> None:
-        """Copy the object at ``src_key`` to ``dst_key`` atomically, inside the store (server-side on S3).
+        """Copy the object at ``src_key`` to a new object ``dst_key`` atomically, inside the store (server-side on S3).
 
-        Raises ``StorageError`` if ``src_key`` does not exist; ``dst_key`` then stays as it was.
+        It never replaces an object: ``StorageError`` if ``dst_key`` exists (a pin key is new for
+        each pin). A local folder makes sure of it atomically (a hard link); on S3 the check comes
+        before the copy, as Ceph RGW 16 ignores ``If-None-Match`` on CopyObject (it honours it on
+        PutObject), so only a key nobody else chooses is safe there. Raises ``StorageError`` if
+        ``src_key`` does not exist; ``dst_key`` then stays as it was.
         """
 
     def read_small(self, key: str, limit: int = 1 << 16) -> bytes | None:

@@ -1,11 +1,4 @@
-"""Local-folder storage: each write is a temp file in the slot's folder, fsync, ``os.replace``.
-
-Only regular files are read or replaced (:func:`~tracker_saver.storage.files.open_regular`): a
-symlink, FIFO, device or folder at a key's path, or a symlink on the way to it, is refused with an
-``IntegrityError`` naming the path, never followed and never waited on. ``stat`` refuses them too
-(that is how ``fsck`` sees them); ``list`` shows each entry as it is (``lstat``); ``delete``
-unlinks a symlink or FIFO like a file.
-"""
+"""Local-folder storage: each write is a temp file in the slot's folder, fsync, ``os.replace``."""
 
 from __future__ import annotations
 
@@ -18,18 +11,10 @@ from typing import Any, BinaryIO
 from urllib.parse import urlsplit
 from urllib.request import url2pathname
 
-from tracker_saver.core.errors import ConfigError, IntegrityError, StorageError
+from tracker_saver.core.errors import ConfigError, StorageError
 from tracker_saver.core.naming import check_key
 from tracker_saver.storage.base import ObjectStat, Stable, Staged, StagedWrite, Storage, listed
-from tracker_saver.storage.files import (
-    WritebackFile,
-    check_regular,
-    close_later,
-    drop_cached,
-    fsync_dir,
-    hold,
-    open_regular,
-)
+from tracker_saver.storage.files import WritebackFile, close_later, drop_cached, fsync_dir, hold
 from tracker_saver.storage.verify import file_mode
 
 __all__ = ["LocalStorage", "LocalWrite", "fingerprint", "from_uri"]
@@ -66,7 +51,6 @@ class LocalWrite(StagedWrite):
         self.key = key
         self._path = path
         self._replaced = False
-        check_regular(path, key=key)  # a FIFO, symlink or device there is refused before any byte is written
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, self._tmp = tempfile.mkstemp(dir=path.parent, prefix=TEMP_PREFIX + path.name + ".")
@@ -94,7 +78,6 @@ class LocalWrite(StagedWrite):
             raise self._error(exc) from exc
 
     def commit(self) -> None:
-        check_regular(self._path, key=self.key)  # put there since the write began: refused, not replaced
         old = hold(self._path)
         try:
             os.replace(self._tmp, self._path)
@@ -161,16 +144,7 @@ class LocalStorage(Storage):
             ) from exc
 
     def _path(self, key: str) -> Path:
-        """``key``'s file; a symlink on the way to it is refused (two keys, or a key and a file outside
-        the root, would share bytes)."""
-        path = self.root / check_key(key)
-        if path.parent != self.root and path.parent.resolve() != path.parent:
-            raise IntegrityError(
-                f"{str(path.parent)!r} is reached through a symlink: tracker_saver never follows a link out of "
-                f"output_uri {str(self.root)!r}; put a plain folder there (`tracker-saver fsck` reports it)",
-                key=key,
-            )
-        return path
+        return self.root / check_key(key)
 
     def stage(self, key: str, *, stable: Stable | None = None) -> StagedWrite:
         """A temp file next to ``key``'s file; every write goes to it at once (``stable`` changes nothing)."""
@@ -198,7 +172,7 @@ class LocalStorage(Storage):
                 key = (full.parent / name[len(TEMP_PREFIX) :].rsplit(".", 1)[0]).relative_to(self.root).as_posix()
                 if key.startswith(prefix):
                     with contextlib.suppress(FileNotFoundError):
-                        out.append(Staged(key, str(full), full.lstat().st_mtime))
+                        out.append(Staged(key, str(full), full.stat().st_mtime))
         return sorted(out, key=lambda s: (s.key, s.ref))
 
     def abort_staged(self, item: Staged) -> None:
@@ -225,21 +199,37 @@ class LocalStorage(Storage):
             raise
 
     def copy(self, src_key: str, dst_key: str) -> None:
-        """Copy through a temp file next to ``dst_key``: fsync, ``os.replace``, fsync the folder."""
+        """Copy through a temp file next to ``dst_key``: fsync, then ``os.link`` (which fails if ``dst_key``
+        exists, atomically), fsync the folder."""
         with self.get(src_key) as src:
-            self.put_stream(dst_key, src)
+            staged = LocalWrite(self._path(dst_key), dst_key)
+            try:
+                shutil.copyfileobj(src, staged.file, 1 << 20)
+                staged.finish()
+                created = staged.create()
+            except OSError as exc:  # a write into the temp file (a full disk, say)
+                raise StorageError(f"cannot write {str(self._path(dst_key))!r}: {exc.strerror}", key=dst_key) from exc
+            finally:
+                staged.abort()  # the temp name goes; a link made stays
+        if not created:
+            raise StorageError(
+                f"cannot copy {src_key!r} to {str(self._path(dst_key))!r}: an object is there already, and a copy "
+                "never replaces one; copy to a new key",
+                key=dst_key,
+            )
 
     def get(self, key: str) -> contextlib.AbstractContextManager[BinaryIO]:
         path = self._path(key)
         try:
-            return os.fdopen(open_regular(path, key=key), "rb")
+            return open(path, "rb")
         except OSError as exc:
             raise StorageError(f"cannot read {str(path)!r}: {exc.strerror}", key=key) from exc
 
     def stat(self, key: str) -> ObjectStat | None:
-        """The regular file's stat; ``IntegrityError`` for anything else at ``key`` (a symlink, FIFO, device, folder)."""
-        found = check_regular(self._path(key), key=key)
-        return None if found is None else _stat(key, found)
+        try:
+            return _stat(key, self._path(key).stat())
+        except FileNotFoundError:
+            return None
 
     def list(self, prefix: str = "") -> list[ObjectStat]:
         out = []
@@ -250,14 +240,13 @@ class LocalStorage(Storage):
                     continue
                 full = Path(dirpath) / name
                 key = full.relative_to(self.root).as_posix()
-                if listed(key, prefix):  # as it is: a symlink's own stat, never its target's
-                    with contextlib.suppress(FileNotFoundError):
-                        out.append(_stat(key, full.lstat()))
+                if listed(key, prefix):
+                    out.append(_stat(key, full.stat()))
         return sorted(out, key=lambda s: s.key)
 
     def read_small(self, key: str, limit: int = 1 << 16) -> bytes | None:
         try:
-            with os.fdopen(open_regular(self._path(key), key=key), "rb") as f:
+            with open(self._path(key), "rb") as f:
                 return f.read(limit)
         except FileNotFoundError:
             return None

@@ -164,8 +164,10 @@ class ClearMLRegistry(Registry):
         self._labels.remove_alias(project, alias)
 
     def create_pinned(
-        self, info: UploadInfo, *, uri: str, sha256: str, size: int, fingerprint: str | None = None
+        self, info: UploadInfo, *, uri: str, sha256: str, size: int, fingerprint: str | None = None, once: bool = False
     ) -> Record:
+        # No transaction to check ``once`` in: two pins made at once are two models, each naming its own bytes
+        # (a fresh key per pin, tracker_saver.save.keep), and keep_copy looked for an earlier pin before copying.
         return self._labels.create_pinned(info, uri=uri, sha256=sha256, size=size, fingerprint=fingerprint)
 
     def delete_pinned(self, record_id: str) -> None:

@@ -412,7 +412,17 @@ class S3Storage(Storage):
 
     def copy(self, src_key: str, dst_key: str) -> None:
         """A server-side copy: boto3's managed copy (one CopyObject, or UploadPartCopy parts
-        past the multipart threshold); no byte passes through this machine."""
+        past the multipart threshold); no byte passes through this machine.
+
+        ``dst_key`` is checked first (a HEAD), not in the copy itself: Ceph RGW 16 ignores
+        ``If-None-Match`` on CopyObject (measured), so a key nobody else chooses is what keeps two
+        copies apart."""
+        if self.stat(dst_key) is not None:
+            raise StorageError(
+                f"cannot copy {src_key!r} to {self.url(dst_key)}: an object is there already, and a copy never "
+                "replaces one; copy to a new key",
+                key=dst_key,
+            )
         source = {"Bucket": self.bucket, "Key": self._s3_key(src_key)}
         with self._transfer(f"copying {src_key} to", dst_key) as s3_key:
             self._client.copy(source, self.bucket, s3_key, Config=self._transfer_config)

@@ -1,0 +1,183 @@
+"""Pins made at once and pins next to other streams: never one object for two records, never another's slot.
+
+Issue 51, cases 1 and 8. The races run in real processes (forked from the tests' fork server, so
+each is a new process with its own SQLite connection) that wait at a barrier file and then call
+the CLI's ``models pin`` / ``models alias`` at the same moment.
+"""
+
+from __future__ import annotations
+
+import io
+import json
+import time
+from pathlib import Path
+
+import pytest
+from ignite.engine import Events
+from ignite.handlers import Checkpoint
+
+from tests import forkserver
+from tests.helpers import Target, attach, model, process_env, trainer_engine
+from tracker_saver import (
+    RecordState,
+    StreamOwnedError,
+    TrackerSaver,
+    find_models,
+    get_model,
+    load_checkpoint,
+    pin_model,
+    unpin_model,
+)
+from tracker_saver.core.records import UploadInfo
+from tracker_saver.registry.shared import shared_registry
+
+#: A process that waits for the barrier file ``go``, then runs the CLI with its arguments.
+_AT_ONCE = """
+import sys, time
+from pathlib import Path
+folder, me, argv = Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
+(folder / f"ready-{me}").touch()
+while not (folder / "go").exists():
+    time.sleep(0.001)
+from tracker_saver.cli.main import main
+sys.exit(main(argv))
+"""
+
+
+def _at_once(folder: Path, commands: list[list[str]]) -> list[dict[str, object]]:
+    """Run each CLI command (with ``--json``) in its own process, all released together; their outputs."""
+    folder.mkdir()
+    procs = []
+    for i, argv in enumerate(commands):
+        out = open(folder / f"out-{i}", "w+")  # noqa: SIM115 (closed below, once the process is done)
+        proc = forkserver.spawn("-c", [_AT_ONCE, str(folder), str(i), *argv, "--json"], env=process_env(),
+                                stdout=out, stderr=out)  # fmt: skip
+        procs.append((proc, out))
+    while len(list(folder.glob("ready-*"))) < len(commands):
+        time.sleep(0.005)
+    (folder / "go").touch()
+    results = []
+    for proc, out in procs:
+        code = proc.wait(60)
+        out.seek(0)
+        text = out.read()
+        out.close()
+        assert code == 0, text
+        results.append(json.loads(text))
+    return results
+
+
+def _trained(target: Target, epochs: int) -> list[str]:
+    """Ids of the live records of one stream after ``epochs`` saves that all stay (n_saved=epochs)."""
+    saver = target.saver()
+    trainer = trainer_engine(model())
+    attach(trainer, saver, {"model": model()}, n_saved=epochs)
+    trainer.run([0], max_epochs=epochs)
+    saver.close()
+    return [r.id for r in find_models(project="p", states=["live"], registry=target.registry)]
+
+
+def _intact(target: Target, record_id: str) -> None:
+    record = get_model(record_id, registry=target.registry)
+    assert target.storage().digest(record.key) == (record.size, record.sha256)
+    load_checkpoint(record_id, {"model": model()}, registry=target.registry)
+
+
+@pytest.mark.parametrize("processes", [2, 4])
+def test_processes_that_pin_one_record_at_once_get_one_pin_whose_unpin_leaves_every_record_loadable(
+    local_target: Target, tmp_path: Path, processes: int
+) -> None:
+    sources = _trained(local_target, 2)
+    for n, source in enumerate(sources):  # two rounds, a record of its own each
+        made = _at_once(
+            tmp_path / f"round{n}", [["models", "pin", source, "--registry", local_target.registry]] * processes
+        )
+        assert len({str(pin["id"]) for pin in made}) == 1, made  # each process got the same pin
+    pins = find_models(project="p", states=["pinned"], registry=local_target.registry)
+    assert sorted(str(p.metadata["pinned_from"]) for p in pins) == sorted(sources)  # one pin per record
+    assert len({p.key for p in pins}) == len(pins)
+    objects = [o.key for o in local_target.storage().list("p/r/+pinned/")]
+    assert sorted(objects) == sorted(p.key for p in pins)  # the copies that lost were deleted
+    unpin_model(pins[0].id, registry=local_target.registry)
+    for record_id in [*sources, *(p.id for p in pins[1:])]:
+        _intact(local_target, record_id)
+
+
+def test_processes_that_alias_one_slot_record_at_once_make_one_pinned_copy(
+    local_target: Target, tmp_path: Path
+) -> None:
+    (source,) = _trained(local_target, 1)
+    command = ["models", "alias", source, "production", "--registry", local_target.registry]
+    _at_once(tmp_path / "aliases", [command] * 3)
+    (pin,) = find_models(project="p", states=["pinned"], registry=local_target.registry)
+    assert pin.aliases == ("production",) and str(pin.metadata["pinned_from"]) == source
+    assert [o.key for o in local_target.storage().list("p/r/+pinned/")] == [pin.key]
+
+
+def test_unpinning_one_of_two_pins_that_share_an_object_keeps_it_for_the_other(local_target: Target) -> None:
+    """Two pins an earlier release's race left at one key (``p/r/pinned/<name>``): the object goes with the last."""
+    (source_id,) = _trained(local_target, 1)
+    source = get_model(source_id, registry=local_target.registry)
+    storage, registry = local_target.storage(), shared_registry(local_target.registry)
+    key = f"p/r/pinned/{source.filename}"
+    storage.put_stream(key, io.BytesIO(storage.get(source.key).read()))
+    info = UploadInfo("p", "r", source.stream, source.filename, metadata={"pinned_from": int(source_id)}, slot=None,
+                      key=key, output_uri=source.output_uri)  # fmt: skip
+    first, second = (
+        registry.create_pinned(info, uri=storage.url(key), sha256=source.sha256 or "", size=source.size or 0)
+        for _ in range(2)
+    )
+    kept = unpin_model(first.id, registry=local_target.registry)
+    _intact(local_target, second.id)
+    assert kept is False
+    assert unpin_model(second.id, registry=local_target.registry) is True
+    assert storage.stat(key) is None
+
+
+def _save(output_uri: str, registry: str, project: str, run: str, epochs: int, pattern: str | None = None) -> str:
+    """The id of the live record that ``epochs`` epochs of a ``model`` stream leave (n_saved=1)."""
+    saver = TrackerSaver(output_uri, project=project, run=run, registry=registry)
+    net = model()
+    trainer = trainer_engine(net)  # each epoch changes the weights: two runs' checkpoints differ
+    kwargs = {"filename_pattern": pattern} if pattern else {}
+    handler = Checkpoint({"model": net}, saver, n_saved=1, **kwargs)  # type: ignore[arg-type]
+    trainer.add_event_handler(Events.EPOCH_COMPLETED, handler)
+    trainer.run([0], max_epochs=epochs)
+    saver.close()
+    (live,) = find_models(project=project, run=run, states=["live"], registry=registry)
+    return live.id
+
+
+def test_a_pin_never_lands_on_the_slot_of_a_stream_whose_project_ends_in_the_run(local_target: Target) -> None:
+    """Project ``team/vision`` run ``pinned`` keeps ``team/vision/pinned/model.slot0.pt``, which an earlier
+    release's pin key of project ``team`` run ``vision`` (file ``model.slot0.pt``) was too."""
+    out, reg = local_target.output_uri, local_target.registry
+    victim = _save(out, reg, "team/vision", "pinned", epochs=1)
+    assert get_model(victim, registry=reg).key == "team/vision/pinned/model.slot0.pt"
+    other = _save(out, reg, "team", "vision", epochs=2, pattern="{name}.slot0.{ext}")
+    assert get_model(other, registry=reg).filename == "model.slot0.pt"
+    assert get_model(other, registry=reg).sha256 != get_model(victim, registry=reg).sha256
+    pinned = pin_model(other, registry=reg)
+    _intact(local_target, victim)
+    assert pinned.key.startswith("team/vision/+pinned/")
+    unpin_model(pinned.id, registry=reg)
+    _intact(local_target, victim)
+    _intact(local_target, other)
+
+
+def test_a_pin_by_a_registry_that_does_not_own_the_stream_is_refused_before_any_byte(
+    local_target: Target, tmp_path: Path
+) -> None:
+    (owner_id,) = _trained(local_target, 1)
+    source = get_model(owner_id, registry=local_target.registry)
+    # Another registry with a record of the same object: a second person's, who copied the record over.
+    other = shared_registry(str(tmp_path / "other.db"))
+    info = UploadInfo("p", "r", source.stream, source.filename, metadata={}, slot=source.slot, key=source.key,
+                      output_uri=source.output_uri)  # fmt: skip
+    copied = other.create_pending(info, uri=source.uri or "")
+    other.make_live(copied.id, sha256=source.sha256 or "", size=source.size or 0)
+    with pytest.raises(StreamOwnedError, match="belongs to another registry"):
+        pin_model(copied.id, registry=other)
+    assert [o.key for o in local_target.storage().list("p/r/")] == [source.key]
+    assert find_models(project="p", states=["pinned"], registry=other) == []
+    assert get_model(owner_id, registry=local_target.registry).state is RecordState.LIVE
