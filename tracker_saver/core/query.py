@@ -20,6 +20,12 @@ or a metadata key some record in the registry holds (a callback's own keys inclu
 Keys and values are data, never SQL: a backend binds both as parameters. So a where-dict may
 name any metadata key a callback can set (``"lr (warm-up)"``, ``"it's"``); expressions and
 ``order_by`` take identifier-like keys (``score``, ``ignite_name``, ``a.b-c``).
+
+A query has limits, each a ``ConfigError`` naming it (docs/bad-inputs.md, "Limits"): at most
+:data:`MAX_CONDITIONS` conditions, :data:`MAX_VALUES` values in all (each value of an ``in``
+list counts), a text value of at most ``MAX_VALUE_BYTES`` (no record holds a longer one) and
+:data:`MAX_ORDER_KEYS` sort keys. A backend then never meets a query it cannot run (SQLite's
+expression depth of 1000, its 64 tables of a join).
 """
 
 from __future__ import annotations
@@ -31,10 +37,13 @@ from dataclasses import dataclass
 from typing import Any
 
 from tracker_saver.core.errors import ConfigError
-from tracker_saver.core.records import TIMING_KEYS, MetaValue
+from tracker_saver.core.records import MAX_VALUE_BYTES, TIMING_KEYS, MetaValue
 from tracker_saver.core.text import METADATA_VALUE_ALLOWS, check_text
 
 __all__ = [
+    "MAX_CONDITIONS",
+    "MAX_ORDER_KEYS",
+    "MAX_VALUES",
     "OPS",
     "RANGE_OPS",
     "RECORD_FIELDS",
@@ -43,6 +52,7 @@ __all__ = [
     "Condition",
     "Order",
     "check_key",
+    "check_size",
     "is_number",
     "matches",
     "parse_order",
@@ -52,6 +62,12 @@ __all__ = [
 ]
 
 OPS = ("==", "!=", ">=", "<=", ">", "<", "in")
+#: The most conditions one query may have (a where-dict's keys, a where-text's parts joined by ``and``).
+MAX_CONDITIONS = 100
+#: The most values the conditions of one query may name in all; ``in 1,2,3`` names three.
+MAX_VALUES = 1000
+#: The most sort keys one query may have (each metadata key is one more join).
+MAX_ORDER_KEYS = 8
 #: Operators that compare numbers.
 RANGE_OPS = (">", ">=", "<", "<=")
 #: Keys that sort/filter on a record's own fields rather than its metadata.
@@ -98,6 +114,11 @@ class Condition:
         check_text("where key", self.key)
         for value in self.value if self.op == "in" and isinstance(self.value, (list, tuple)) else [self.value]:
             if isinstance(value, str):
+                if (size := len(value.encode("utf-8", "surrogatepass"))) > MAX_VALUE_BYTES:
+                    raise ConfigError(
+                        f"where value of {self.key!r} is {size:,} bytes long: no metadata value is longer than "
+                        f"{MAX_VALUE_BYTES:,} bytes, so no record could match; give a shorter value"
+                    )
                 check_text(f"where value of {self.key!r}", value, allow=METADATA_VALUE_ALLOWS)
         if self.op not in OPS:
             raise ConfigError(f"where operator {self.op!r} for {self.key!r} is unknown: use one of {', '.join(OPS)}")
@@ -244,6 +265,7 @@ def parse_where(where: Mapping[str, Any] | Sequence[str] | str | None) -> tuple[
     if isinstance(where, str):
         where = [where]
     if isinstance(where, Mapping):
+        _check_count(len(where))
         out = []
         for key, cond in where.items():
             if isinstance(cond, tuple) and len(cond) == 2 and isinstance(cond[0], str):
@@ -252,9 +274,11 @@ def parse_where(where: Mapping[str, Any] | Sequence[str] | str | None) -> tuple[
                 out.append(Condition(key, "==" if op == "=" else op, list(value) if is_list else value))
             else:
                 out.append(Condition(key, "==", cond))
-        return tuple(out)
+        return check_size(out)
+    parts = [part for text in where for part in split_and(text)]
+    _check_count(len(parts))
     conditions = []
-    for expr in (part for text in where for part in split_and(text)):
+    for expr in parts:
         m = _EXPR.fullmatch(expr)
         _refuse_or(expr, m.group(3) if m else None)
         if not m or not m.group(3) or m.group(3)[0] in "<>=!":
@@ -267,7 +291,35 @@ def parse_where(where: Mapping[str, Any] | Sequence[str] | str | None) -> tuple[
             conditions.append(Condition(key, "in", [_typed(v) for v in raw.split(",")]))
         else:
             conditions.append(Condition(key, "==" if op == "=" else op, _typed(raw)))
-    return tuple(conditions)
+    return check_size(conditions)
+
+
+def _check_count(count: int) -> None:
+    """Refuse more than :data:`MAX_CONDITIONS` conditions before any is parsed (a where-text may be megabytes)."""
+    if count > MAX_CONDITIONS:
+        raise ConfigError(
+            f"where has {count} conditions: a query has at most {MAX_CONDITIONS}; for many values of one key "
+            "use one 'in' condition (e.g. 'global_step in 10,20,30')"
+        )
+
+
+def check_size(conditions: Iterable[Condition]) -> tuple[Condition, ...]:
+    """``conditions`` as a tuple, if they name at most :data:`MAX_VALUES` values in all, else ``ConfigError``.
+
+    Examples:
+        >>> check_size([Condition("slot", "in", list(range(1001)))])  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        tracker_saver.core.errors.ConfigError: where names 1001 values: a query names at most 1000 ...
+    """
+    out = tuple(conditions)
+    count = sum(len(c.value) if c.op == "in" else 1 for c in out)
+    if count > MAX_VALUES:
+        raise ConfigError(
+            f"where names {count} values: a query names at most {MAX_VALUES} (each value of an 'in' list counts); "
+            "split it into several queries, or narrow it with a range (e.g. 'global_step>=1000')"
+        )
+    return out
 
 
 def parse_order(order_by: str | Sequence[str] | None) -> tuple[Order, ...]:
@@ -280,6 +332,8 @@ def parse_order(order_by: str | Sequence[str] | None) -> tuple[Order, ...]:
     if order_by is None:
         return ()
     keys = [order_by] if isinstance(order_by, str) else list(order_by)
+    if len(keys) > MAX_ORDER_KEYS:
+        raise ConfigError(f"order_by has {len(keys)} keys: sort by at most {MAX_ORDER_KEYS}")
     out = []
     for raw in keys:
         desc = raw.startswith("-")

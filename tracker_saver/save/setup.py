@@ -14,15 +14,16 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from tracker_saver.core.errors import ConfigError
+from tracker_saver.core.masking import strip_userinfo
 from tracker_saver.core.naming import check_name, fallback_basename, parse_filename
 from tracker_saver.core.outage import check_timeout
 from tracker_saver.core.records import MetaValue, UploadInfo, clean_metadata
-from tracker_saver.core.text import check_text
+from tracker_saver.core.text import check_text, first_refused
 from tracker_saver.registry import Registry, RegistrySpec, open_registry, parse_registry
 from tracker_saver.registry.context import RunContext
 from tracker_saver.storage import Storage, is_remote, open_storage
 
-__all__ = ["Targets", "check_options", "check_registry_outside", "open_targets", "upload_info"]
+__all__ = ["Targets", "check_location", "check_options", "check_registry_outside", "open_targets", "upload_info"]
 
 
 def check_options(*, max_pending: Any, timeout: Any, lineage: Any) -> float:
@@ -66,8 +67,11 @@ def open_targets(
     storage does no I/O.
 
     Raises:
-        ConfigError: a bad project or run name, or no output_uri given nor known to the tracker.
+        ConfigError: a bad project or run name, an output_uri or registry path that breaks the
+            text rule (:func:`check_location`), or no output_uri given nor known to the tracker.
     """
+    check_location("output_uri", output_uri)
+    check_location("registry", registry)
     opened: Registry | None = None
     spec: RegistrySpec | None = None
     if isinstance(registry, Registry):
@@ -92,6 +96,30 @@ def open_targets(
     if isinstance(opened, RunContext):
         options = opened.storage_options_for(os.fspath(output_uri), options)
     return Targets(opened, None if opened is not None else spec, project, run, open_storage(output_uri, **options))
+
+
+def check_location(what: str, location: object) -> None:
+    """Raise ``ConfigError`` if ``location`` (an output_uri or a registry path) holds what the text rule refuses.
+
+    A control character (ESC, CR, …) or a lone surrogate (bytes that are not UTF-8) in a path or a
+    URI reaches every record's uri, every message and every table that shows it: refused here,
+    shown escaped (without a ``user:password@``), before anything is created. A NUL is left to the
+    storage's and the registry's own checks, which name it. ``None`` and a :class:`Registry` pass.
+
+    Examples:
+        >>> check_location("output_uri", "/data/ckpt (v2)")
+        >>> check_location("output_uri", "/data/ck\\x1b[2Jpt")  # doctest: +ELLIPSIS
+        Traceback (most recent call last):
+        ...
+        tracker_saver.core.errors.ConfigError: output_uri '/data/ck\\x1b[2Jpt' holds U+001B (ESC) at character 9, ...
+    """
+    if not isinstance(location, (str, os.PathLike)):
+        return
+    text = os.fspath(location)
+    if not isinstance(text, str) or "\x00" in text or first_refused(text) is None:
+        return
+    check_text(what, strip_userinfo(text))  # the message shows the value, never a user:password@ in it
+    raise ConfigError(f"{what} holds a control character or a lone surrogate in its user:password@ part: remove it")
 
 
 def check_registry_outside(storage: Storage, path: str | None) -> None:
