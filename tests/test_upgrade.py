@@ -1,4 +1,5 @@
-"""An upgrade mid-training loses nothing: trained with each earlier release, continued with this code.
+"""An upgrade mid-training loses nothing: trained with each earlier release, continued with this code,
+on SQLite and on MLflow (a real ``mlflow server``), both with a local output_uri.
 
 For each release of docs/releases.md's table, ``git archive COMMIT tracker_saver`` gives that
 release's package. A process of that release trains 3 epochs (a ``best`` stream, n_saved=2, and a
@@ -7,7 +8,8 @@ other with its own API; a process of this code resumes the run for 3 more epochs
 both. Then every invariant holds, the rename is kept, ``models get PROJECT@production`` gives the
 aliased bytes (issue 52, case 1: 0.1.0 left the alias on the slot record, and its eviction made
 the alias dangle), the pin loads, and fsck is clean. Last, the release opens the registry this
-code wrote, and refuses it with a clear message instead of misreading it.
+code wrote: it refuses a SQLite file with a clear message; on MLflow it silently sees only its own
+records (0.1.0 cannot be changed; docs/migration.md says so).
 
 Both processes are forked from the tests' fork server (torch and ignite imported once); the
 release's process first forgets the ``tracker_saver`` the server imported, then imports the
@@ -22,8 +24,9 @@ import io
 import json
 import os
 import subprocess
+import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -51,7 +54,13 @@ import tracker_saver
 from tracker_saver import TrackerSaver, find_models, pin_model, rename_model, resume, set_alias
 
 print(json.dumps({"version": tracker_saver.__version__, "file": tracker_saver.__file__}), flush=True)
-reg = config["registry"]
+project, reg = config["project"], config["registry"]
+if reg.startswith("mlflow:"):  # an MLflowRegistry object: where each release keeps it
+    try:
+        from tracker_saver.integrations.mlflow.registry import MLflowRegistry
+    except ImportError:
+        from tracker_saver.registry.mlflow import MLflowRegistry
+    reg = MLflowRegistry(reg.partition(":")[2], timeout=30)
 if config["epochs"]:
     torch.manual_seed(0)
     net = torch.nn.Linear(4, 2)
@@ -62,7 +71,7 @@ if config["epochs"]:
                 p.add_(0.01)
 
     trainer = Engine(step)
-    saver = TrackerSaver(config["output_uri"], project="upg", run="r", registry=reg)
+    saver = TrackerSaver(config["output_uri"], project=project, run="r", registry=reg)
     scores = [0.5, 0.7, 0.6, 0.9, 0.4, 0.95]
     best = Checkpoint({"model": net}, saver, n_saved=2, filename_prefix="best", score_name="val_acc",
                       score_function=lambda e: scores[e.state.epoch - 1],
@@ -75,13 +84,13 @@ if config["epochs"]:
     trainer.run([0], max_epochs=config["epochs"])
     saver.close()
 if config["label"]:  # the lowest-scored live best record: renamed and aliased; the other pinned
-    low, high = sorted(find_models(project="upg", stream="best_model", live=True, registry=reg), key=lambda r: r.score)
+    low, high = sorted(find_models(project=project, stream="best_model", live=True, registry=reg), key=lambda r: r.score)
     rename_model(low.id, "keep me", registry=reg)
     set_alias(low.id, "production", registry=reg)
     pinned = pin_model(high.id, registry=reg)
     print(json.dumps({"aliased": low.id, "pinned": pinned.id}), flush=True)
 if config["read"]:
-    print(json.dumps({"records": len(find_models(project="upg", registry=reg))}), flush=True)
+    print(json.dumps({"records": len(find_models(project=project, registry=reg))}), flush=True)
 """
 
 
@@ -90,22 +99,36 @@ class Upgraded:
     """A run trained with ``release`` and continued with this code; what the release's process said."""
 
     release: str
+    backend: str  # "sqlite" or "mlflow"
+    project: str
     output_uri: str
-    registry: str
+    registry: str  # as the CLI takes it: a SQLite path or mlflow:URI
     before: dict[str, Any]  # the release's records as it left them: id -> (state, name, sha256, size)
     aliased: str
     pinned: str
     package: str
 
+    def open(self) -> Any:
+        """The registry, for this process's API calls."""
+        if self.backend == "sqlite":
+            return self.registry
+        from tracker_saver.integrations.mlflow.registry import MLflowRegistry
 
-def _child(package: str, **config: Any) -> list[dict[str, Any]]:
-    """Run CHILD (this code when ``package`` is empty), forked; its JSON lines (exit 0 asserted)."""
+        return MLflowRegistry(self.registry.partition(":")[2], timeout=30)  # the project is the test's own
+
+
+def _child(package: str, **config: Any) -> subprocess.CompletedProcess[str]:
+    """Run CHILD (this code when ``package`` is empty), forked."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("TRACKER_SAVER_")}
     spec = {"package": package, "resume": False, "label": False, "read": False, "epochs": 0, **config}
-    done = forkserver.run("-c", [CHILD, json.dumps(spec)], env=env, timeout=300)
+    return forkserver.run("-c", [CHILD, json.dumps(spec)], env=env, timeout=300)
+
+
+def _said(done: subprocess.CompletedProcess[str], package: str) -> list[dict[str, Any]]:
+    """A child's JSON lines, once it exited 0 running the package meant (not the fork server's)."""
     assert done.returncode == 0, done.stderr[-3000:]
     lines = [json.loads(line) for line in done.stdout.splitlines() if line.startswith("{")]
-    assert lines[0]["file"].startswith(package or str(ROOT)), lines[0]  # the package meant, not another
+    assert lines[0]["file"].startswith(package or str(ROOT)), lines[0]
     return lines
 
 
@@ -117,21 +140,30 @@ def _export(commit: str, into: Path) -> str:
     return str(into)
 
 
-def _record_facts(registry: str) -> dict[str, Any]:
-    return {r.id: (r.state, r.name, r.sha256, r.size) for r in find_models(project="upg", registry=registry)}
+BACKENDS = [
+    pytest.param((backend, release.version), id=f"{backend}-{release.version}", marks=marks)
+    for release in released()
+    for backend, marks in (("sqlite", ()), ("mlflow", pytest.mark.mlflow))
+]
 
 
-@pytest.fixture(scope="module", params=[r.version for r in released()])
+@pytest.fixture(scope="module", params=BACKENDS)
 def upgraded(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Upgraded]:
-    release = next(r for r in released() if r.version == request.param)
-    root = tmp_path_factory.mktemp(f"upgrade-{release.version}")
+    backend, version = request.param
+    release = next(r for r in released() if r.version == version)
+    root = tmp_path_factory.mktemp(f"upgrade-{backend}-{version}")
     package = _export(release.commit, root / "package")
-    output_uri, registry = str(root / "output"), str(root / "registry.db")
-    said = _child(package, output_uri=output_uri, registry=registry, epochs=3, label=True)
+    project = f"upg{uuid.uuid4().hex[:10]}"  # MLflow: experiments no other test uses
+    registry = f"mlflow:{request.getfixturevalue('mlflow_server')}" if backend == "mlflow" else str(root / "reg.db")
+    where = {"project": project, "output_uri": str(root / "output"), "registry": registry}
+    said = _said(_child(package, **where, epochs=3, label=True), package)
     assert said[0]["version"] == release.version
-    before = _record_facts(registry)
-    _child("", output_uri=output_uri, registry=registry, epochs=6, resume=True)
-    yield Upgraded(release.version, output_uri, registry, before, said[-1]["aliased"], said[-1]["pinned"], package)
+    upgraded = Upgraded(
+        version, backend, project, where["output_uri"], registry, {}, said[-1]["aliased"], said[-1]["pinned"], package
+    )
+    before = {r.id: (r.state, r.name, r.sha256, r.size) for r in find_models(project=project, registry=upgraded.open())}
+    _said(_child("", **where, epochs=6, resume=True), "")
+    yield replace(upgraded, before=before)
 
 
 def _cli(registry: str, *argv: str) -> tuple[int, str]:
@@ -144,11 +176,12 @@ def _cli(registry: str, *argv: str) -> tuple[int, str]:
 def test_an_alias_set_by_an_earlier_release_names_its_bytes_after_this_code_evicts_its_slot(
     upgraded: Upgraded, tmp_path: Path
 ) -> None:
-    aliased = get_model(upgraded.aliased, registry=upgraded.registry)
+    reg = upgraded.open()
+    aliased = get_model(upgraded.aliased, registry=reg)
     assert aliased.state is RecordState.EVICTED  # this code's save replaced its slot
-    code, said = _cli(upgraded.registry, "models", "get", "upg@production", str(tmp_path))
+    code, said = _cli(upgraded.registry, "models", "get", f"{upgraded.project}@production", str(tmp_path))
     assert code == 0, said
-    production = resolve_model("upg@production", registry=upgraded.registry)
+    production = resolve_model(f"{upgraded.project}@production", registry=reg)
     assert production.state is RecordState.PINNED and str(production.metadata["pinned_from"]) == aliased.id
     (got,) = tmp_path.iterdir()
     _, name, sha256, size = upgraded.before[aliased.id]
@@ -157,34 +190,41 @@ def test_an_alias_set_by_an_earlier_release_names_its_bytes_after_this_code_evic
 
 
 def test_after_the_upgrade_renames_pins_and_live_records_hold_and_fsck_is_clean(upgraded: Upgraded) -> None:
-    reg, storage = upgraded.registry, open_storage(upgraded.output_uri)
-    now = {r.id: r for r in find_models(project="upg", registry=reg)}
+    reg, storage, project = upgraded.open(), open_storage(upgraded.output_uri), upgraded.project
+    now = {r.id: r for r in find_models(project=project, registry=reg)}
     assert set(upgraded.before) <= set(now)  # no record of the release is lost
     assert now[upgraded.aliased].name == "keep me"  # the rename is kept on the record itself
     pinned = now[upgraded.pinned]
     assert pinned.state is RecordState.PINNED and pinned.sha256 == upgraded.before[upgraded.pinned][2]
-    assert storage.digest(str(pinned.key)) == (pinned.size, pinned.sha256)
     for record in now.values():  # truth: every loadable record's object holds its bytes
         if record.state in (RecordState.LIVE, RecordState.REVIVED, RecordState.PINNED):
             assert storage.digest(str(record.key)) == (record.size, record.sha256), record
-    slots = sorted(o.key for o in storage.list("upg/r/") if ".slot" in o.key)
-    assert slots == ["upg/r/best_model.slot0.pt", "upg/r/best_model.slot1.pt", "upg/r/checkpoint.slot0.pt"]
+    slots = sorted(o.key for o in storage.list(f"{project}/r/") if ".slot" in o.key)
+    assert slots == [f"{project}/r/{s}" for s in ("best_model.slot0.pt", "best_model.slot1.pt", "checkpoint.slot0.pt")]
     saved = [r for r in now.values() if r.state is not RecordState.PINNED]
     steps = sorted((r.stream, r.global_step) for r in saved)  # one record per save: best at epochs 1-4 and 6
     assert steps == sorted([*(("best_model", s) for s in (1, 2, 3, 4, 6)), *(("checkpoint", s) for s in range(1, 7))])
     live = sorted((r.stream, r.global_step) for r in saved if r.state is RecordState.LIVE)
     assert live == [("best_model", 4), ("best_model", 6), ("checkpoint", 6)]
-    code, said = _cli(reg, "fsck")
+    code, said = _cli(upgraded.registry, "fsck", "--project", project)
     assert code == 0, said
 
 
-def test_the_earlier_release_refuses_the_registry_this_code_wrote_and_changes_nothing(upgraded: Upgraded) -> None:
+def test_the_earlier_release_refuses_a_sqlite_registry_this_code_wrote_and_sees_only_its_own_mlflow_records(
+    upgraded: Upgraded,
+) -> None:
+    """What docs/migration.md says of a downgrade: SQLite's schema check refuses it and changes nothing;
+    0.1.0's MLflow reader has no such check and silently finds only the records it wrote (schema 1)."""
+    if upgraded.backend == "mlflow":
+        done = _child(upgraded.package, project=upgraded.project, registry=upgraded.registry, read=True)
+        now = find_models(project=upgraded.project, registry=upgraded.open())
+        assert _said(done, upgraded.package)[-1] == {"records": len(upgraded.before)} and len(now) > len(
+            upgraded.before
+        )
+        return
     with open(upgraded.registry, "rb") as f:
         before = hashlib.sha256(f.read()).hexdigest()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRACKER_SAVER_")}
-    spec = {"package": upgraded.package, "registry": upgraded.registry, "read": True}
-    spec |= {"resume": False, "label": False, "epochs": 0}
-    done = forkserver.run("-c", [CHILD, json.dumps(spec)], env=env, timeout=300)
+    done = _child(upgraded.package, project=upgraded.project, registry=upgraded.registry, read=True)
     assert done.returncode == 1
     assert "ConfigError: registry" in done.stderr and "is newer than this tracker_saver knows" in done.stderr
     assert "upgrade tracker-saver" in done.stderr
