@@ -267,7 +267,7 @@ class Pipeline:
             digest = writer.sha256  # waits for the hash that ran alongside the writes
             clock.lap("hash")
             if choice.replaces is not None:  # an alias on the record it evicts moves to a pin of its bytes first
-                pass  # H8-TMP
+                keep_aliased(self.storage, self.registry, choice.replaces)
             self.registry.supersede(record.id, sha256=digest, size=writer.size, replaces=replaces)  # step 6
             superseded = True
             clock.lap("supersede")
