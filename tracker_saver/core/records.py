@@ -86,7 +86,7 @@ MAX_NAME_LENGTH = 255
 #: The longest metadata key, in characters: the longest name a project, run or where key may have.
 MAX_KEY_LENGTH = 1000
 #: The most bytes (UTF-8) one string metadata value may hold. A note, a config as JSON, a git diff
-#: stat fit; a dataset does not. Below MySQL's TEXT (64 KiB), which holds an MLflow param.
+#: stat fit; a dataset does not.
 MAX_VALUE_BYTES = 64 * 1024
 #: The most bytes one record's metadata may hold in all, keys and values as text: it travels in
 #: every read of the record (one MLflow tag, one ClearML model document, one SQLite row per key).
