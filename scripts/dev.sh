@@ -5,6 +5,9 @@
 #   scripts/dev.sh demo           setup, then train the demo CNN and show what was saved
 #   scripts/dev.sh test [ARGS]    setup, install and start Ceph RGW, run pytest ARGS, stop Ceph;
 #                                 then print what it cost (wall, CPU, the costliest tests)
+#   scripts/dev.sh soak [BACKEND…] the race soak's long run (python -m tests.soak --race --long) on
+#                                 each back end (default: local mlflow clearml, and s3 as root);
+#                                 SEED and OPS change its seed and operations per racer
 #
 # Without root (no Ceph), run the rest with:  scripts/dev.sh test -m "not ceph"
 # (in CI, with CI=true, any test that skips fails instead, a Ceph test that cannot run included).
@@ -69,10 +72,30 @@ test_() {
     return "$status"
 }
 
+soak() {
+    setup
+    local backends=("$@") status=0 backend
+    if [ "${#backends[@]}" = 0 ]; then
+        backends=(local mlflow clearml)
+        [ "$(id -u)" = 0 ] && backends+=(s3)
+    fi
+    for backend in "${backends[@]}"; do
+        if [ "$backend" = s3 ] && [ -z "${TRACKER_SAVER_CEPH:-}" ]; then
+            bash scripts/ceph-s3.sh install
+            bash scripts/ceph-s3.sh running >/dev/null 2>&1 || { log "start Ceph RGW first: eval \"\$(bash scripts/ceph-s3.sh start)\""; return 2; }
+            eval "$(bash scripts/ceph-s3.sh env)"
+        fi
+        "$VENV/bin/python" -m tests.soak --race --long --backend "$backend" --seed "${SEED:-1}" \
+            ${OPS:+--ops "$OPS"} || status=$?
+    done
+    return "$status"
+}
+
 case "${1:-}" in
     setup) setup ;;
     # torch writes its compile cache (/tmp/torchinductor_<user>) when it imports torch._dynamo: keep it in the venv.
     demo) setup; shift; TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$PWD/$VENV/torchinductor} "$VENV/bin/tracker-saver" demo "$@" ;;
+    soak) shift; soak "$@" ;;
     test)
         shift
         # The whole command, set-up included, under scripts/cpu_time.py: at the end it prints the wall
@@ -82,5 +105,5 @@ case "${1:-}" in
             DEV_SH_MEASURED=1 exec "$PYTHON" scripts/cpu_time.py --label "scripts/dev.sh test" -- bash scripts/dev.sh test "$@"
         fi
         test_ "$@" ;;
-    *) sed -n '2,10p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
+    *) sed -n '2,13p' "$0" | sed 's/^# \{0,1\}//' >&2; exit 2 ;;
 esac

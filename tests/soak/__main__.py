@@ -1,7 +1,9 @@
 """``python -m tests.soak``: run the fault-injection soak on one back end and print its summary.
 
-Progress and each violation go to stderr; stdout gets the summary line, then one JSON line.
-The exit status is 1 when any invariant was violated.
+``--race`` runs the race soak instead (``tests.soak.race``): a training and ``--racers`` processes
+making random operations on the same records, then every invariant checked; ``--long`` is its
+long run (``scripts/dev.sh soak``). Progress and each violation go to stderr; stdout gets the
+summary line, then one JSON line. The exit status is 1 when any invariant was violated.
 """
 
 from __future__ import annotations
@@ -12,6 +14,7 @@ import sys
 
 from tests.soak.driver import run_soak
 from tests.soak.plan import BACKENDS
+from tests.soak.race import run_race
 from tests.soak.trainer import MUTANTS
 
 
@@ -24,7 +27,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-delay", type=float, default=None, help="longest random kill delay, seconds")
     parser.add_argument("--workdir", default=None, help="keep output and registry here (default: a temp folder)")
     parser.add_argument("--mutant", choices=sorted(MUTANTS), default="", help="a deliberate bug the checks must catch")
+    parser.add_argument("--race", action="store_true", help="the race soak: racers on the same records at once")
+    parser.add_argument("--racers", type=int, default=4, help="race soak: processes beside the training (>= 3)")
+    parser.add_argument("--ops", type=int, default=None, help="race soak: operations per racer (default 12; --long 150)")
+    parser.add_argument("--long", action="store_true", help="race soak: the long run (150 operations per racer)")
     args = parser.parse_args(argv)
+    if args.race or args.long:
+        ops = args.ops or (150 if args.long else 12)
+        race = run_race(args.backend, args.seed, racers=args.racers, ops=ops, workdir=args.workdir)
+        print(race.summary(), flush=True)
+        print(json.dumps(race.to_json()), flush=True)
+        return 1 if race.violations else 0
     stats = run_soak(
         args.backend, args.kills, args.seed, workdir=args.workdir, max_delay=args.max_delay, mutant=args.mutant
     )

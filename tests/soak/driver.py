@@ -158,8 +158,9 @@ class Zygote:
             self._exits[-1] = -1  # the zygote itself is gone
             self._lock.notify_all()
 
-    def spawn(self, restore: str, crash: str, seed: int) -> Proc:
-        """Fork a training process that restores as ``restore`` says and dies at ``crash``."""
+    def spawn(self, restore: str, crash: str, seed: int, **extra: Any) -> Proc:
+        """Fork a training process that restores as ``restore`` says and dies at ``crash``; ``extra``
+        goes into its config (the race soak's ``step_s``, or ``role="racer"`` for a racer)."""
         self._ids += 1
         config = {
             "output_uri": self.backend.output_uri,
@@ -172,6 +173,7 @@ class Zygote:
             "pad_bytes": self.backend.pad_bytes,
             "step_s": 0.01,
             "mutant": self.mutant,
+            **extra,
         }
         stderr = str(self.folder / f"proc-{self._ids}.err")
         command = {"id": self._ids, "config": config, "crash": crash, "stderr": stderr}

@@ -1,4 +1,5 @@
-"""The crash points of DESIGN's path, the run's shape, and the kill plan a seed draws; pure.
+"""The crash points of DESIGN's path, the run's shape, the kill plan a seed draws, and the race soak's
+operations per process (:func:`race_plan`); pure.
 
 A crash point is armed in the training process by ``TRACKER_SAVER_SOAK_CRASH=<point>:<n>``: the
 process kills itself (SIGKILL) the ``n``-th time it passes ``<point>`` after training starts.
@@ -18,11 +19,15 @@ __all__ = [
     "GATEWAY",
     "Kill",
     "N_SAVED",
+    "OPS",
     "POINTS",
+    "ALIASES",
+    "Op",
     "RESTORES",
     "STREAMS",
     "make_plan",
     "parse_crash",
+    "race_plan",
     "score_of",
     "short_kills",
     "targeted_points",
@@ -194,3 +199,71 @@ def short_kills(backend: str, random_every: int = 3) -> int:
         if points >= set(targeted_points(backend)) | (set(GATEWAY) if backend == "s3" else set()):
             return kills
         kills += 1
+
+
+#: The race soak's operations on one registry and output_uri, with their weights in a plan: the
+#: commands two people (or scripts) may run at once on the same records (DESIGN, "Commands race").
+OPS = {
+    "get": 3, "pin": 3, "unpin": 2, "alias": 3, "unalias": 1, "rename": 2, "prune": 1, "take-over": 1, "repair": 1,
+}  # fmt: skip
+#: Few aliases, so that two processes often move the same one.
+ALIASES = ("prod", "staging")
+#: How an operation is made: the Python API, the CLI's ``main`` in the racer process (argparse and the
+#: command's code as a user runs them, without an interpreter's start-up), or a ``python -m tracker_saver``.
+VIA = ("api", "cli", "exec")
+
+
+@dataclass(frozen=True)
+class Op:
+    """One operation of a racer's plan.
+
+    Attributes:
+        index: its place in the racer's plan: it starts ``index`` rounds after every racer's start.
+        op: one of ``OPS``.
+        via: one of ``VIA``.
+        hot: take the oldest loadable record of the best stream (the one every racer takes and the
+            training evicts next) rather than one at random.
+        alias: the alias it sets, removes or reads (``get`` reads one in three through an alias).
+        jitter: seconds after the round's start that it starts.
+    """
+
+    index: int
+    op: str
+    via: str
+    hot: bool
+    alias: str
+    jitter: float
+
+
+def race_plan(seed: int, racer: int, ops: int, *, exec_every: int = 8, max_jitter: float = 0.003) -> list[Op]:
+    """The operations racer ``racer`` makes, drawn from ``seed`` and weighted by ``OPS``.
+
+    Every racer makes its ``i``-th operation in the same round. In half the rounds (drawn from the
+    seed alone) they all make the same operation on the hot record with the same alias: two pins, two
+    unpins, two alias moves of one record at once, the collisions DESIGN's "Commands race" is about.
+    One operation in ``exec_every`` runs through a CLI process of its own (0: none), the rest
+    alternately through the API and the CLI's ``main``, so that a round mixes them.
+
+    Examples:
+        >>> plan = race_plan(1, 0, 40)
+        >>> plan == race_plan(1, 0, 40), plan == race_plan(1, 1, 40), len(plan)
+        (True, False, 40)
+        >>> sum(a.op == b.op and a.hot for a, b in zip(plan, race_plan(1, 1, 40))) >= 10
+        True
+        >>> sorted({o.via for o in plan}), {o.via for o in race_plan(1, 0, 40, exec_every=0)} == {"api", "cli"}
+        (['api', 'cli', 'exec'], True)
+    """
+    own = random.Random(f"race:{seed}:{racer}")
+    names, weights = list(OPS), list(OPS.values())
+    plan = []
+    for i in range(ops):
+        common = random.Random(f"race:{seed}:round:{i}")
+        rng = common if common.random() < 0.5 else own
+        op, hot = rng.choices(names, weights)[0], rng is common or own.random() < 0.5
+        alias = rng.choice(ALIASES)
+        if rng is common:  # the same path too, so that they meet within the jitter
+            via = VIA[i % 2]
+        else:
+            via = "exec" if exec_every and (i + racer) % exec_every == exec_every - 1 else VIA[(i + racer) % 2]
+        plan.append(Op(i, op, via, hot, alias, own.uniform(0.0, max_jitter)))
+    return plan

@@ -24,7 +24,12 @@ Protocol: JSON lines on stdout, commands on stdin.
 * ``{"ev": "error", "f", "error"}``: the save raised, then ``{"ev": "exit", "error"}``: the
   training raised, and the process exits with status 3;
 * ``{"ev": "crash", "point", "n"}``: right before it SIGKILLs itself;
-* ``{"ev": "hold"}``: (``gateway:<n>``) the ``n``-th S3 part upload waits for a ``resume`` line.
+* ``{"ev": "hold"}``: (``gateway:<n>``) the ``n``-th S3 part upload waits for a ``resume`` line;
+* the line ``stop`` (the race soak, ``tests.soak.race``): training ends after the epoch's saves, and the
+  process exits with status 0.
+
+A command whose config has ``"role": "racer"`` forks a process of the race soak instead
+(:func:`tests.soak.racer.race`).
 """
 
 from __future__ import annotations
@@ -331,6 +336,8 @@ def main(config: dict[str, Any]) -> None:
     )
     trainer.add_event_handler(Events.EPOCH_COMPLETED, best)
     trainer.add_event_handler(Events.EPOCH_COMPLETED, last)
+    stopping = threading.Event()  # the race soak's ``stop``: end cleanly after this epoch's saves
+    trainer.add_event_handler(Events.EPOCH_COMPLETED, lambda e: e.terminate() if stopping.is_set() else None)
     emit(
         "ready",
         epoch=trainer.state.epoch,
@@ -344,6 +351,8 @@ def main(config: dict[str, Any]) -> None:
         for line in sys.stdin:
             if line.strip() == "resume":
                 resumed.set()
+            elif line.strip() == "stop":
+                stopping.set()
 
     threading.Thread(target=listen, daemon=True).start()
     crash.armed = True
@@ -425,7 +434,12 @@ def _child(command: dict[str, Any], socket_path: str) -> None:
         sys.stdin = open(0, encoding="utf-8", closefd=False)  # noqa: SIM115 (the process's stdin)
         sys.stderr = open(2, "w", encoding="utf-8", closefd=False)  # noqa: SIM115
         emit("hello", id=command["id"], pid=os.getpid())
-        main(command["config"])
+        if command["config"].get("role") == "racer":
+            from tests.soak.racer import race
+
+            race(command["config"])
+        else:
+            main(command["config"])
     except BaseException:
         traceback.print_exc()
         sys.stderr.flush()
