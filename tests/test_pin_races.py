@@ -11,13 +11,14 @@ import io
 import json
 import time
 from pathlib import Path
+from typing import Any
 
 import pytest
 from ignite.engine import Events
 from ignite.handlers import Checkpoint
 
 from tests import forkserver
-from tests.helpers import Target, attach, model, process_env, trainer_engine
+from tests.helpers import Target, attach, model, process_env, process_spec, trainer_engine
 from tracker_saver import (
     RecordState,
     StreamOwnedError,
@@ -31,29 +32,41 @@ from tracker_saver import (
 from tracker_saver.core.records import UploadInfo
 from tracker_saver.registry.shared import shared_registry
 
-#: A process that waits for the barrier file ``go``, then runs the CLI with its arguments.
-_AT_ONCE = """
+#: A process that waits for the barrier file ``go``, then runs the CLI with its arguments (``--json``).
+_CLI_AT_ONCE = """
 import sys, time
 from pathlib import Path
+from tracker_saver.cli.main import main
 folder, me, argv = Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
 (folder / f"ready-{me}").touch()
 while not (folder / "go").exists():
     time.sleep(0.001)
-from tracker_saver.cli.main import main
-sys.exit(main(argv))
+sys.exit(main([*argv, "--json"]))
+"""
+#: The same with ``pin_model`` on a tracker's registry (a process config, as ``tests.helpers.process_spec`` makes).
+_PIN_AT_ONCE = """
+import json, sys, time
+from pathlib import Path
+from tests.helpers import spec_registry
+from tracker_saver import pin_model
+folder, me, config = Path(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
+registry = spec_registry(config)
+(folder / f"ready-{me}").touch()
+while not (folder / "go").exists():
+    time.sleep(0.001)
+print(json.dumps({"id": pin_model(config["record"], registry=registry).id}))
 """
 
 
-def _at_once(folder: Path, commands: list[list[str]]) -> list[dict[str, object]]:
-    """Run each CLI command (with ``--json``) in its own process, all released together; their outputs."""
+def _at_once(folder: Path, code: str, arguments: list[list[str]]) -> list[dict[str, object]]:
+    """Run ``code`` once per argument list, each in its own process, all released together; their JSON outputs."""
     folder.mkdir()
     procs = []
-    for i, argv in enumerate(commands):
+    for i, args in enumerate(arguments):
         out = open(folder / f"out-{i}", "w+")  # noqa: SIM115 (closed below, once the process is done)
-        proc = forkserver.spawn("-c", [_AT_ONCE, str(folder), str(i), *argv, "--json"], env=process_env(),
-                                stdout=out, stderr=out)  # fmt: skip
+        proc = forkserver.spawn("-c", [code, str(folder), str(i), *args], env=process_env(), stdout=out, stderr=out)
         procs.append((proc, out))
-    while len(list(folder.glob("ready-*"))) < len(commands):
+    while len(list(folder.glob("ready-*"))) < len(arguments):
         time.sleep(0.005)
     (folder / "go").touch()
     results = []
@@ -83,24 +96,35 @@ def _intact(target: Target, record_id: str) -> None:
     load_checkpoint(record_id, {"model": model()}, registry=target.registry)
 
 
+def _sqlite_pins_race(target: Target, tmp_path: Path, *, processes: int, rounds: int) -> None:
+    """``processes`` CLI processes pin one record at once, ``rounds`` times (a record of its own each): each
+    round makes one pin, which all of them get; unpinning one leaves every other record loadable."""
+    sources = _trained(target, rounds)
+    for n, source in enumerate(sources):
+        command = ["models", "pin", source, "--registry", target.registry]
+        made = _at_once(tmp_path / f"round{n}", _CLI_AT_ONCE, [command] * processes)
+        assert len({str(pin["id"]) for pin in made}) == 1, made  # each process got the same pin
+    pins = find_models(project="p", states=["pinned"], registry=target.registry)
+    assert sorted(str(p.metadata["pinned_from"]) for p in pins) == sorted(sources)  # one pin per record
+    assert len({p.key for p in pins}) == len(pins)
+    objects = [o.key for o in target.storage().list("p/r/+pinned/")]
+    assert sorted(objects) == sorted(p.key for p in pins)  # the copies that lost were deleted
+    unpin_model(pins[0].id, registry=target.registry)
+    for record_id in [*sources, *(p.id for p in pins[1:])]:
+        _intact(target, record_id)
+
+
 @pytest.mark.parametrize("processes", [2, 4])
 def test_processes_that_pin_one_record_at_once_get_one_pin_whose_unpin_leaves_every_record_loadable(
     local_target: Target, tmp_path: Path, processes: int
 ) -> None:
-    sources = _trained(local_target, 2)
-    for n, source in enumerate(sources):  # two rounds, a record of its own each
-        made = _at_once(
-            tmp_path / f"round{n}", [["models", "pin", source, "--registry", local_target.registry]] * processes
-        )
-        assert len({str(pin["id"]) for pin in made}) == 1, made  # each process got the same pin
-    pins = find_models(project="p", states=["pinned"], registry=local_target.registry)
-    assert sorted(str(p.metadata["pinned_from"]) for p in pins) == sorted(sources)  # one pin per record
-    assert len({p.key for p in pins}) == len(pins)
-    objects = [o.key for o in local_target.storage().list("p/r/+pinned/")]
-    assert sorted(objects) == sorted(p.key for p in pins)  # the copies that lost were deleted
-    unpin_model(pins[0].id, registry=local_target.registry)
-    for record_id in [*sources, *(p.id for p in pins[1:])]:
-        _intact(local_target, record_id)
+    _sqlite_pins_race(local_target, tmp_path, processes=processes, rounds=2)
+
+
+@pytest.mark.ceph
+def test_processes_that_pin_one_record_at_once_on_ceph_get_one_pin(s3_output_uri: str, tmp_path: Path) -> None:
+    target = Target(output_uri=s3_output_uri, registry=str(tmp_path / "registry.db"))
+    _sqlite_pins_race(target, tmp_path, processes=2, rounds=1)
 
 
 def test_processes_that_alias_one_slot_record_at_once_make_one_pinned_copy(
@@ -108,10 +132,39 @@ def test_processes_that_alias_one_slot_record_at_once_make_one_pinned_copy(
 ) -> None:
     (source,) = _trained(local_target, 1)
     command = ["models", "alias", source, "production", "--registry", local_target.registry]
-    _at_once(tmp_path / "aliases", [command] * 3)
+    _at_once(tmp_path / "aliases", _CLI_AT_ONCE, [command] * 3)
     (pin,) = find_models(project="p", states=["pinned"], registry=local_target.registry)
     assert pin.aliases == ("production",) and str(pin.metadata["pinned_from"]) == source
     assert [o.key for o in local_target.storage().list("p/r/+pinned/")] == [pin.key]
+
+
+def _tracker_pins_race(target: Target, tmp_path: Path) -> None:
+    """Two processes pin one record at once on a tracker without transactions: one pin or several, never one
+    object for two records; unpinning one leaves the others and the record loadable."""
+    (source,) = _trained(target, 1)
+    config = json.dumps({**process_spec(target, run="r"), "record": source})
+    made = _at_once(tmp_path / "pins", _PIN_AT_ONCE, [[config]] * 2)
+    pins = find_models(project="p", states=["pinned"], registry=target.registry)
+    assert {str(pin["id"]) for pin in made} == {p.id for p in pins}
+    assert len({p.key for p in pins}) == len(pins)  # every pin names bytes of its own
+    assert sorted(o.key for o in target.storage().list("p/r/+pinned/")) == sorted(p.key for p in pins)
+    unpin_model(pins[0].id, registry=target.registry)
+    for record_id in [source, *(p.id for p in pins[1:])]:
+        _intact(target, record_id)
+
+
+@pytest.mark.mlflow
+def test_processes_that_pin_one_record_at_once_on_mlflow_never_share_an_object(
+    mlflow_registry: Any, tmp_path: Path
+) -> None:
+    _tracker_pins_race(Target(output_uri=str(tmp_path / "output"), registry=mlflow_registry), tmp_path)
+
+
+@pytest.mark.clearml
+def test_processes_that_pin_one_record_at_once_on_clearml_never_share_an_object(
+    clearml_server: Any, clearml_project: str, tmp_path: Path
+) -> None:
+    _tracker_pins_race(Target(output_uri=str(tmp_path / "output"), registry=f"clearml:{clearml_project}"), tmp_path)
 
 
 def test_unpinning_one_of_two_pins_that_share_an_object_keeps_it_for_the_other(local_target: Target) -> None:
