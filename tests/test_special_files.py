@@ -11,16 +11,27 @@ fails instead of hanging the suite, and the FIFO is opened for writing to let th
 from __future__ import annotations
 
 import errno
+import gc
+import hashlib
+import http.client
 import os
+import signal
+import socket
 import stat
+import struct
+import subprocess
+import sys
 import threading
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import Any
 
 import pytest
+import torch
 
-from tests.helpers import Target, attach, model, trainer_engine
+from tests.conftest_browser import UiServer
+from tests.helpers import ROOT, Target, attach, model, trainer_engine
 from tracker_saver import models
 from tracker_saver.cli.main import main
 from tracker_saver.core.errors import IntegrityError
@@ -207,3 +218,93 @@ def test_a_dirname_view_never_links_what_a_symlink_at_the_slot_names(tmp_path) -
         assert isinstance(refused, IntegrityError) and "a FIFO" in str(refused), refused
     finally:
         made.saver.close()
+
+
+@pytest.fixture(scope="module")
+def big(tmp_path_factory: pytest.TempPathFactory) -> Target:
+    """One live record of 8 MiB: more than loopback's socket buffers take, so a stalled client stalls its download."""
+    root = tmp_path_factory.mktemp("big")
+    target = Target(output_uri=str(root / "out"), registry=str(root / "registry.db"))
+    saver = target.saver()
+    try:
+        net = torch.nn.Linear(1024, 2048)
+        trainer = trainer_engine(net)
+        attach(trainer, saver, {"model": net}, n_saved=1)
+        trainer.run([0], max_epochs=1)
+    finally:
+        saver.close()
+    return target
+
+
+def _stalled_download(port: int, record_id: str) -> socket.socket:
+    """A download whose client reads its status line, then nothing more (``curl --limit-rate`` at its slowest)."""
+    sock = socket.socket()
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
+    sock.connect(("127.0.0.1", port))
+    sock.sendall(f"GET /api/models/{record_id}/download HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
+    assert sock.recv(12) == b"HTTP/1.1 200"
+    return sock
+
+
+def _abort(sock: socket.socket) -> None:
+    """Go away as an aborted curl does: close at once, with a reset (unread bytes are dropped)."""
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+    sock.close()
+
+
+def _get(port: int, path: str) -> tuple[int, bytes]:
+    conn = http.client.HTTPConnection("127.0.0.1", port, timeout=BOUND_S)
+    try:
+        conn.request("GET", path)
+        response = conn.getresponse()
+        return response.status, response.read()
+    finally:
+        conn.close()
+
+
+def test_two_aborted_downloads_free_their_places_and_the_next_download_is_sent(big) -> None:
+    """Garbage collection is off meanwhile: a place must not wait for the collector (it did, minutes)."""
+    record = models.find_models(registry=big.registry)[0]
+    server = UiServer(big.registry)  # the real app under uvicorn, 2 downloads at once
+    port = int(server.url.rsplit(":", 1)[1])
+    gc.disable()
+    try:
+        for sock in [_stalled_download(port, record.id) for _ in range(2)]:
+            _abort(sock)
+        waited = 0.0
+        status, body = _get(port, f"/api/models/{record.id}/download")
+        while status == 429 and waited < BOUND_S:  # the server sees each reset a moment after it is sent
+            time.sleep(0.05)
+            waited += 0.05
+            status, body = _get(port, f"/api/models/{record.id}/download")
+    finally:
+        gc.enable()
+        server.close()
+    assert status == 200 and hashlib.sha256(body).hexdigest() == record.sha256
+
+
+def test_sigterm_stops_the_ui_server_with_a_download_in_flight(big) -> None:
+    record = models.find_models(registry=big.registry)[0]
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    proc = subprocess.Popen(
+        [sys.executable, "-m", "tracker_saver", "ui", "--registry", big.registry, "--port", str(port)],
+        cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    try:
+        assert proc.stderr is not None
+        assert proc.stderr.readline().startswith("tracker-saver UI at "), "the UI did not start"
+        sock = _stalled_download(port, record.id)
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(BOUND_S)
+        except subprocess.TimeoutExpired:
+            pytest.fail(f"the UI server was still up {BOUND_S} s after SIGTERM, with a download in flight")
+        finally:
+            sock.close()
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode in (0, -signal.SIGTERM)

@@ -13,7 +13,6 @@ import os
 import sys
 import threading
 import traceback
-import weakref
 from collections.abc import Iterator, Sequence
 from importlib import resources
 from typing import Annotated, Any, BinaryIO
@@ -25,6 +24,7 @@ from fastapi import Query as QueryParam
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse, Response, StreamingResponse
 from fastapi.staticfiles import StaticFiles
+from starlette.types import Receive, Scope, Send
 
 from tracker_saver import models
 from tracker_saver.core.errors import (
@@ -101,21 +101,31 @@ def _attachment(filename: str) -> str:
     return f"attachment; filename*=utf-8''{quoted}" if quoted != filename else f'attachment; filename="{filename}"'
 
 
-def _sent(file: BinaryIO, done: contextlib.ExitStack) -> Iterator[bytes]:
-    """``file``'s bytes in chunks; ``done`` closes once they are sent, or when the response is dropped.
+def _chunks(file: BinaryIO) -> Iterator[bytes]:
+    """``file``'s bytes, :data:`_CHUNK` at a time."""
+    while chunk := file.read(_CHUNK):
+        yield chunk
 
-    A client that goes away mid-download drops the response, and with it this generator (begun
-    or not): ``done`` must close then too, or the download would keep its place for good.
+
+class _Download(StreamingResponse):
+    """A download's bytes; ``done`` (the open object, the download's place) closes when the response
+    ends, however it ends: all sent, the client gone, or the server stopping.
+
+    A client that goes away mid-download makes Starlette cancel the sending at its
+    ``http.disconnect``; the byte iterator is then left suspended, and only the garbage collector
+    would close it (minutes later, or never while other traffic is low). This ``finally`` runs at
+    the cancellation itself. No read is in flight then: a read in the worker thread is waited for.
     """
 
-    def chunks() -> Iterator[bytes]:
-        with done:
-            while chunk := file.read(_CHUNK):
-                yield chunk
+    def __init__(self, file: BinaryIO, done: contextlib.ExitStack, headers: dict[str, str]) -> None:
+        super().__init__(_chunks(file), media_type="application/octet-stream", headers=headers)
+        self.done = done
 
-    sending = chunks()
-    weakref.finalize(sending, done.close)  # ExitStack.close runs its callbacks once
-    return sending
+    async def __call__(self, scope: Scope, receive: Receive, send: Send) -> None:
+        try:
+            await super().__call__(scope, receive, send)
+        finally:
+            self.done.close()
 
 
 def create_app(
@@ -310,7 +320,7 @@ def create_app(
             "Content-Length": str(record.size),
             "X-Checkpoint-SHA256": record.sha256 or "",
         }
-        return StreamingResponse(_sent(file, done), media_type="application/octet-stream", headers=headers)
+        return _Download(file, done, headers)
 
     app.include_router(api)
 

@@ -16,12 +16,16 @@ from tracker_saver.core.errors import ConfigError
 from tracker_saver.registry import Registry
 from tracker_saver.ui.app import create_app
 
-__all__ = ["LOOPBACK_HOSTS", "host_names", "is_loopback", "serve"]
+__all__ = ["LOOPBACK_HOSTS", "SHUTDOWN_GRACE_S", "host_names", "is_loopback", "serve"]
 
 #: The ``Host`` headers a loopback server answers: a page on another name (DNS rebinding) gets 400.
 LOOPBACK_HOSTS = ("127.0.0.1", "localhost", "::1")
 #: Addresses that bind every interface of the machine.
 _WILDCARDS = ("0.0.0.0", "::", "")
+#: Seconds a stopping server (Ctrl+C, SIGTERM) lets requests in flight finish before it cancels
+#: them: an answer takes milliseconds, and a download to a slow or stalled client must not keep
+#: the server up (uvicorn alone waits for it for ever). A cancelled download frees its place.
+SHUTDOWN_GRACE_S = 2
 
 
 def is_loopback(host: str) -> bool:
@@ -94,7 +98,10 @@ def serve(
     *,
     allow_hosts: Sequence[str] = (),
 ) -> None:
-    """Serve the UI over ``registry`` until interrupted (Ctrl+C); once it listens, stderr says its URL.
+    """Serve the UI over ``registry`` until interrupted (Ctrl+C, SIGTERM); once it listens, stderr says its URL.
+
+    A stop lets requests in flight finish for :data:`SHUTDOWN_GRACE_S` seconds, then cancels them
+    (a download to a stalled client among them), so the server always exits.
 
     The UI has no authentication: anyone who can reach ``host:port`` can rename, tag, pin and
     download every record. Keep the default loopback address and reach it from elsewhere
@@ -129,6 +136,7 @@ def serve(
             file=sys.stderr,
         )
     app = create_app(registry, allowed_hosts=host_names(host, allow_hosts))
-    server = _Server(uvicorn.Config(app, host=host, port=port, log_level="warning"))
+    config = uvicorn.Config(app, host=host, port=port, log_level="warning", timeout_graceful_shutdown=SHUTDOWN_GRACE_S)
+    server = _Server(config)
     with contextlib.suppress(KeyboardInterrupt):  # Ctrl+C is how it stops: uvicorn shuts down, then re-raises it
         server.run()
