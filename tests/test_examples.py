@@ -74,6 +74,8 @@ EXAMPLES: dict[str, Example] = {
             "verified and took event evt_example",
             "duplicate ignored: HTTP 200",
             "forged signature refused: HTTP 401",
+            "non-ASCII signature refused: HTTP 400",
+            "a 1 TiB body refused unread: HTTP 413",
         )
     ),
     "mlflow_run.py": Example(

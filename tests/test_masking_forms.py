@@ -109,6 +109,8 @@ FORMS = [
     (["--keep-last", "3", "--monkey", "4"], "--keep-last 3 --monkey 4"),
     (["--use-auth", "--lr", "0.1"], "--use-auth --lr 0.1"),
     (["--no-password", "x"], "--no-password x"),
+    (["--ask-pass", "x", "--label-key", "y"], "--ask-pass x --label-key y"),
+    (["--token-env", "HF", "--token-ttl", "3600"], "--token-env HF --token-ttl 3600"),
     (["--password-file", "/run/secrets/db"], "--password-file /run/secrets/db"),
     (["--token-file=/run/t", "--password-stdin"], "--token-file=/run/t --password-stdin"),
     (["--aws-access-key-id", "AKIDEXAMPLE"], "--aws-access-key-id AKIDEXAMPLE"),

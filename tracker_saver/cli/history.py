@@ -19,6 +19,7 @@ from collections.abc import Callable
 from typing import Any
 
 from tracker_saver.cli.shared import URI_HELP, dump, open_cli_registry, wants_json
+from tracker_saver.cli.webhook_options import add_webhook_options, webhook_of
 from tracker_saver.core.text import escape
 from tracker_saver.core.wording import plural
 
@@ -42,11 +43,7 @@ def add_history_commands(commands: Any, command: Callable[..., argparse.Argument
     events.add_argument(
         "--interval", type=float, default=1.0, metavar="SECONDS", help="with --follow: seconds between reads (1)"
     )
-    events.add_argument(
-        "--webhook", metavar="URL", help="also POST each event, signed, to this URL from its outbox in the registry "
-        "(new events from the first time on; without --follow: what is due now, then exit)",
-    )  # fmt: skip
-    events.add_argument("--secret", metavar="SECRET", help="with --webhook: the HMAC-SHA256 key (never printed)")
+    add_webhook_options(events)
     prune = command(commands, "prune", PRUNE_HELP, _cmd_prune, parents)
     prune.add_argument("--keep-last", type=int, metavar="N", help="keep the newest N history records of each stream")
     prune.add_argument("--older-than", metavar="AGE", help="delete only records older than AGE, e.g. 30d, 12h, 90m")
@@ -62,9 +59,9 @@ def _cmd_events(args: argparse.Namespace) -> int:
 
     log = history_of(open_cli_registry(args), "tracker-saver events")
     if args.webhook is not None:
-        from tracker_saver.registry.webhooks import Relay, Webhook
+        from tracker_saver.registry.webhooks import Relay
 
-        relay = Relay(log, Webhook(args.webhook, args.secret or ""))
+        relay = Relay(log, webhook_of(args))
         if not args.follow:
             return _deliver_once(relay)
         relay.start(args.interval)

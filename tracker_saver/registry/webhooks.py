@@ -14,6 +14,7 @@ from __future__ import annotations
 import hashlib
 import hmac
 import logging
+import os
 import threading
 import time
 import urllib.error
@@ -50,24 +51,31 @@ def sign(secret: str, timestamp: int, body: bytes) -> str:
 class Webhook:
     """Where to send events and the secret that signs them; neither is ever shown (a URL may carry a token).
 
+    Either left out comes from the environment: ``TRACKER_SAVER_WEBHOOK_URL``, ``TRACKER_SAVER_WEBHOOK_SECRET``.
+
     Examples:
         >>> hook = Webhook("https://hooks.example.com/ts?token=abc", "s3cret")
         >>> hook, hook.shown
         (Webhook('https://hooks.example.com'), 'https://hooks.example.com')
     """
 
-    url: str = field(repr=False)
-    secret: str = field(repr=False)
+    url: str = field(default="", repr=False)  # "": $TRACKER_SAVER_WEBHOOK_URL (out of ps and source code)
+    secret: str = field(default="", repr=False)  # "": $TRACKER_SAVER_WEBHOOK_SECRET
 
     def __post_init__(self) -> None:
+        object.__setattr__(self, "url", self.url or os.environ.get("TRACKER_SAVER_WEBHOOK_URL", ""))
+        object.__setattr__(self, "secret", self.secret or os.environ.get("TRACKER_SAVER_WEBHOOK_SECRET", ""))
         parts = urlsplit(self.url)
         if parts.scheme not in ("http", "https") or not parts.hostname or _port(parts) is None:
             raise ConfigError(
                 f"webhook URL {self.shown!r}… is not an http(s) URL with a host and, if any, a numeric port: pass e.g. "
-                "https://hooks.example.com/path"
+                "https://hooks.example.com/path, or set TRACKER_SAVER_WEBHOOK_URL"
             )
         if not self.secret:
-            raise ConfigError("a webhook needs a secret to sign its events: pass --secret (any long random string)")
+            raise ConfigError(
+                "a webhook needs a secret to sign its events (any long random string): set TRACKER_SAVER_WEBHOOK_SECRET "
+                "or pass --secret-file PATH (in Python: Webhook(url, secret))"
+            )
 
     @property
     def shown(self) -> str:
