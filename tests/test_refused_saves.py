@@ -84,11 +84,22 @@ def test_an_int_beyond_64_bits_from_a_callback_is_a_config_error_and_leaves_the_
     [
         ({"note": "x" * (30 << 20)}, r"metadata\['note'\] is a str of 31,457,280 bytes \(UTF-8\): .* at most 65,536"),
         ({"note": "é" * 32769}, r"metadata\['note'\] is a str of 65,538 bytes"),  # 2 bytes a character in UTF-8
-        ({f"k{i}": "y" * 60000 for i in range(18)}, r"metadata of \d+ keys holds over 1,048,576 bytes \(1 MiB\)"),
+        (
+            {f"k{i}": "y" * 60000 for i in range(18)},
+            r"metadata of \d+ keys holds over 1,044,480 bytes with .* at most 1,048,576 bytes \(1 MiB\) in all, 4,096 of",
+        ),
+        ({f"k{i:02}": "y" * 65500 for i in range(16)}, r"holds over 1,044,480 bytes .* 4,096 of them kept for"),
         ({"k" * 1001: 1}, r"metadata key 'kkk.*' is 1001 characters long: a key has at most 1000"),
         ({"step": 2**63}, r"metadata\['step'\] is a 64-bit int, outside the range"),
     ],
-    ids=["30-mb-string", "utf-8-bytes-count", "record-over-1-mib", "long-key", "int-over-int64"],
+    ids=[
+        "30-mb-string",
+        "utf-8-bytes-count",
+        "record-over-1-mib",
+        "no-room-for-the-saver-keys",
+        "long-key",
+        "int-over-int64",
+    ],
 )
 def test_a_value_over_its_limit_is_refused_before_a_byte_naming_the_field_its_size_and_the_limit(
     tmp_path: Path, metadata: dict[str, Any], message: str

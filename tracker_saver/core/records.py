@@ -21,6 +21,7 @@ __all__ = [
     "MAX_METADATA_BYTES",
     "MAX_NAME_LENGTH",
     "MAX_VALUE_BYTES",
+    "SAVER_KEYS_BYTES",
     "MetaValue",
     "Record",
     "RecordState",
@@ -91,6 +92,10 @@ MAX_VALUE_BYTES = 64 * 1024
 #: The most bytes one record's metadata may hold in all, keys and values as text: it travels in
 #: every read of the record (one MLflow tag, one ClearML model document, one SQLite row per key).
 MAX_METADATA_BYTES = 1024 * 1024
+#: Of :data:`MAX_METADATA_BYTES`, what a save's callbacks leave for the keys the saver adds once the
+#: bytes are committed (sha256, size, uri, :data:`TIMING_KEYS`): checked before the first byte, so
+#: the record can still become live after the commit point.
+SAVER_KEYS_BYTES = 4096
 #: The ints a record holds: 64-bit signed, as SQLite's INTEGER (and the int64 of most JSON readers
 #: that keep ints exact). A larger number is recorded as a float, or as text.
 INT_RANGE = (-(2**63), 2**63 - 1)
@@ -166,12 +171,12 @@ class StreamId:
         return f"{self.project}/{self.run}/{self.stream} at {self.output_uri}"
 
 
-def clean_metadata(metadata: dict[str, Any]) -> dict[str, MetaValue]:
+def clean_metadata(metadata: dict[str, Any], *, reserve: int = 0) -> dict[str, MetaValue]:
     """Return ``metadata`` with every value checked to be one a record can hold, before anything is written.
 
     A value is an int in :data:`INT_RANGE`, a float, a str of at most :data:`MAX_VALUE_BYTES`
     (UTF-8), a bool or None; a key is text of at most :data:`MAX_KEY_LENGTH` characters; keys and
-    values together hold at most :data:`MAX_METADATA_BYTES`. NaN becomes ``None``: a score that
+    values together hold at most :data:`MAX_METADATA_BYTES` less ``reserve``. NaN becomes ``None``: a score that
     is not a number is *absent*, so it never matches a range query and sorts last. ``±inf`` is
     kept exactly: Ignite compares priorities, and a resumed run must rank an infinite score as
     Ignite did.
@@ -200,11 +205,12 @@ def clean_metadata(metadata: dict[str, Any]) -> dict[str, MetaValue]:
         check_text("metadata key", key)
         value = _checked_value(key, value)
         total += len(key.encode()) + _size(value)
-        if total > MAX_METADATA_BYTES:
+        if total > MAX_METADATA_BYTES - reserve:
+            kept = f", {reserve:,} of them kept for the saver's own keys" if reserve else ""
             raise ConfigError(
-                f"metadata of {len(metadata)} keys holds over {MAX_METADATA_BYTES:,} bytes ({MAX_METADATA_BYTES >> 20} "
-                f"MiB) with metadata[{key!r}]: a record's metadata holds at most that in all; store large data in "
-                "the checkpoint itself or in a file of its own, and record its path"
+                f"metadata of {len(metadata)} keys holds over {MAX_METADATA_BYTES - reserve:,} bytes with "
+                f"metadata[{key!r}]: a record's metadata holds at most {MAX_METADATA_BYTES:,} bytes (1 MiB) in all"
+                f"{kept}; store large data in the checkpoint itself or in a file of its own, and record its path"
             )
         out[key] = value
     return out
@@ -374,7 +380,7 @@ class UploadInfo:
             raise ConfigError(f"record name {self.name!r} of {what} is not a non-empty string: name it with text")
         check_text(f"record name of {self.filename!r}", self.name)
         check_tags(self.tags, what)
-        clean_metadata(self.metadata)
+        clean_metadata(self.metadata, reserve=SAVER_KEYS_BYTES)
 
 
 @dataclass(frozen=True)
