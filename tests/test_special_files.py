@@ -29,6 +29,7 @@ from typing import Any
 
 import pytest
 import torch
+from fastapi.testclient import TestClient
 
 from tests.conftest_browser import UiServer
 from tests.helpers import ROOT, Target, attach, model, trainer_engine
@@ -36,6 +37,7 @@ from tracker_saver import models
 from tracker_saver.cli.main import main
 from tracker_saver.core.errors import IntegrityError
 from tracker_saver.core.records import RecordState
+from tracker_saver.ui.app import create_app
 
 #: The most a call may take before the test calls it hung (a bound, never asserted as a duration).
 BOUND_S = 30
@@ -308,3 +310,15 @@ def test_sigterm_stops_the_ui_server_with_a_download_in_flight(big) -> None:
             proc.kill()
             proc.wait()
     assert proc.returncode in (0, -signal.SIGTERM)
+
+
+def test_ui_downloads_of_a_fifo_slot_answer_409_at_once_and_free_their_places(run) -> None:
+    _make("fifo", run.slot0, run.root / "outside.pt")
+    fifo_record, other = run.record("model_1.pt"), run.record("model_2.pt")
+    client = TestClient(create_app(run.target.registry), raise_server_exceptions=False)
+    for _ in range(3):  # more than the 2 places: a refused download keeps none
+        answer = _within(lambda: client.get(f"/api/models/{fifo_record.id}/download"), run.slot0)
+        assert not isinstance(answer, BaseException), answer
+        assert answer.status_code == 409 and "a FIFO" in answer.json()["detail"]
+    sent = client.get(f"/api/models/{other.id}/download")
+    assert sent.status_code == 200 and hashlib.sha256(sent.content).hexdigest() == other.sha256
