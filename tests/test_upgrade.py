@@ -1,5 +1,5 @@
 """An upgrade mid-training loses nothing: trained with each earlier release, continued with this code,
-on SQLite and on MLflow (a real ``mlflow server``), both with a local output_uri.
+on SQLite and on MLflow (a real ``mlflow server``) with a local output_uri, and on SQLite with S3 (Ceph RGW).
 
 For each release of docs/releases.md's table, ``git archive COMMIT tracker_saver`` gives that
 release's package. A process of that release trains 3 epochs (a ``best`` stream, n_saved=2, and a
@@ -8,7 +8,7 @@ other with its own API; a process of this code resumes the run for 3 more epochs
 both. Then every invariant holds, the rename is kept, ``models get PROJECT@production`` gives the
 aliased bytes (issue 52, case 1: 0.1.0 left the alias on the slot record, and its eviction made
 the alias dangle), the pin loads, and fsck is clean. Last, the release opens the registry this
-code wrote: it refuses a SQLite file with a clear message; on MLflow it silently sees only its own
+code wrote: it refuses a SQLite file with a clear message, changing nothing; on MLflow it silently sees only its own
 records (0.1.0 cannot be changed; docs/migration.md says so).
 
 Both processes are forked from the tests' fork server (torch and ignite imported once); the
@@ -99,7 +99,7 @@ class Upgraded:
     """A run trained with ``release`` and continued with this code; what the release's process said."""
 
     release: str
-    backend: str  # "sqlite" or "mlflow"
+    backend: str  # "sqlite", "mlflow" (both with a local output_uri) or "ceph" (SQLite, S3 on Ceph RGW)
     project: str
     output_uri: str
     registry: str  # as the CLI takes it: a SQLite path or mlflow:URI
@@ -110,7 +110,7 @@ class Upgraded:
 
     def open(self) -> Any:
         """The registry, for this process's API calls."""
-        if self.backend == "sqlite":
+        if self.backend != "mlflow":
             return self.registry
         from tracker_saver.integrations.mlflow.registry import MLflowRegistry
 
@@ -143,7 +143,7 @@ def _export(commit: str, into: Path) -> str:
 BACKENDS = [
     pytest.param((backend, release.version), id=f"{backend}-{release.version}", marks=marks)
     for release in released()
-    for backend, marks in (("sqlite", ()), ("mlflow", pytest.mark.mlflow))
+    for backend, marks in (("sqlite", ()), ("mlflow", pytest.mark.mlflow), ("ceph", pytest.mark.ceph))
 ]
 
 
@@ -156,6 +156,14 @@ def upgraded(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     project = f"upg{uuid.uuid4().hex[:10]}"  # MLflow: experiments no other test uses
     registry = f"mlflow:{request.getfixturevalue('mlflow_server')}" if backend == "mlflow" else str(root / "reg.db")
     where = {"project": project, "output_uri": str(root / "output"), "registry": registry}
+    env = pytest.MonkeyPatch()  # Ceph: boto3's configuration chain points at the gateway, here and in the children
+    if backend == "ceph":
+        where["output_uri"] = f"s3://{request.getfixturevalue('s3_bucket')}/{project}"
+        nowhere = str(root / "no-aws-config")
+        gateway = request.getfixturevalue("ceph_s3").env()
+        for name, value in {**gateway, "AWS_CONFIG_FILE": nowhere, "AWS_SHARED_CREDENTIALS_FILE": nowhere}.items():
+            env.setenv(name, value)
+        env.setenv("AWS_EC2_METADATA_DISABLED", "true")
     said = _said(_child(package, **where, epochs=3, label=True), package)
     assert said[0]["version"] == release.version
     upgraded = Upgraded(
@@ -163,7 +171,10 @@ def upgraded(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFa
     )
     before = {r.id: (r.state, r.name, r.sha256, r.size) for r in find_models(project=project, registry=upgraded.open())}
     _said(_child("", **where, epochs=6, resume=True), "")
-    yield replace(upgraded, before=before)
+    try:
+        yield replace(upgraded, before=before)
+    finally:
+        env.undo()
 
 
 def _cli(registry: str, *argv: str) -> tuple[int, str]:
