@@ -33,10 +33,11 @@ from typing import Any
 import pytest
 
 from tests import forkserver
-from tests.helpers import ROOT
+from tests.helpers import ROOT, SCORES, Target, attach, model, trainer_engine
 from tests.test_releases import released
-from tracker_saver import RecordState, find_models, get_model, resolve_model
+from tracker_saver import RecordState, find_models, get_model, resolve_model, resume
 from tracker_saver.cli.main import main
+from tracker_saver.registry.shared import shared_registry
 from tracker_saver.storage import open_storage
 
 #: One training process, of any release since 0.1.0 (their public API is the same): CONFIG is JSON.
@@ -241,3 +242,43 @@ def test_the_earlier_release_refuses_a_sqlite_registry_this_code_wrote_and_sees_
     assert "upgrade tracker-saver" in done.stderr
     with open(upgraded.registry, "rb") as f:
         assert hashlib.sha256(f.read()).hexdigest() == before
+
+
+@pytest.mark.clearml
+def test_clearml_records_in_0_1_0s_form_with_an_alias_on_a_slot_record_are_continued_and_the_alias_kept(
+    clearml_project: str, clearml_api: Any, tmp_path: Path
+) -> None:
+    """0.1.0's ClearML saves were refused by clearml-server 2.0 (it sent the metadata key ``key``), so this
+    starts from records put in the form 0.1.0 wrote them: the slot key under metadata ``key``, and an
+    ``alias:production`` tag on a live slot record (0.1.0 did not pin at alias time). A new saver of
+    this code resumes the run for 3 more epochs, which evicts that record."""
+    target = Target(str(tmp_path / "out"), registry=f"clearml:{clearml_project}")
+    reg = shared_registry(target.registry, create=False)
+
+    def train(epochs: int) -> None:
+        saver, net = target.saver(), model()
+        trainer = trainer_engine(net)
+        best = attach(trainer, saver, {"model": net}, n_saved=2, prefix="best", scores=SCORES)
+        last = attach(trainer, saver, {"model": net, "trainer": trainer}, n_saved=1)
+        resume(saver, {"model": net, "trainer": trainer}, [best, last])
+        trainer.run([0], max_epochs=epochs)
+        saver.close()
+
+    train(3)
+    for record in find_models(project="p", registry=reg):  # as 0.1.0 wrote it: the slot key under "key"
+        items = clearml_api.ok("models.get_by_id", model=record.id)["model"]["metadata"].values()
+        old = [{**item, "key": "key"} if item["key"] == "slot_key" else item for item in items]
+        clearml_api.ok("models.add_or_update_metadata", model=record.id, metadata=old, replace_metadata=True)
+    low = min(find_models(project="p", stream="best_model", live=True, registry=reg), key=lambda r: r.score or 0)
+    reg.rename(low.id, "keep me")
+    reg.set_alias(low.id, "production")  # the tag 0.1.0 wrote, on the slot record itself
+    train(6)
+    assert get_model(low.id, registry=reg).state is RecordState.EVICTED
+    production = resolve_model("p@production", registry=reg)
+    assert production.state is RecordState.PINNED and str(production.metadata["pinned_from"]) == low.id
+    assert production.name == "keep me" and production.sha256 == low.sha256
+    assert target.storage().digest(str(production.key)) == (low.size, low.sha256)
+    slots = sorted(o.key for o in target.storage().list("p/r/") if ".slot" in o.key)
+    assert slots == ["p/r/best_model.slot0.pt", "p/r/best_model.slot1.pt", "p/r/checkpoint.slot0.pt"]
+    live = sorted((r.stream, r.global_step) for r in find_models(project="p", states=["live"], registry=reg))
+    assert live == [("best_model", 4), ("best_model", 6), ("checkpoint", 6)]
