@@ -1,4 +1,4 @@
-"""The webhook options of ``tracker-saver events``: its URL and secret from the environment or a file, out of ``ps``.
+"""The webhook options of ``tracker-saver events``: its URL and secret from the environment or a file, not argv.
 
 A command line is readable by every user of the machine (``ps``, ``/proc/PID/cmdline``) and is kept
 in shell histories, so the signing secret, and a URL that carries a token, come from
