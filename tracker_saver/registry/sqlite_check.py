@@ -7,7 +7,7 @@ import os
 import sqlite3
 from pathlib import Path
 
-from tracker_saver.core.errors import ConfigError
+from tracker_saver.core.errors import ConfigError, RegistryError
 from tracker_saver.registry.migrations import stored_version
 
 __all__ = ["check_registry_path", "damage", "sqlite_file"]
@@ -117,6 +117,9 @@ def damage(path: str | os.PathLike[str], *, deep: bool = False) -> list[str]:
     trip on); ``deep`` runs ``PRAGMA integrity_check``, which also checks every index against
     its table. A file SQLite cannot read at all (a destroyed header page) is one line saying why.
 
+    Raises:
+        RegistryError: the file cannot be opened or read now (say, a lock): that says nothing of damage.
+
     Examples:
         >>> import os, tempfile
         >>> junk = os.path.join(tempfile.mkdtemp(), "registry.db")
@@ -131,7 +134,12 @@ def damage(path: str | os.PathLike[str], *, deep: bool = False) -> list[str]:
             rows = conn.execute(f"PRAGMA {pragma}({MOST_PROBLEMS})").fetchall()
         finally:
             conn.close()
-    except sqlite3.DatabaseError as exc:  # the header or the schema cannot be read: nothing can
+    except sqlite3.OperationalError as exc:  # cannot be opened or read now (a lock, a missing -shm): no verdict
+        raise RegistryError(
+            f"registry {str(path)!r} cannot be checked now ({exc}): run the check again from an account that can "
+            "read the file and its folder"
+        ) from exc
+    except sqlite3.DatabaseError as exc:  # corrupt or not a database: the header or the schema cannot be read
         return [str(exc)]
     lines = [str(row[0]) for row in rows]
     return [] if lines == ["ok"] else lines
