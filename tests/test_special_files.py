@@ -36,7 +36,8 @@ from tests.helpers import ROOT, Target, attach, model, trainer_engine
 from tracker_saver import models
 from tracker_saver.cli.main import main
 from tracker_saver.core.errors import IntegrityError
-from tracker_saver.core.records import RecordState
+from tracker_saver.core.records import RecordState, StreamId
+from tracker_saver.save.ownership import owner_key
 from tracker_saver.ui.app import create_app
 
 #: The most a call may take before the test calls it hung (a bound, never asserted as a duration).
@@ -100,7 +101,7 @@ def _within(call: Callable[[], Any], fifo: Path | None = None) -> Any:
         if fifo is not None and fifo.exists():
             _let_readers_go(fifo)
         thread.join(BOUND_S)
-        pytest.fail(f"hung for {BOUND_S} s on a special file at a slot path")
+        pytest.fail(f"hung for {BOUND_S} s on a special file at output_uri")
     return box["result"]
 
 
@@ -322,3 +323,36 @@ def test_ui_downloads_of_a_fifo_slot_answer_409_at_once_and_free_their_places(ru
         assert answer.status_code == 409 and "a FIFO" in answer.json()["detail"]
     sent = client.get(f"/api/models/{other.id}/download")
     assert sent.status_code == 200 and hashlib.sha256(sent.content).hexdigest() == other.sha256
+
+
+def test_a_fifo_in_place_of_the_streams_owner_object_refuses_the_next_run_at_once(run) -> None:
+    run.saver.close()
+    owner = run.root / "out" / owner_key(StreamId(run.target.storage().uri, "p", "r", "model"))
+    owner.unlink()
+    os.mkfifo(owner)
+
+    def next_run() -> None:
+        saver = run.target.saver()
+        try:
+            net = model()
+            trainer = trainer_engine(net)
+            attach(trainer, saver, {"model": net}, n_saved=2)
+            trainer.run([0], max_epochs=1)
+        finally:
+            saver.close()
+
+    refused = _within(next_run, owner)
+    assert isinstance(refused, IntegrityError) and "a FIFO" in str(refused) and str(owner) in str(refused), refused
+
+
+def test_a_delete_through_a_symlinked_run_folder_never_removes_a_file_outside(tmp_path) -> None:
+    outside = tmp_path / "elsewhere"
+    (outside / "r").mkdir(parents=True)
+    victim = outside / "r" / "model.slot0.pt"
+    victim.write_bytes(b"not ours")
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "p").symlink_to(outside, target_is_directory=True)
+    storage = Target(output_uri=str(tmp_path / "out"), registry=None).storage()
+    with pytest.raises(IntegrityError, match="reached through a symlink"):
+        storage.delete(KEY0)
+    assert victim.read_bytes() == b"not ours"
