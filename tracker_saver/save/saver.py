@@ -97,6 +97,7 @@ class TrackerSaver(DiskSaver):
         keep_every_max: the most archive entries a stream keeps (oldest go first); ``None``: all.
         history: a ``Retention``: :meth:`close` prunes this run's old records by it. SQLite only (docs/lifecycle.md).
         webhook: a ``Webhook(url, secret)``: POST every event, signed, from a thread a save only wakes. SQLite only.
+            ``Webhook()`` reads both from ``TRACKER_SAVER_WEBHOOK_URL`` and ``TRACKER_SAVER_WEBHOOK_SECRET``.
 
     Raises:
         ConfigError: at construction, for an unwritable or unknown output_uri, a bad
