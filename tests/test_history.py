@@ -257,7 +257,8 @@ def test_a_prune_keeps_live_renamed_aliased_and_each_slots_newest_evicted_record
 ) -> None:
     train(local_target, 2, scored=False)
     records = by_epoch(local_target)
-    # The registry's own set_alias (no pin first, as another client may do) leaves it on the slot record.
+    # The registry's own set_alias (no pin first, as another client may do) leaves it on the slot record;
+    # the save that evicts that record pins its bytes and moves the alias to the pin (issue 52).
     open_registry(local_target.registry).set_alias(records[1].id, "first")
     rename_model(records[2].id, "kept by name", registry=local_target.registry)
     train(local_target, 8, scored=False)  # eight more saves in the same stream
@@ -271,7 +272,9 @@ def test_a_prune_keeps_live_renamed_aliased_and_each_slots_newest_evicted_record
 
     assert [p.record_id for p in pruned] == [p.record_id for p in dry] and pruned
     assert set(after) == set(before) - {p.record_id for p in pruned}
-    assert {records[1].id, records[2].id} <= set(after)
+    first = registry.query(Query(project="p", alias="first"))[0]
+    assert first.state is RecordState.PINNED and str(first.metadata["pinned_from"]) == records[1].id
+    assert {first.id, records[2].id} <= set(after)
     assert {before[p.record_id].state for p in pruned} == {RecordState.EVICTED}
     newest_per_slot = {max((r for r in history if r.slot == s), key=lambda r: r.created_at).id for s in (0, 1)}
     assert newest_per_slot <= set(after)
