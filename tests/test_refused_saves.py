@@ -111,6 +111,32 @@ def test_a_value_over_its_limit_is_refused_before_a_byte_naming_the_field_its_si
     assert os.path.getsize(target.registry) < 1 << 20  # before the fix: 184 MB for a 30 MB string
 
 
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"name": "n" * 256}, r"record name 'nnn.*' of checkpoint 'model_1.pt' is 256 characters long: .* at most 255"),
+        (
+            {"tags": ["t" * 201]},
+            r"tag 'ttt.*' of checkpoint 'model_1.pt' is 201 characters long: a tag has at most 200",
+        ),
+    ],
+    ids=["name", "tag"],
+)
+def test_a_name_or_tag_a_callback_makes_too_long_is_refused_as_a_rename_or_the_ui_would(
+    tmp_path: Path, change: dict[str, Any], message: str
+) -> None:
+    target = Target(str(tmp_path / "out"), str(tmp_path / "registry.db"))
+
+    def callback(info: UploadInfo) -> UploadInfo:
+        for field, value in change.items():
+            setattr(info, field, value)
+        return info
+
+    with pytest.raises(ConfigError, match=message):
+        train(target.saver(pre_upload=[callback]), {"model": model()}, n_saved=1, epochs=1)
+    assert _files(tmp_path / "out") == [] and find_models(registry=target.registry) == []
+
+
 @pytest.fixture
 def locked(tmp_path: Path) -> Iterator[list[sqlite3.Connection]]:
     """Where a callback puts the connection that holds the registry's write lock; closed at the end."""

@@ -20,6 +20,7 @@ __all__ = [
     "MAX_KEY_LENGTH",
     "MAX_METADATA_BYTES",
     "MAX_NAME_LENGTH",
+    "MAX_TAG_LENGTH",
     "MAX_VALUE_BYTES",
     "SAVER_KEYS_BYTES",
     "MetaValue",
@@ -84,6 +85,8 @@ ALIAS_PATTERN = re.compile(r"[A-Za-z0-9][A-Za-z0-9_.-]{0,63}")
 #: The longest display name a record may get.
 MAX_NAME_LENGTH = 255
 
+#: The longest tag, in characters (the web UI's limit too).
+MAX_TAG_LENGTH = 200
 #: The longest metadata key, in characters: the longest name a project, run or where key may have.
 MAX_KEY_LENGTH = 1000
 #: The most bytes (UTF-8) one string metadata value may hold. A note, a config as JSON, a git diff
@@ -254,10 +257,12 @@ def _size(value: MetaValue) -> int:
 
 
 def check_tags(tags: object, what: str) -> list[str]:
-    """``tags`` as a list, each a non-empty string the text rule allows; one string is one tag.
+    """``tags`` as a list, each a non-empty string the text rule allows, of at most :data:`MAX_TAG_LENGTH` characters.
+
+    One string is one tag.
 
     Raises:
-        ConfigError: a tag that is not text, is blank or breaks the text rule, naming ``what``.
+        ConfigError: a tag that is not text, is blank, too long or breaks the text rule, naming ``what``.
 
     Examples:
         >>> check_tags("candidate", "record 3"), check_tags(("a", "b 🧑\u200d🔬"), "record 3")
@@ -268,6 +273,11 @@ def check_tags(tags: object, what: str) -> list[str]:
     if listed is None or bad:
         raise ConfigError(
             f"tags {bad or tags!r} of {what} are not non-empty strings: give tags as a list of text, e.g. ['candidate']"
+        )
+    long = next((t for t in listed if len(t) > MAX_TAG_LENGTH), None)
+    if long is not None:
+        raise ConfigError(
+            f"tag {long[:40] + '...'!r} of {what} is {len(long)} characters long: a tag has at most {MAX_TAG_LENGTH}"
         )
     return [check_text(f"tag of {what}", tag) for tag in listed]
 
@@ -368,6 +378,8 @@ class UploadInfo:
 
         The name and the tags follow the text rule, and so do metadata keys and string values
         (:func:`clean_metadata`): the same rule a rename or a tag from the CLI or the UI follows.
+        A name a callback gave has at most :data:`MAX_NAME_LENGTH` characters, as a rename's
+        (Ignite's own filename may be longer); metadata leaves :data:`SAVER_KEYS_BYTES` free.
 
         Examples:
             >>> UploadInfo("p", "r", "s", "s_1.pt", name="ok\\x1b[2J").check_labels()  # doctest: +ELLIPSIS
@@ -378,6 +390,11 @@ class UploadInfo:
         what = f"checkpoint {self.filename!r}"
         if not isinstance(self.name, str) or not self.name.strip():
             raise ConfigError(f"record name {self.name!r} of {what} is not a non-empty string: name it with text")
+        if self.name != self.filename and len(self.name) > MAX_NAME_LENGTH:  # the rule of a rename
+            raise ConfigError(
+                f"record name {self.name[:40] + '...'!r} of {what} is {len(self.name)} characters long: give a name "
+                f"of at most {MAX_NAME_LENGTH}"
+            )
         check_text(f"record name of {self.filename!r}", self.name)
         check_tags(self.tags, what)
         clean_metadata(self.metadata, reserve=SAVER_KEYS_BYTES)
