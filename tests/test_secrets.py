@@ -8,6 +8,7 @@ tests/test_webhooks.py; the refusals are sent as raw HTTP, as a forger would sen
 
 from __future__ import annotations
 
+import base64
 import importlib.util
 import os
 import socket
@@ -194,6 +195,25 @@ def test_a_python_webhook_reads_what_it_is_not_given_from_the_environment(regist
     monkeypatch.delenv("TRACKER_SAVER_WEBHOOK_SECRET")
     with pytest.raises(ConfigError, match="needs a secret .* set TRACKER_SAVER_WEBHOOK_SECRET"):
         Webhook()
+
+
+def test_a_webhook_url_with_user_and_password_is_delivered_with_basic_auth_and_shown_without_them(
+    registry, receiver
+) -> None:
+    seen: list[str] = []
+
+    class Handler(receiver_example._Handler):
+        def do_POST(self) -> None:  # noqa: N802 (http.server's name)
+            seen.append(self.headers.get("Authorization", ""))
+            super().do_POST()
+
+    receiver.RequestHandlerClass = Handler
+    hook = Webhook(f"http://hooks:{TOKEN}@127.0.0.1:{receiver.server_address[1]}/events", SECRET)
+    relay = Relay(registry.history, hook)
+    save(registry, 0)
+    assert relay.pump() == 1 and len(receiver.got) == 1  # urllib used to look up "hooks:tok…@127.0.0.1"
+    assert seen == ["Basic " + base64.b64encode(f"hooks:{TOKEN}".encode()).decode()]
+    assert TOKEN not in repr(hook) + hook.shown
 
 
 # -- the example receiver refuses what it cannot verify, by its headers ---------------------------

@@ -11,6 +11,7 @@ and restarts, so delivery is at least once and a receiver deduplicates by event 
 
 from __future__ import annotations
 
+import base64
 import hashlib
 import hmac
 import logging
@@ -21,7 +22,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from dataclasses import dataclass, field
-from urllib.parse import SplitResult, urlsplit
+from urllib.parse import SplitResult, unquote, urlsplit, urlunsplit
 
 from tracker_saver.core.errors import ConfigError
 from tracker_saver.registry.history import Event, HistoryLog
@@ -107,6 +108,11 @@ def _port(parts: SplitResult) -> int | None:
 
 
 def _post(url: str, body: bytes, headers: dict[str, str], timeout: float) -> None:
+    parts = urlsplit(url)
+    if parts.username is not None:  # user:password@ is HTTP Basic auth, as curl sends it; urllib takes it for the host
+        login = f"{unquote(parts.username)}:{unquote(parts.password or '')}".encode()
+        headers = {**headers, "Authorization": f"Basic {base64.b64encode(login).decode('ascii')}"}
+        url = urlunsplit(parts._replace(netloc=parts.netloc.rsplit("@", 1)[1]))
     request = urllib.request.Request(url, data=body, headers=headers, method="POST")
     with urllib.request.urlopen(request, timeout=timeout) as answer:  # noqa: S310 (http(s) only: Webhook checks)
         answer.read()
