@@ -13,13 +13,13 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import json
 import time
 from collections.abc import Callable
 from typing import Any
 
 from tracker_saver.cli.shared import URI_HELP, dump, open_cli_registry, wants_json
 from tracker_saver.cli.webhook_options import add_webhook_options, webhook_of
+from tracker_saver.core.jsonout import dumps
 from tracker_saver.core.text import escape
 from tracker_saver.core.wording import plural
 
@@ -44,6 +44,12 @@ def add_history_commands(commands: Any, command: Callable[..., argparse.Argument
         "--interval", type=float, default=1.0, metavar="SECONDS", help="with --follow: seconds between reads (1)"
     )
     add_webhook_options(events)
+    events.add_argument(
+        "--dead",
+        action="store_true",
+        help="list the events a webhook's receiver refused, set aside so that later ones flow "
+        "(with --webhook: send that webhook's again)",
+    )
     prune = command(commands, "prune", PRUNE_HELP, _cmd_prune, parents)
     prune.add_argument("--keep-last", type=int, metavar="N", help="keep the newest N history records of each stream")
     prune.add_argument("--older-than", metavar="AGE", help="delete only records older than AGE, e.g. 30d, 12h, 90m")
@@ -58,10 +64,10 @@ def _cmd_events(args: argparse.Namespace) -> int:
     from tracker_saver.registry.history import follow, history_of
 
     log = history_of(open_cli_registry(args), "tracker-saver events")
+    if args.dead:
+        return _dead(args, log)
     if args.webhook is not None:
-        from tracker_saver.registry.webhooks import Relay
-
-        relay = Relay(log, webhook_of(args))
+        relay = _relay(args, log)
         if not args.follow:
             return _deliver_once(relay)
         relay.start(args.interval)
@@ -73,7 +79,7 @@ def _cmd_events(args: argparse.Namespace) -> int:
 
     for event in follow(log, wait=wait, after=args.after, project=args.project):
         if wants_json(args):  # one object a line (JSON Lines): what a follower reads as it comes
-            print(json.dumps(event.to_dict()), flush=True)
+            print(dumps(event.to_dict()), flush=True)
         else:
             stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(event.time))
             what = f"{event.project}@{event.alias}" if event.alias else f"record {event.record_id}"
@@ -84,13 +90,53 @@ def _cmd_events(args: argparse.Namespace) -> int:
     return 0
 
 
+def _relay(args: argparse.Namespace, log: Any) -> Any:
+    """The relay to the webhook that ``--webhook`` and its secret options name."""
+    from tracker_saver.registry.webhooks import Relay
+
+    return Relay(log, webhook_of(args))
+
+
 def _deliver_once(relay: Any) -> int:
     """``events --webhook`` without ``--follow``: send what is due, say what is left; 1 if something is."""
     sent = relay.pump()
     box = relay.log.outbox(relay.webhook.endpoint, relay.webhook.shown)
     left = f"{plural(len(box.events), 'event')} left" + (f" (last try: {box.error})" if box.error else "")
-    print(escape(f"sent {plural(sent, 'event')} to {relay.webhook.shown}; {left}"))
+    dead = len(relay.log.dead(relay.webhook.endpoint))
+    aside = f"; {plural(dead, 'event')} set aside (tracker-saver events --dead)" if dead else ""
+    print(escape(f"sent {plural(sent, 'event')} to {relay.webhook.shown}; {left}{aside}"))
     return 1 if box.events else 0
+
+
+def _dead(args: argparse.Namespace, log: Any) -> int:
+    """``events --dead``: the set-aside events, oldest first; with ``--webhook``, that webhook's sent again."""
+    if args.webhook is not None:
+        relay = _relay(args, log)
+        sent = relay.resend_dead()
+        left = len(log.dead(relay.webhook.endpoint))
+        if wants_json(args):
+            dump({"webhook": relay.webhook.shown, "resent": sent, "left": left})
+        else:
+            print(
+                escape(f"sent {plural(sent, 'set-aside event')} again to {relay.webhook.shown}; {left} still set aside")
+            )
+        return 1 if left else 0
+    dead = log.dead()
+    if wants_json(args):
+        dump([d.to_dict() for d in dead])
+        return 0
+    if not dead:
+        print("no event is set aside")
+    for d in dead:
+        stamp = time.strftime("%Y-%m-%d %H:%M:%S", time.localtime(d.time))
+        e = d.event
+        what = f"{e.project}@{e.alias}" if e.alias else f"record {e.record_id}"
+        print(
+            escape(
+                f"{e.seq:>6}  {stamp}  {e.type:<15} {what}  {d.shown}: {d.error} after {plural(d.attempts, 'try', 'tries')}"
+            )
+        )
+    return 0
 
 
 def _change(before: dict[str, Any] | None, after: dict[str, Any] | None) -> str:

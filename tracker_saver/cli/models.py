@@ -28,6 +28,7 @@ from tracker_saver.cli.shared import (
     resolve,
     wants_json,
 )
+from tracker_saver.core.jsonout import record_json
 from tracker_saver.core.text import escape
 from tracker_saver.core.wording import plural
 
@@ -66,7 +67,7 @@ def _cmd_models_list(args: argparse.Namespace) -> int:
     filters = _filters(args)
     pages = find_model_pages(**filters, order_by=args.sort, limit=args.limit, offset=args.offset, registry=registry)
     if wants_json(args):
-        dump_pages([r.to_dict() for r in page] for page in pages)
+        dump_pages([record_json(r) for r in page] for page in pages)
         return 0
     first = next(pages, None)
     if first is None:  # not a bare table header: say that the query ran and matched nothing
@@ -92,7 +93,7 @@ def _cmd_models_list(args: argparse.Namespace) -> int:
 def _cmd_models_show(args: argparse.Namespace) -> int:
     record = resolve(args, open_cli_registry(args))
     if wants_json(args):
-        dump(record.to_dict())
+        dump(record_json(record))
         return 0
     from tracker_saver.cli.console import print_record
 
@@ -107,7 +108,7 @@ def _cmd_models_get(args: argparse.Namespace) -> int:
     record = resolve(args, registry)
     path = download_model(record, args.dest, registry=registry)
     if wants_json(args):
-        dump({"record": record.to_dict(), "path": str(path)})
+        dump({"record": record_json(record), "path": str(path)})
     else:
         print(escape(f"{label(record)}: {plural(record.size or 0, 'byte')}, sha256 verified, written to {path}"))
     return 0
@@ -152,7 +153,7 @@ def _cmd_models_unalias(args: argparse.Namespace) -> int:
 
     named = remove_alias(args.project_name, args.alias_name, registry=open_cli_registry(args))
     if wants_json(args):
-        record = named.to_dict() if named is not None else None
+        record = record_json(named) if named is not None else None
         dump({"project": args.project_name, "alias": args.alias_name, "removed": True, "record": record})
     else:
         print(escape(unalias_note(args.project_name, args.alias_name, named)))
@@ -177,7 +178,7 @@ def _cmd_models_unpin(args: argparse.Namespace) -> int:
     record = resolve(args, registry)
     unpin_model(record.id, registry=registry)
     if wants_json(args):
-        dump({"id": record.to_dict()["id"], "unpinned": True, "deleted": record.uri})
+        dump({"id": record.id, "unpinned": True, "deleted": record.uri})
     else:
         print(escape(f"{label(record)} unpinned: {record.uri} deleted"))
     return 0
@@ -189,7 +190,7 @@ def _cmd_models_history(args: argparse.Namespace) -> int:
     registry = open_cli_registry(args)
     records = slot_history(resolve(args, registry), registry=registry)
     if wants_json(args):
-        dump([r.to_dict() for r in records])
+        dump([record_json(r) for r in records])
         return 0
     from tracker_saver.cli.console import print_records
 

@@ -12,11 +12,11 @@ Examples:
 from __future__ import annotations
 
 import argparse
-import json
 import sys
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Any
 
+from tracker_saver.core.jsonout import dumps, record_json
 from tracker_saver.core.text import escape
 
 if TYPE_CHECKING:
@@ -65,15 +65,15 @@ def wants_json(args: argparse.Namespace) -> bool:
 
 
 def dump(value: Any) -> None:
-    """Print JSON: an object indented, a list one item per line.
+    """Print standard JSON (:func:`~tracker_saver.core.jsonout.dumps`): an object indented, a list one item per line.
 
     ``indent`` switches json to its pure-Python encoder (2.5 s for 10k records); one compact
     line per item keeps the C encoder and still reads, and greps, line by line.
     """
     if isinstance(value, list):
-        print("[" + ",".join("\n  " + json.dumps(item) for item in value) + ("\n]" if value else "]"))
+        print("[" + ",".join("\n  " + dumps(item) for item in value) + ("\n]" if value else "]"))
     else:
-        print(json.dumps(value, indent=2))
+        print(dumps(value, indent=2))
 
 
 def dump_pages(pages: Iterable[Sequence[Any]]) -> None:
@@ -90,7 +90,7 @@ def dump_pages(pages: Iterable[Sequence[Any]]) -> None:
     out, count = sys.stdout, 0
     out.write("[")
     for page in pages:
-        out.write("".join(("," if count or i else "") + "\n  " + json.dumps(item) for i, item in enumerate(page)))
+        out.write("".join(("," if count or i else "") + "\n  " + dumps(item) for i, item in enumerate(page)))
         out.flush()
         count += len(page)
     out.write("\n]\n" if count else "]\n")
@@ -111,7 +111,7 @@ def label(record: Record) -> str:
 def print_record(args: argparse.Namespace, record: Record, text: str) -> int:
     """Print a record as JSON with ``--json``, else ``text`` (escaped); the command's exit status (0)."""
     if wants_json(args):
-        dump(record.to_dict())
+        dump(record_json(record))
     else:
         print(escape(text))
     return 0

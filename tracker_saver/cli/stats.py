@@ -7,7 +7,6 @@ A thin face over :func:`tracker_saver.find.run_stats`; ``cli.py`` registers it w
 from __future__ import annotations
 
 import argparse
-import json
 from collections.abc import Callable
 from typing import Any
 
@@ -41,7 +40,9 @@ def cmd_stats(args: argparse.Namespace) -> int:
     registry = open_cli_registry(args)
     rows = run_stats(project, run, output_uri=args.output_uri, registry=registry)
     if getattr(args, "json", False):
-        print(json.dumps([row.to_dict() for row in rows], indent=2))
+        from tracker_saver.core.jsonout import dumps
+
+        print(dumps([row.to_dict() for row in rows], indent=2))
         return 0
     from tracker_saver.cli.console import print_save_stats
 

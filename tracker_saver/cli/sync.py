@@ -9,9 +9,9 @@ from __future__ import annotations
 import argparse
 import contextlib
 import dataclasses
-import json
 import sys
 
+from tracker_saver.core.jsonout import dumps
 from tracker_saver.core.text import escape
 
 __all__ = ["SYNC_HELP", "add_sync_arguments", "cmd_sync"]
@@ -56,7 +56,7 @@ def cmd_sync(args: argparse.Namespace) -> int:
             progress=None if as_json else (lambda r: print(escape(f"  {r.state.value:8} {r.name}"), file=out)),
         )
     if as_json:
-        print(json.dumps({**dataclasses.asdict(report), "records": report.records}, indent=2))
+        print(dumps({**dataclasses.asdict(report), "records": report.records}, indent=2))
     else:
         how = "imported into" if report.imported else "already in"
         print(

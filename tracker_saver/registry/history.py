@@ -11,7 +11,6 @@ registry (a compare-and-set without transactions there).
 
 from __future__ import annotations
 
-import json
 import math
 import re
 import time
@@ -20,6 +19,7 @@ from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from tracker_saver.core.errors import ConfigError, PromotionRefusedError, RegistryError
+from tracker_saver.core.jsonout import dumps
 from tracker_saver.core.query import is_number
 from tracker_saver.core.records import Record, RecordState, StreamId
 from tracker_saver.registry.base import Query, Registry
@@ -27,6 +27,7 @@ from tracker_saver.registry.base import Query, Registry
 __all__ = [
     "EVENT_TYPES",
     "Check",
+    "DeadEvent",
     "Event",
     "HistoryLog",
     "Outbox",
@@ -88,8 +89,8 @@ class Event:
         }  # fmt: skip
 
     def body(self) -> bytes:
-        """The event as compact JSON, keys sorted, UTF-8."""
-        return json.dumps(self.to_dict(), sort_keys=True, separators=(",", ":")).encode()
+        """The event as compact standard JSON, keys sorted, UTF-8 (a score of ``±inf``: ``"Infinity"``)."""
+        return dumps(self.to_dict(), sort_keys=True, separators=(",", ":")).encode()
 
 
 @dataclass(frozen=True)
@@ -159,6 +160,32 @@ class Outbox:
     error: str | None = None
 
 
+@dataclass(frozen=True)
+class DeadEvent:
+    """An event a webhook's receiver refused, set aside so that the events behind it flow.
+
+    Attributes:
+        event: the event.
+        endpoint: the webhook's outbox (a hash of its URL).
+        shown: the webhook's scheme, host and port.
+        error: its last try's answer (``HTTP 400``).
+        attempts: the tries it failed.
+        time: when it was set aside, in seconds since the epoch.
+    """
+
+    event: Event
+    endpoint: str
+    shown: str
+    error: str
+    attempts: int
+    time: float
+
+    def to_dict(self) -> dict[str, Any]:
+        """What ``tracker-saver events --dead --json`` prints: the event and why it was set aside."""
+        why = {"webhook": self.shown, "error": self.error, "attempts": self.attempts, "set_aside": self.time}
+        return {"event": self.event.to_dict(), **why}
+
+
 @runtime_checkable
 class HistoryLog(Protocol):
     """A registry's events, history deletion and gated alias moves (the SQLite registry's ``history``)."""
@@ -180,6 +207,15 @@ class HistoryLog(Protocol):
 
     def failed(self, endpoint: str, *, due: float, error: str) -> None:
         """The first event of ``endpoint``'s outbox did not get through; try again at ``due``."""
+
+    def set_aside(self, endpoint: str, seq: int, *, error: str, attempts: int) -> None:
+        """``endpoint``'s receiver refused event ``seq``: out of its outbox, into its dead letters."""
+
+    def dead(self, endpoint: str | None = None) -> list[DeadEvent]:
+        """Events set aside (for ``endpoint`` only, when given), oldest first."""
+
+    def resent(self, endpoint: str, seq: int) -> None:
+        """Dead event ``seq`` reached ``endpoint`` when sent again: out of its dead letters."""
 
 
 def history_of(registry: Registry, what: str) -> HistoryLog:

@@ -193,6 +193,22 @@ MIGRATIONS: tuple[tuple[int, str], ...] = (
         UPDATE records SET renamed_at = updated_at WHERE name != filename;
         """,
     ),
+    (
+        9,
+        # A webhook's dead letters (issue 51): an event its receiver refused leaves the outbox's
+        # cursor for this table, so the events behind it flow; kept until it is sent again (a
+        # prune keeps its event too). Only a new table: it applies after any migration 8.
+        """
+        CREATE TABLE IF NOT EXISTS webhook_dead (
+            endpoint  TEXT NOT NULL,
+            seq       INTEGER NOT NULL,
+            error     TEXT NOT NULL,
+            attempts  INTEGER NOT NULL,
+            dead_at   REAL NOT NULL,
+            PRIMARY KEY (endpoint, seq)
+        );
+        """,
+    ),
 )
 
 

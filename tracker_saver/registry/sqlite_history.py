@@ -15,10 +15,11 @@ import sqlite3
 import time
 from typing import Any
 
+from tracker_saver.core.jsonout import as_float, dumps
 from tracker_saver.core.records import Record, RecordState, StreamId
 from tracker_saver.core.text import check_filters
 from tracker_saver.registry.base import Query, Registry
-from tracker_saver.registry.history import Check, Event, Outbox, Pruned, Retention, refused
+from tracker_saver.registry.history import Check, DeadEvent, Event, Outbox, Pruned, Retention, refused
 from tracker_saver.registry.sqlite_connection import SQLiteConnection
 
 __all__ = ["SQLiteHistory", "add_event", "view"]
@@ -58,17 +59,35 @@ def add_event(
     conn.execute(
         "INSERT INTO events (id, time, type, project, record_id, alias, before, after) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
         ("evt_" + secrets.token_hex(16), time.time(), kind, project, record_id, alias,
-         None if before is None else json.dumps(before), None if after is None else json.dumps(after)),
+         None if before is None else dumps(before), None if after is None else dumps(after)),
     )  # fmt: skip
+
+
+def _side(text: str | None) -> dict[str, Any] | None:
+    """An event's ``before`` or ``after`` as stored: standard JSON, its score a float again (``"Infinity"``).
+
+    Rows written before issue 51 hold a bare ``Infinity``, which Python's json reads as well.
+    """
+    if text is None:
+        return None
+    side: dict[str, Any] = json.loads(text)
+    if "score" in side:
+        side["score"] = as_float(side["score"])
+    return side
 
 
 def _event(row: sqlite3.Row) -> Event:
     return Event(
-        id=row["id"], seq=row["seq"], type=row["type"], time=row["time"], project=row["project"],
-        record_id=None if row["record_id"] is None else str(row["record_id"]), alias=row["alias"],
-        before=None if row["before"] is None else json.loads(row["before"]),
-        after=None if row["after"] is None else json.loads(row["after"]),
-    )  # fmt: skip
+        id=row["id"],
+        seq=row["seq"],
+        type=row["type"],
+        time=row["time"],
+        project=row["project"],
+        record_id=None if row["record_id"] is None else str(row["record_id"]),
+        alias=row["alias"],
+        before=_side(row["before"]),
+        after=_side(row["after"]),
+    )
 
 
 class SQLiteHistory:
@@ -126,6 +145,41 @@ class SQLiteHistory:
                 (due, error, endpoint),
             )
 
+    def set_aside(self, endpoint: str, seq: int, *, error: str, attempts: int) -> None:
+        """``endpoint``'s receiver refused event ``seq``: into its dead letters and out of its outbox, in
+        one transaction (the outbox's cursor passes it, its attempts back to 0)."""
+        with self._db.atomic() as conn:
+            conn.execute(
+                "INSERT OR REPLACE INTO webhook_dead (endpoint, seq, error, attempts, dead_at) VALUES (?, ?, ?, ?, ?)",
+                (endpoint, seq, error, attempts, time.time()),
+            )
+            conn.execute(
+                "UPDATE webhooks SET delivered = MAX(delivered, ?), attempts = 0, due = 0, error = NULL"
+                " WHERE endpoint = ?",
+                (seq, endpoint),
+            )
+
+    def dead(self, endpoint: str | None = None) -> list[DeadEvent]:
+        """Events set aside (for ``endpoint`` only, when given), oldest first."""
+        where, args = ("WHERE d.endpoint = ?", [endpoint]) if endpoint is not None else ("", [])
+        rows = self._db.read(
+            "SELECT e.*, d.endpoint AS d_endpoint, w.shown AS d_shown, d.error AS d_error, d.attempts AS d_attempts,"
+            " d.dead_at AS d_time FROM webhook_dead d JOIN events e ON e.seq = d.seq"
+            f" LEFT JOIN webhooks w ON w.endpoint = d.endpoint {where} ORDER BY d.seq, d.endpoint",
+            args,
+        )
+        return [
+            DeadEvent(
+                _event(row), row["d_endpoint"], row["d_shown"] or "", row["d_error"], row["d_attempts"], row["d_time"]
+            )
+            for row in rows
+        ]
+
+    def resent(self, endpoint: str, seq: int) -> None:
+        """Dead event ``seq`` reached ``endpoint`` when sent again: out of its dead letters."""
+        with self._db.atomic() as conn:
+            conn.execute("DELETE FROM webhook_dead WHERE endpoint = ? AND seq = ?", (endpoint, seq))
+
     def move_alias(self, record_id: str, alias: str, *, check: Check) -> Record:
         """Read the record and the alias's holder, check, and move the alias, in one write transaction
         (``BEGIN IMMEDIATE``: no other writer can move the alias between the check and the move)."""
@@ -160,7 +214,8 @@ class SQLiteHistory:
                 marks = ",".join("?" * len(deleted))
                 conn.execute(
                     f"DELETE FROM events WHERE type = 'record.live' AND record_id IN ({marks})"
-                    " AND seq <= (SELECT COALESCE(MIN(delivered), 1e18) FROM webhooks)",  # none still in an outbox
+                    " AND seq <= (SELECT COALESCE(MIN(delivered), 1e18) FROM webhooks)"  # none still in an outbox
+                    " AND seq NOT IN (SELECT seq FROM webhook_dead)",  # nor set aside, to be sent again
                     deleted,
                 )
             gone.update(str(i) for i in deleted)

@@ -7,6 +7,14 @@ Stripe signs its webhooks) and ``Tracker-Saver-Event: <event id>``. The outbox i
 and restarts, so delivery is at least once and a receiver deduplicates by event id
 (``examples/webhook_receiver.py``). A failed try waits ``base * 2**attempts`` seconds (at most
 ``cap``) before the next, and the events behind it wait too: they arrive in order.
+
+The dead-letter rule: one event never stops the outbox for good. An answer that refuses the event
+itself (:data:`REFUSED`: 400, 409, 413, 415, 422; the same bytes would get the same answer) sets
+it aside at once; so does a receiver's error (another 5xx) on the :data:`DEAD_AFTER`-th failed
+try in a row. A set-aside event is recorded (``HistoryLog.dead``, ``tracker-saver events --dead``),
+logged once as a warning, and may be sent again (:meth:`Relay.resend_dead`); the events behind it
+flow. A receiver that is away, busy or set up wrongly (no connection, a timeout, 401, 403, 404,
+408, 429, 502, 503, 504) is waited for, for as long as it takes: those say nothing about the event.
 """
 
 from __future__ import annotations
@@ -27,7 +35,7 @@ from urllib.parse import SplitResult, unquote, urlsplit, urlunsplit
 from tracker_saver.core.errors import ConfigError
 from tracker_saver.registry.history import Event, HistoryLog
 
-__all__ = ["SIGNATURE_HEADER", "Relay", "Webhook", "sign"]
+__all__ = ["DEAD_AFTER", "REFUSED", "SIGNATURE_HEADER", "Relay", "Webhook", "sign"]
 
 log = logging.getLogger(__name__)
 
@@ -35,6 +43,13 @@ log = logging.getLogger(__name__)
 SIGNATURE_HEADER = "Tracker-Saver-Signature"
 #: Sends one body to a URL with headers, within a timeout; raises on anything but a 2xx answer.
 Post = Callable[[str, bytes, dict[str, str], float], None]
+#: Answers that refuse the event itself: it is set aside at once (sending it again gets the same).
+REFUSED = frozenset({400, 409, 413, 415, 422})
+#: Answers of a gateway whose receiver is away: waited for, never a reason to set an event aside.
+_AWAY = frozenset({502, 503, 504})
+#: Failed tries in a row after which a receiver's own error (a 5xx not in ``_AWAY``) sets the event
+#: aside: about 8.5 minutes of backoff at the default ``base`` of 1 s.
+DEAD_AFTER = 10
 
 
 def sign(secret: str, timestamp: int, body: bytes) -> str:
@@ -128,6 +143,8 @@ class Relay:
             carries the wall time of its request.
         post: sends one request (tests may inject one; the default is urllib's, with ``timeout``).
         base, cap: the backoff: ``base * 2**attempts`` seconds after a failure, at most ``cap``.
+        dead_after: failed tries in a row after which a receiver's error (a 5xx but 502, 503,
+            504) sets the event aside (the module's dead-letter rule).
 
     Examples:
         >>> from tracker_saver.registry import open_registry
@@ -146,9 +163,10 @@ class Relay:
         timeout: float = 10.0,
         base: float = 1.0,
         cap: float = 300.0,
+        dead_after: int = DEAD_AFTER,
     ) -> None:
         self.log, self.webhook, self.clock, self._post = log, webhook, clock, post
-        self.timeout, self.base, self.cap = timeout, base, cap
+        self.timeout, self.base, self.cap, self.dead_after = timeout, base, cap, dead_after
         self.log.outbox(webhook.endpoint, webhook.shown, limit=0)  # its outbox starts with the next event
         self._stop, self._wake = threading.Event(), threading.Event()
         self._thread: threading.Thread | None = None
@@ -156,7 +174,8 @@ class Relay:
     def pump(self) -> int:
         """Send every due event in order until the outbox is empty or one fails; how many got through.
 
-        A failure is noted in the registry (attempts, the next try's time, why) and never raised.
+        A failure is noted in the registry (attempts, the next try's time, why) and never raised;
+        an event the dead-letter rule sets aside is recorded, logged once, and passed.
         """
         sent = 0
         while True:
@@ -168,11 +187,49 @@ class Relay:
                 try:
                     self._send(event)
                 except Exception as exc:  # noqa: BLE001 (a dead webhook never fails anything: noted, retried)
+                    if self._refused(exc, attempts + 1):
+                        self._set_aside(event, _why(exc), attempts + 1)
+                        attempts = 0
+                        continue
                     wait = min(self.cap, self.base * 2**attempts)
                     self.log.failed(self.webhook.endpoint, due=self.clock() + wait, error=_why(exc))
                     return sent
                 self.log.delivered(self.webhook.endpoint, event.seq)
                 sent, attempts = sent + 1, 0
+
+    def _refused(self, exc: Exception, attempts: int) -> bool:
+        """Whether the dead-letter rule sets the event aside after this failure, its ``attempts``-th."""
+        if not isinstance(exc, urllib.error.HTTPError):
+            return False
+        code = exc.code
+        return code in REFUSED or (code >= 500 and code not in _AWAY and attempts >= self.dead_after)
+
+    def _set_aside(self, event: Event, error: str, attempts: int) -> None:
+        self.log.set_aside(self.webhook.endpoint, event.seq, error=error, attempts=attempts)
+        log.warning(
+            "webhook %s: event %s (seq %d, %s) set aside after %s; later events go on: "
+            "see `tracker-saver events --dead`, and send it again with --dead --webhook",
+            self.webhook.shown,
+            event.id,
+            event.seq,
+            event.type,
+            error,
+        )
+
+    def resend_dead(self) -> int:
+        """Send this webhook's set-aside events again, oldest first; how many got through (now out of its dead letters).
+
+        A failure leaves the event set aside and is never raised.
+        """
+        sent = 0
+        for dead in self.log.dead(self.webhook.endpoint):
+            try:
+                self._send(dead.event)
+            except Exception:  # noqa: BLE001, S112 (it stays set aside: `events --dead` shows it)
+                continue
+            self.log.resent(self.webhook.endpoint, dead.event.seq)
+            sent += 1
+        return sent
 
     def _send(self, event: Event) -> None:
         body = event.body()

@@ -9,6 +9,7 @@ status of their class (see ``_STATUS``) and never carry a path, a credential or 
 from __future__ import annotations
 
 import contextlib
+import math
 import os
 import sys
 import threading
@@ -223,8 +224,8 @@ def create_app(
             )
             for r in reversed(records):
                 out = record_out(r)
-                if out.score is None or out.step is None:
-                    continue
+                if out.score is None or not math.isfinite(out.score) or out.step is None:
+                    continue  # no point to draw: a chart has no place for an infinite score
                 key = (r.project, r.run, r.stream)
                 if key not in series:
                     series[key] = SeriesOut(

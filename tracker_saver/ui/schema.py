@@ -2,12 +2,12 @@
 
 from __future__ import annotations
 
-import math
 import re
 from typing import Annotated
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, ConfigDict, Field
 
+from tracker_saver.core.jsonout import float_out
 from tracker_saver.core.masking import strip_userinfo
 from tracker_saver.core.records import MAX_NAME_LENGTH, TIMING_KEYS, MetaValue, Record, encode_value
 from tracker_saver.core.text import METADATA_VALUE_ALLOWS, escape
@@ -59,7 +59,11 @@ class TimingsOut(BaseModel):
 
 
 class RecordOut(BaseModel):
-    """A record as the UI shows it; ``metadata`` holds every typed value (±inf as ``"inf"``/``"-inf"``)."""
+    """A record as the UI shows it; ``metadata`` holds every typed value (±inf as ``"Infinity"``/``"-Infinity"``,
+    with ``metadata_types`` saying ``float``), and ``score`` is ``"Infinity"``/``"-Infinity"`` when infinite."""
+
+    # Standard JSON has no infinity: pydantic writes it as null unless told, and a priority of ±inf is real.
+    model_config = ConfigDict(ser_json_inf_nan="strings")
 
     id: str
     name: str
@@ -162,9 +166,10 @@ def public_message(text: str) -> str:
 
 
 def _finite(value: MetaValue) -> MetaValue:
-    # JSON has no infinity; a priority of ±inf is real (Ignite compares it), so show it as text.
-    if isinstance(value, float) and math.isinf(value):
-        return "inf" if value > 0 else "-inf"
+    # JSON has no infinity; a priority of ±inf is real (Ignite compares it): the project's one
+    # spelling of it (core.jsonout), typed float in metadata_types.
+    if isinstance(value, float):
+        return float_out(value)
     return escape(value, allow=METADATA_VALUE_ALLOWS) if isinstance(value, str) else value
 
 
@@ -187,7 +192,6 @@ def record_out(record: Record) -> RecordOut:
     Text the rule allows is shown as it is; a character it refuses, which only another writer
     can have stored (a tracker's UI, a script on the SQLite file), comes escaped: ``\\x1b``.
     """
-    score = record.score
     name = record.metadata.get("score_name")
     return RecordOut(
         id=escape(record.id),
@@ -204,7 +208,7 @@ def record_out(record: Record) -> RecordOut:
         sha256=_text(record.sha256),
         size=record.size,
         step=record.global_step,
-        score=score if score is not None and math.isfinite(score) else None,
+        score=record.score,
         score_name=escape(name) if isinstance(name, str) else None,
         metadata={escape(k): _finite(v) for k, v in record.metadata.items()},
         metadata_types={escape(k): encode_value(v)[0] for k, v in record.metadata.items()},
