@@ -15,6 +15,7 @@ import gc
 import hashlib
 import http.client
 import os
+import select
 import signal
 import socket
 import stat
@@ -245,7 +246,11 @@ def _stalled_download(port: int, record_id: str) -> socket.socket:
     sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4096)
     sock.connect(("127.0.0.1", port))
     sock.sendall(f"GET /api/models/{record_id}/download HTTP/1.1\r\nHost: 127.0.0.1:{port}\r\n\r\n".encode())
-    assert sock.recv(12) == b"HTTP/1.1 200"
+    sock.settimeout(BOUND_S)
+    status = b""
+    while len(status) < 12 and (more := sock.recv(12 - len(status))):
+        status += more
+    assert status == b"HTTP/1.1 200"
     return sock
 
 
@@ -286,6 +291,18 @@ def test_two_aborted_downloads_free_their_places_and_the_next_download_is_sent(b
     assert status == 200 and hashlib.sha256(body).hexdigest() == record.sha256
 
 
+def _wait_for_url(proc: subprocess.Popen[str]) -> None:
+    """Until the server says where it listens (it prints that once it does)."""
+    assert proc.stderr is not None
+    while True:
+        ready, _, _ = select.select([proc.stderr], [], [], BOUND_S)
+        assert ready, f"the UI printed nothing within {BOUND_S} s"
+        line = proc.stderr.readline()
+        assert line, "the UI exited"
+        if line.startswith("tracker-saver UI at "):
+            return
+
+
 def test_sigterm_stops_the_ui_server_with_a_download_in_flight(big) -> None:
     record = models.find_models(registry=big.registry)[0]
     with socket.socket() as probe:
@@ -296,8 +313,7 @@ def test_sigterm_stops_the_ui_server_with_a_download_in_flight(big) -> None:
         cwd=ROOT, env={**os.environ, "PYTHONPATH": str(ROOT)}, stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
     try:
-        assert proc.stderr is not None
-        assert proc.stderr.readline().startswith("tracker-saver UI at "), "the UI did not start"
+        _wait_for_url(proc)
         sock = _stalled_download(port, record.id)
         proc.send_signal(signal.SIGTERM)
         try:
