@@ -15,6 +15,7 @@ import json
 import os
 import shlex
 import sqlite3
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -135,6 +136,19 @@ def test_a_name_or_tag_a_callback_makes_too_long_is_refused_as_a_rename_or_the_u
     with pytest.raises(ConfigError, match=message):
         train(target.saver(pre_upload=[callback]), {"model": model()}, n_saved=1, epochs=1)
     assert _files(tmp_path / "out") == [] and find_models(registry=target.registry) == []
+
+
+def test_a_command_line_over_64_kib_is_recorded_cut_and_never_fails_a_save(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    argv = ["train.py", *(f"data/img_{i:05}.jpg" for i in range(6000))]  # 114 KB, as a shell glob makes
+    monkeypatch.setattr(sys, "argv", argv)
+    target = Target(str(tmp_path / "out"), str(tmp_path / "registry.db"))
+    train(target.saver(), {"model": model()}, n_saved=1, epochs=1).save_handler.close()
+    (record,) = find_models(registry=target.registry)
+    command = str(record.metadata["command"])
+    assert command.startswith("train.py data/img_00000.jpg") and command.endswith("… (114,008 bytes in all, cut)")
+    assert len(command.encode()) <= 65536
 
 
 @pytest.fixture

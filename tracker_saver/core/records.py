@@ -33,6 +33,7 @@ __all__ = [
     "check_display_name",
     "check_tags",
     "clean_metadata",
+    "clip",
     "decode_value",
     "encode_value",
 ]
@@ -217,6 +218,24 @@ def clean_metadata(metadata: dict[str, Any], *, reserve: int = 0) -> dict[str, M
             )
         out[key] = value
     return out
+
+
+def clip(text: str, limit: int = MAX_VALUE_BYTES) -> str:
+    """``text`` cut to fit ``limit`` bytes of UTF-8 (a metadata value's), saying so, for text the saver records itself.
+
+    A command line with thousands of file arguments must not fail every save of the run.
+
+    Examples:
+        >>> clip("train.py --lr 0.1")
+        'train.py --lr 0.1'
+        >>> clip("x" * 100, 40)
+        'xxxxxxxxxxxxx… (100 bytes in all, cut)'
+    """
+    data = text.encode("utf-8", "surrogatepass")
+    if len(data) <= limit:
+        return text
+    note = f"… ({len(data):,} bytes in all, cut)"
+    return data[: limit - len(note.encode())].decode("utf-8", "ignore") + note  # "ignore": a character cut in two
 
 
 def _checked_value(key: str, value: object) -> MetaValue:

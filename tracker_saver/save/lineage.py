@@ -22,7 +22,7 @@ import ignite
 import torch
 
 from tracker_saver.core.masked_command import MASK, mask_command
-from tracker_saver.core.records import MetaValue
+from tracker_saver.core.records import MetaValue, clip
 from tracker_saver.core.text import escape
 
 _log = logging.getLogger(__name__)
@@ -121,7 +121,7 @@ def lineage(argv: Sequence[str] | None = None) -> dict[str, MetaValue]:
     facts: dict[str, MetaValue] = {**git_state(_script_folder(argv))}
     facts.update(
         host=socket.gethostname(),
-        command=escape(mask_command(argv)),  # a control character typed in argv must not fail every save
+        command=clip(escape(mask_command(argv))),  # nor a control character typed in argv, nor a 100 KB argv
         python=platform.python_version(),
         torch=str(torch.__version__),
         ignite=str(ignite.__version__),
