@@ -1,4 +1,11 @@
-"""Local-folder storage: each write is a temp file in the slot's folder, fsync, ``os.replace``."""
+"""Local-folder storage: each write is a temp file in the slot's folder, fsync, ``os.replace``.
+
+Only regular files are read or replaced (:func:`~tracker_saver.storage.files.open_regular`): a
+symlink, FIFO, device or folder at a key's path, or a symlink on the way to it, is refused with an
+``IntegrityError`` naming the path, never followed and never waited on. ``stat`` refuses them too
+(that is how ``fsck`` sees them); ``list`` shows each entry as it is (``lstat``); ``delete``
+unlinks a symlink or FIFO like a file.
+"""
 
 from __future__ import annotations
 
@@ -11,10 +18,18 @@ from typing import Any, BinaryIO
 from urllib.parse import urlsplit
 from urllib.request import url2pathname
 
-from tracker_saver.core.errors import ConfigError, StorageError
+from tracker_saver.core.errors import ConfigError, IntegrityError, StorageError
 from tracker_saver.core.naming import check_key
 from tracker_saver.storage.base import ObjectStat, Stable, Staged, StagedWrite, Storage, listed
-from tracker_saver.storage.files import WritebackFile, close_later, drop_cached, fsync_dir, hold
+from tracker_saver.storage.files import (
+    WritebackFile,
+    check_regular,
+    close_later,
+    drop_cached,
+    fsync_dir,
+    hold,
+    open_regular,
+)
 from tracker_saver.storage.verify import file_mode
 
 __all__ = ["LocalStorage", "LocalWrite", "fingerprint", "from_uri"]
@@ -51,6 +66,7 @@ class LocalWrite(StagedWrite):
         self.key = key
         self._path = path
         self._replaced = False
+        check_regular(path, key=key)  # a FIFO, symlink or device there is refused before any byte is written
         try:
             path.parent.mkdir(parents=True, exist_ok=True)
             fd, self._tmp = tempfile.mkstemp(dir=path.parent, prefix=TEMP_PREFIX + path.name + ".")
@@ -78,6 +94,7 @@ class LocalWrite(StagedWrite):
             raise self._error(exc) from exc
 
     def commit(self) -> None:
+        check_regular(self._path, key=self.key)  # put there since the write began: refused, not replaced
         old = hold(self._path)
         try:
             os.replace(self._tmp, self._path)
@@ -144,7 +161,16 @@ class LocalStorage(Storage):
             ) from exc
 
     def _path(self, key: str) -> Path:
-        return self.root / check_key(key)
+        """``key``'s file; a symlink on the way to it is refused (two keys, or a key and a file outside
+        the root, would share bytes)."""
+        path = self.root / check_key(key)
+        if path.parent != self.root and path.parent.resolve() != path.parent:
+            raise IntegrityError(
+                f"{str(path.parent)!r} is reached through a symlink: tracker_saver never follows a link out of "
+                f"output_uri {str(self.root)!r}; put a plain folder there (`tracker-saver fsck` reports it)",
+                key=key,
+            )
+        return path
 
     def stage(self, key: str, *, stable: Stable | None = None) -> StagedWrite:
         """A temp file next to ``key``'s file; every write goes to it at once (``stable`` changes nothing)."""
@@ -172,7 +198,7 @@ class LocalStorage(Storage):
                 key = (full.parent / name[len(TEMP_PREFIX) :].rsplit(".", 1)[0]).relative_to(self.root).as_posix()
                 if key.startswith(prefix):
                     with contextlib.suppress(FileNotFoundError):
-                        out.append(Staged(key, str(full), full.stat().st_mtime))
+                        out.append(Staged(key, str(full), full.lstat().st_mtime))
         return sorted(out, key=lambda s: (s.key, s.ref))
 
     def abort_staged(self, item: Staged) -> None:
@@ -221,15 +247,14 @@ class LocalStorage(Storage):
     def get(self, key: str) -> contextlib.AbstractContextManager[BinaryIO]:
         path = self._path(key)
         try:
-            return open(path, "rb")
+            return os.fdopen(open_regular(path, key=key), "rb")
         except OSError as exc:
             raise StorageError(f"cannot read {str(path)!r}: {exc.strerror}", key=key) from exc
 
     def stat(self, key: str) -> ObjectStat | None:
-        try:
-            return _stat(key, self._path(key).stat())
-        except FileNotFoundError:
-            return None
+        """The regular file's stat; ``IntegrityError`` for anything else at ``key`` (a symlink, FIFO, device, folder)."""
+        found = check_regular(self._path(key), key=key)
+        return None if found is None else _stat(key, found)
 
     def list(self, prefix: str = "") -> list[ObjectStat]:
         out = []
@@ -240,13 +265,14 @@ class LocalStorage(Storage):
                     continue
                 full = Path(dirpath) / name
                 key = full.relative_to(self.root).as_posix()
-                if listed(key, prefix):
-                    out.append(_stat(key, full.stat()))
+                if listed(key, prefix):  # as it is: a symlink's own stat, never its target's
+                    with contextlib.suppress(FileNotFoundError):
+                        out.append(_stat(key, full.lstat()))
         return sorted(out, key=lambda s: s.key)
 
     def read_small(self, key: str, limit: int = 1 << 16) -> bytes | None:
         try:
-            with open(self._path(key), "rb") as f:
+            with os.fdopen(open_regular(self._path(key), key=key), "rb") as f:
                 return f.read(limit)
         except FileNotFoundError:
             return None
