@@ -56,9 +56,9 @@ _SWITCH_WORDS = frozenset(
 #: A URL, or the ``NAME=`` of an assignment (the value follows), in free text.
 _TEXT = re.compile(r"(?P<url>\b[A-Za-z][A-Za-z0-9+.-]*://[^\s\"'<>]+)|(?<![\w.+~-])(?P<name>[\w.+~-]+)=")
 #: ``Name: value`` as a whole argument: an HTTP header, a YAML line.
-_HEADER = re.compile(r"(?P<name>\s*[A-Za-z][\w.-]*\s*:\s*)(?P<value>\S.*)", re.DOTALL)
+_HEADER = re.compile(r"(?P<name>\s*[A-Za-z][\w.-]*\s*:\s*)\S.*", re.DOTALL)
 #: A ``name=value`` parameter of a URL's query or fragment.
-_PARAMETER = re.compile(r"(?<=[?&#;])(?P<name>[^=&#;?/]+)=(?P<value>[^&#;]*)")
+_PARAMETER = re.compile(r"(?<=[?&#;])(?P<name>[^=&#;?/]+)=[^&#;]*")
 #: An option's name as words: at ``-``, ``_``, ``.``, digits and camelCase humps (``apiKey``).
 _HUMP = re.compile(r"([a-z0-9])([A-Z])")
 #: The next argument is another long option (or ``--``), not a value: ``--auth --lr 0.1``.
