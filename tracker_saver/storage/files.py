@@ -114,13 +114,18 @@ _KINDS = (
     (stat.S_ISDIR, "a folder"),
     (stat.S_ISSOCK, "a socket"),
 )
+_NONBLOCK = getattr(os, "O_NONBLOCK", 0)
+#: An open that follows no symlink at the path and never waits (POSIX; elsewhere a plain read-only open).
+_READ_REGULAR = (
+    os.O_RDONLY | _NONBLOCK | getattr(os, "O_NOFOLLOW", 0) | getattr(os, "O_CLOEXEC", 0) | getattr(os, "O_NOCTTY", 0)
+)
 
 
 def _refusal(path: Path, mode: int, key: str | None) -> IntegrityError:
     kind = next((name for test, name in _KINDS if test(mode)), "not a regular file")
     return IntegrityError(
         f"{str(path)!r} is {kind}, not a checkpoint file: tracker_saver reads and replaces only regular files "
-        "it wrote, and never follows a link out of output_uri nor waits on a pipe or device; remove it "
+        "it wrote, and follows no symlink and waits on no pipe or device there; remove it "
         "(`tracker-saver fsck` reports it), then save again",
         key=key,
     )
@@ -171,7 +176,7 @@ def open_regular(path: Path, *, key: str | None = None) -> int:
     """
     check_regular(path, key=key)  # a device is refused before it is opened (an open may rewind a tape)
     try:
-        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW | os.O_NONBLOCK | os.O_CLOEXEC | os.O_NOCTTY)
+        fd = os.open(path, _READ_REGULAR)
     except OSError as exc:
         if exc.errno == errno.ELOOP:  # O_NOFOLLOW met a symlink put there after the check
             raise _refusal(path, stat.S_IFLNK, key) from exc
@@ -180,7 +185,8 @@ def open_regular(path: Path, *, key: str | None = None) -> int:
     if not stat.S_ISREG(mode):
         os.close(fd)
         raise _refusal(path, mode, key)
-    os.set_blocking(fd, True)  # reads of a regular file never wait anyway; the caller gets a plain descriptor
+    if _NONBLOCK:
+        os.set_blocking(fd, True)  # reads of a regular file never wait anyway; the caller gets a plain descriptor
     return fd
 
 
