@@ -348,8 +348,13 @@ class Labels(ABC):
         """
 
     @abstractmethod
-    def delete_pinned(self, record_id: str) -> None:
-        """Delete a ``pinned`` record (and its aliases); ``RegistryError`` for any other state."""
+    def delete_pinned(self, record_id: str, *, unless_aliased: bool = False) -> bool:
+        """Delete a ``pinned`` record (and its aliases); ``RegistryError`` for any other state.
+
+        With ``unless_aliased``, a record that holds a user alias is left as it is and ``False``
+        returned (``keep_every_max``, a refused gated move: someone may have aliased it meanwhile);
+        SQLite checks in the delete's transaction, MLflow and ClearML just before it.
+        """
 
 
 class StreamClaims(ABC):

@@ -350,7 +350,7 @@ class MLflowRegistry(Registry):
             self._transport.client.delete_experiment_tag, f"removing alias {alias!r}", exp.experiment_id, _ALIAS + alias
         )
 
-    def delete_pinned(self, record_id: str) -> None:
+    def delete_pinned(self, record_id: str, *, unless_aliased: bool = False) -> bool:
         _, record = self._store.read(record_id)
         if record.state is not RecordState.PINNED:
             raise RegistryError(
@@ -358,14 +358,19 @@ class MLflowRegistry(Registry):
                 record_id=record_id,
             )
         exp = self._store.experiment(record.project, create=False)
-        for key, value in ((exp.tags or {}) if exp is not None else {}).items():
-            if key.startswith(_ALIAS) and value == record_id:
-                self._transport.call(
-                    self._transport.client.delete_experiment_tag, "removing an alias", exp.experiment_id, key
-                )
+        tags = (exp.tags or {}) if exp is not None else {}
+        aliases = [key for key, value in tags.items() if key.startswith(_ALIAS) and value == record_id]
+        if unless_aliased and aliases:  # no transaction: an alias set after this read goes with the model
+            return False
+        for key in aliases:
+            assert exp is not None
+            self._transport.call(
+                self._transport.client.delete_experiment_tag, "removing an alias", exp.experiment_id, key
+            )
         self._transport.call(
             self._transport.client.delete_logged_model, f"deleting model {record_id}", record_id, record_id=record_id
         )
+        return True
 
     # --- reads ----------------------------------------------------------------------------
     def get(self, record_id: str) -> Record:
