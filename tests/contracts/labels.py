@@ -107,7 +107,9 @@ class LabelsContract:
         assert registry.set_alias(pinned.id, "production").aliases == ("production",)
         with pytest.raises(RegistryError, match="not pinned"):
             registry.delete_pinned(a.id)
-        registry.delete_pinned(pinned.id)
+        assert registry.delete_pinned(pinned.id, unless_aliased=True) is False  # keep_every_max leaves it be
+        assert registry.get(pinned.id).aliases == ("production",)
+        assert registry.delete_pinned(pinned.id) is True
         with pytest.raises(RecordNotFoundError):
             registry.get(pinned.id)
         assert registry.query(Query(project="p", alias="production")) == []

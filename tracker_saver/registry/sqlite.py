@@ -343,7 +343,7 @@ class SQLiteRegistry(Registry):
         row = conn.execute(sql + " ORDER BY r.id LIMIT 1", args).fetchone()
         return int(row[0]) if row is not None else None
 
-    def delete_pinned(self, record_id: str) -> None:
+    def delete_pinned(self, record_id: str, *, unless_aliased: bool = False) -> bool:
         rid = self._id(record_id)
         with self._db.atomic() as conn:
             row = conn.execute("SELECT state FROM records WHERE id = ?", (rid,)).fetchone()
@@ -356,10 +356,14 @@ class SQLiteRegistry(Registry):
                     record_id=str(record_id),
                 )
             project, _ = self._project(conn, rid)
-            for (alias,) in conn.execute("SELECT alias FROM aliases WHERE record_id = ?", (rid,)).fetchall():
+            aliases = conn.execute("SELECT alias FROM aliases WHERE record_id = ?", (rid,)).fetchall()
+            if unless_aliased and aliases:
+                return False
+            for (alias,) in aliases:
                 add_event(conn, "alias.removed", project, rid, alias=alias, before=view(conn, rid))  # with the pin
             add_event(conn, "record.unpinned", project, rid, before=view(conn, rid))
             conn.execute("DELETE FROM records WHERE id = ? AND state = 'pinned'", (rid,))
+        return True
 
     @staticmethod
     def _project(conn: sqlite3.Connection, rid: int) -> tuple[str, int]:

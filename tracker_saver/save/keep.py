@@ -149,15 +149,15 @@ def drop_pin(storage: Storage, registry: Registry, record: Record, *, unless_ali
         registry: the record's registry.
         record: a pinned record.
         unless_aliased: leave a record that holds an alias now alone (``keep_every_max``, a refused
-            gated move): the record is read again first.
+            gated move): on SQLite checked in the delete's transaction
+            (:meth:`~tracker_saver.registry.base.Labels.delete_pinned`).
 
     Raises:
         RecordNotFoundError: the record is gone (another process unpinned it, and deletes its object).
         RegistryError: the record is not pinned.
     """
-    if unless_aliased and registry.get(record.id).aliases:
+    if not registry.delete_pinned(record.id, unless_aliased=unless_aliased):
         return False
-    registry.delete_pinned(record.id)
     if record.key is None or may_be_slot_key(record.key) or _named(registry, record):
         return False
     storage.delete(record.key)

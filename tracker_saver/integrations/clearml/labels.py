@@ -135,7 +135,9 @@ class ClearMLLabels:
         model = self._tasks.create_model(info, uri=uri, metadata=metadata, tags=tags, extra=extra, kind="pinned model")
         return self._transport.record(self._tasks.show(model, RecordState.PINNED, info.stream))
 
-    def delete_pinned(self, record_id: str) -> None:
+    def delete_pinned(self, record_id: str, *, unless_aliased: bool = False) -> bool:
+        """Delete the pinned model; with ``unless_aliased``, one whose tags hold an alias stays (checked just
+        before: no transaction)."""
         record = self._transport.record(self._transport.fetch(record_id))
         if record.state is not RecordState.PINNED:
             raise RegistryError(
@@ -143,5 +145,8 @@ class ClearMLLabels:
                 "(slot records stay as history)",
                 record_id=record_id,
             )
+        if unless_aliased and record.aliases:
+            return False
         delete = self._transport.services().models.DeleteRequest(model=record_id, force=True)
         self._transport.send(delete, f"deleting pinned model {record_id}", record_id=record_id)
+        return True

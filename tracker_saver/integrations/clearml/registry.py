@@ -170,8 +170,8 @@ class ClearMLRegistry(Registry):
         # (a fresh key per pin, tracker_saver.save.keep), and keep_copy looked for an earlier pin before copying.
         return self._labels.create_pinned(info, uri=uri, sha256=sha256, size=size, fingerprint=fingerprint)
 
-    def delete_pinned(self, record_id: str) -> None:
-        self._labels.delete_pinned(record_id)
+    def delete_pinned(self, record_id: str, *, unless_aliased: bool = False) -> bool:
+        return self._labels.delete_pinned(record_id, unless_aliased=unless_aliased)
 
     # -- StreamClaims: one hidden model per claim (tracker_saver.integrations.clearml.claims) ------
     def claim(self, stream: StreamId, holder: Holder) -> None:
