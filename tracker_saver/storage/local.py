@@ -12,6 +12,7 @@ from __future__ import annotations
 import contextlib
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 from typing import Any, BinaryIO
@@ -163,14 +164,21 @@ class LocalStorage(Storage):
     def _path(self, key: str) -> Path:
         """``key``'s file; a symlink on the way to it is refused (two keys, or a key and a file outside
         the root, would share bytes)."""
-        path = self.root / check_key(key)
-        if path.parent != self.root and path.parent.resolve() != path.parent:
-            raise IntegrityError(
-                f"{str(path.parent)!r} is reached through a symlink: tracker_saver never follows a link out of "
-                f"output_uri {str(self.root)!r}; put a plain folder there (`tracker-saver fsck` reports it)",
-                key=key,
-            )
-        return path
+        checked = check_key(key)
+        folder = str(self.root)  # resolved once: only what lies under it is looked at
+        for part in checked.split("/")[:-1]:
+            folder = os.path.join(folder, part)
+            try:
+                is_link = stat.S_ISLNK(os.lstat(folder).st_mode)
+            except (FileNotFoundError, NotADirectoryError):
+                break  # nothing further exists: a write makes plain folders
+            if is_link:
+                raise IntegrityError(
+                    f"{folder!r} is a symlink on the way to {checked!r}: tracker_saver never follows a link out of "
+                    f"output_uri {str(self.root)!r}; put a plain folder there (`tracker-saver fsck` reports it)",
+                    key=key,
+                )
+        return self.root / checked
 
     def stage(self, key: str, *, stable: Stable | None = None) -> StagedWrite:
         """A temp file next to ``key``'s file; every write goes to it at once (``stable`` changes nothing)."""
