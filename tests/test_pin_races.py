@@ -29,6 +29,7 @@ from tracker_saver import (
     pin_model,
     unpin_model,
 )
+from tracker_saver.cli.main import main
 from tracker_saver.core.records import UploadInfo
 from tracker_saver.registry.shared import shared_registry
 
@@ -167,7 +168,9 @@ def test_processes_that_pin_one_record_at_once_on_clearml_never_share_an_object(
     _tracker_pins_race(Target(output_uri=str(tmp_path / "output"), registry=f"clearml:{clearml_project}"), tmp_path)
 
 
-def test_unpinning_one_of_two_pins_that_share_an_object_keeps_it_for_the_other(local_target: Target) -> None:
+def test_unpinning_one_of_two_pins_that_share_an_object_keeps_it_for_the_other(
+    local_target: Target, capsys: pytest.CaptureFixture[str]
+) -> None:
     """Two pins an earlier release's race left at one key (``p/r/pinned/<name>``): the object goes with the last."""
     (source_id,) = _trained(local_target, 1)
     source = get_model(source_id, registry=local_target.registry)
@@ -180,9 +183,9 @@ def test_unpinning_one_of_two_pins_that_share_an_object_keeps_it_for_the_other(l
         registry.create_pinned(info, uri=storage.url(key), sha256=source.sha256 or "", size=source.size or 0)
         for _ in range(2)
     )
-    kept = unpin_model(first.id, registry=local_target.registry)
+    assert main(["models", "unpin", first.id, "--registry", local_target.registry, "--json"]) == 0
     _intact(local_target, second.id)
-    assert kept is False
+    assert json.loads(capsys.readouterr().out)["deleted"] is None  # the command says the object stayed
     assert unpin_model(second.id, registry=local_target.registry) is True
     assert storage.stat(key) is None
 

@@ -176,11 +176,13 @@ def _cmd_models_unpin(args: argparse.Namespace) -> int:
 
     registry = open_cli_registry(args)
     record = resolve(args, registry)
-    unpin_model(record.id, registry=registry)
+    deleted = unpin_model(record.id, registry=registry)
     if wants_json(args):
-        dump({"id": record.id, "unpinned": True, "deleted": record.uri})
-    else:
+        dump({"id": record.id, "unpinned": True, "deleted": record.uri if deleted else None})
+    elif deleted:
         print(escape(f"{label(record)} unpinned: {record.uri} deleted"))
+    else:  # another record names the object, or an earlier release's pin key may be another stream's slot
+        print(escape(f"{label(record)} unpinned: {record.uri} kept, as another record may still name it"))
     return 0
 
 
