@@ -29,11 +29,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--mutant", choices=sorted(MUTANTS), default="", help="a deliberate bug the checks must catch")
     parser.add_argument("--race", action="store_true", help="the race soak: racers on the same records at once")
     parser.add_argument("--racers", type=int, default=4, help="race soak: processes beside the training (>= 3)")
-    parser.add_argument("--ops", type=int, default=None, help="race soak: operations per racer (default 12; --long 150)")
-    parser.add_argument("--long", action="store_true", help="race soak: the long run (150 operations per racer)")
+    parser.add_argument(
+        "--ops", type=int, default=None, help="race soak: operations per racer (default 12; --long 200)"
+    )
+    parser.add_argument("--long", action="store_true", help="race soak: the long run (200 operations per racer)")
     args = parser.parse_args(argv)
     if args.race or args.long:
-        ops = args.ops or (150 if args.long else 12)
+        ops = args.ops or (200 if args.long else 12)
         race = run_race(args.backend, args.seed, racers=args.racers, ops=ops, workdir=args.workdir)
         print(race.summary(), flush=True)
         print(json.dumps(race.to_json()), flush=True)
