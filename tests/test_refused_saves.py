@@ -65,10 +65,12 @@ def _adding(metadata: dict[str, Any]) -> Any:
     return callback
 
 
+@pytest.mark.parametrize("async_upload", [False, True], ids=["sync", "async"])
 def test_an_int_beyond_64_bits_from_a_callback_is_a_config_error_and_leaves_the_stream_unclaimed(
-    bucket: str, tmp_path: Path
+    bucket: str, tmp_path: Path, async_upload: bool
 ) -> None:
     alice, bob = _alice_and_bob(bucket, tmp_path)
+    alice.saver_options = {"async_upload": async_upload}  # async: raised on the worker, re-raised at the run's end
     with pytest.raises(
         ConfigError,
         match=r"metadata\['big'\] is a 16610-bit int, outside the range a record holds \(-2\*\*63 to 2\*\*63-1",
