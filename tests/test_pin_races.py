@@ -221,6 +221,20 @@ def test_a_pin_never_lands_on_the_slot_of_a_stream_whose_project_ends_in_the_run
     _intact(local_target, other)
 
 
+def test_unpinning_an_earlier_releases_pin_that_is_another_streams_slot_leaves_the_slot(local_target: Target) -> None:
+    """An earlier release pinned project ``team`` run ``vision``'s ``model.slot0.pt`` at ``team/vision/pinned/…``,
+    which is the live slot of project ``team/vision`` run ``pinned``: the unpin deletes the record, not the slot."""
+    out, reg = local_target.output_uri, local_target.registry
+    victim = get_model(_save(out, reg, "team/vision", "pinned", epochs=1), registry=reg)
+    storage, registry = local_target.storage(), shared_registry(reg)
+    info = UploadInfo("team", "vision", "model", "model.slot0.pt", metadata={}, slot=None, key=victim.key,
+                      output_uri=victim.output_uri)  # fmt: skip
+    old_pin = registry.create_pinned(info, uri=storage.url(victim.key or ""), sha256=victim.sha256 or "",
+                                     size=victim.size or 0)  # fmt: skip
+    unpin_model(old_pin.id, registry=reg)
+    _intact(local_target, victim.id)
+
+
 def test_a_pin_by_a_registry_that_does_not_own_the_stream_is_refused_before_any_byte(
     local_target: Target, tmp_path: Path
 ) -> None:
