@@ -47,7 +47,7 @@ def keep_alias(
     """Point ``alias`` at the record, pinning it first when it is a slot record; returns the record it now names.
 
     A live or revived slot record is copied to a pin key (server-side on S3, verified) unless a
-    pin of the same bytes exists; the alias goes on that pinned record, whose ``pinned_from`` is
+    pin of the same record exists; the alias goes on that pinned record, whose ``pinned_from`` is
     the slot record. A pinned record gets the alias as it is. With ``check``, the record named is
     checked against the alias's holder first, and the move is a compare-and-set; a copy made for a
     move that someone else's move then beat is deleted again.
