@@ -435,6 +435,14 @@ class Registry(RecordStore, Labels, StreamClaims):
             log.warning("%s: skipped record %s, which cannot be read: %s", self.uri, record_id, why)
         found[record_id] = why
 
+    def user_aliases(self, record: Record) -> tuple[str, ...]:
+        """The aliases people set on ``record`` (never ``best`` or ``latest``), as the registry holds them now.
+
+        A save asks it of each record it evicts (:mod:`tracker_saver.save.alias_keep`); a backend
+        whose ``get`` costs several requests answers it more cheaply.
+        """
+        return tuple(a for a in self.get(record.id).aliases if a not in DERIVED_ALIASES)
+
     def close(self) -> None:  # noqa: B027 (an optional hook: nothing to release by default)
         """Release connections."""
 

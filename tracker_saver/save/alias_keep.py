@@ -13,39 +13,37 @@ This lives in ``save/`` (not ``lifecycle/``) because the pipeline calls it, and 
 only from its own floor or below.
 
 Examples:
-    >>> from tracker_saver.core.records import Record, RecordState
-    >>> slot = Record("3", "p", "r", "best", "best_3.pt", "keep me", RecordState.LIVE, 0, "p/r/best.slot0.pt",
-    ...               "file:///o/p/r/best.slot0.pt", aliases=("production", "latest"))
-    >>> user_aliases(slot)
-    ('production',)
+    >>> from tracker_saver.core.records import UploadInfo
+    >>> from tracker_saver.registry import open_registry
+    >>> reg = open_registry(":memory:")
+    >>> info = UploadInfo("p", "r", "best", "best_3.pt", slot=0, key="p/r/best.slot0.pt")
+    >>> record = reg.create_pending(info, uri="file:///o/p/r/best.slot0.pt")
+    >>> keep_aliased(None, reg, record) is None  # no alias on it: nothing to keep
+    True
 """
 
 from __future__ import annotations
 
 import logging
 
-from tracker_saver.core.records import DERIVED_ALIASES, LOADABLE, Record
+from tracker_saver.core.records import LOADABLE, Record
 from tracker_saver.registry.base import Registry
 from tracker_saver.save.keep import KEPT_BY, alias_reason, keep_copy
 from tracker_saver.storage import Storage
 
-__all__ = ["keep_aliased", "user_aliases"]
+__all__ = ["keep_aliased"]
 
 log = logging.getLogger(__name__)
-
-
-def user_aliases(record: Record) -> tuple[str, ...]:
-    """The aliases people set on ``record`` (``best`` and ``latest`` are derived from states, never kept)."""
-    return tuple(a for a in record.aliases if a not in DERIVED_ALIASES)
 
 
 def keep_aliased(storage: Storage, registry: Registry, replaced: Record) -> Record | None:
     """Pin the slot record a save is about to evict if it holds a user alias, and move its aliases to the pin.
 
-    The record is read again (the slot allocator's copy may predate an alias someone set since).
-    The caller holds the stream's claim and has not changed the slot's bytes yet, so the copy is
-    checked by size, not hashed again (``keep_copy(verify=False)``). A pin of the same record made
-    before (a person's pin, say) is reused.
+    The registry is asked for the record's user aliases now (the slot allocator's copy may predate
+    an alias someone set since): one request on MLflow. Only when there is one is the record read
+    again, for the name and tags the pin copies. The caller holds the stream's claim and has not
+    changed the slot's bytes yet, so the copy is checked by size, not hashed again
+    (``keep_copy(verify=False)``). A pin of the same record made before (a person's pin, say) is reused.
 
     Args:
         storage: the stream's storage.
@@ -63,9 +61,11 @@ def keep_aliased(storage: Storage, registry: Registry, replaced: Record) -> Reco
     Note:
         Runs where the save's step 6 runs: on the upload worker with ``async_upload``.
     """
+    aliases = registry.user_aliases(replaced)
+    if not aliases:
+        return None
     current = registry.get(replaced.id)
-    aliases = user_aliases(current)
-    if not aliases or current.state not in LOADABLE or current.slot is None:
+    if current.state not in LOADABLE or current.slot is None:
         return None
     pin = current
     for alias in aliases:  # the first alias makes the copy; the others find it (reuse)

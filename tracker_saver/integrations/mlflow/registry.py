@@ -350,6 +350,12 @@ class MLflowRegistry(Registry):
             self._transport.client.delete_experiment_tag, f"removing alias {alias!r}", exp.experiment_id, _ALIAS + alias
         )
 
+    def user_aliases(self, record: Record) -> tuple[str, ...]:
+        # One request, not get's three: user aliases are tags of the project's experiment (read afresh).
+        exp = self._store.experiment(record.project, create=False)
+        tags = (exp.tags or {}) if exp is not None else {}
+        return tuple(sorted(k[len(_ALIAS) :] for k, v in tags.items() if k.startswith(_ALIAS) and v == record.id))
+
     def delete_pinned(self, record_id: str, *, unless_aliased: bool = False) -> bool:
         _, record = self._store.read(record_id)
         if record.state is not RecordState.PINNED:
