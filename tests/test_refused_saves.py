@@ -232,6 +232,16 @@ def test_a_control_character_or_lone_surrogate_in_output_uri_or_registry_is_refu
     assert os.listdir(tmp_path) == []  # nothing created
 
 
+def test_a_control_character_in_the_registry_of_the_environment_is_refused_too(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("TRACKER_SAVER_REGISTRY", "reg\x1b[2J.db")
+    with pytest.raises(ConfigError, match=r"registry 'reg\\x1b\[2J.db' holds U\+001B \(ESC\)"):
+        Target("out", None).saver()
+    assert os.listdir(tmp_path) == []
+
+
 def test_a_registry_uri_with_a_control_character_in_its_password_is_refused_without_showing_it(tmp_path: Path) -> None:
     with pytest.raises(ConfigError) as refused:
         Target(str(tmp_path / "out"), "mlflow:http://user:SECRET\x1b@127.0.0.1:1").saver()

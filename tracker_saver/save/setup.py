@@ -70,8 +70,7 @@ def open_targets(
         ConfigError: a bad project or run name, an output_uri or registry path that breaks the
             text rule (:func:`check_location`), or no output_uri given nor known to the tracker.
     """
-    check_location("output_uri", output_uri)
-    check_location("registry", registry)
+    check_location("registry", registry if registry is not None else os.environ.get("TRACKER_SAVER_REGISTRY"))
     opened: Registry | None = None
     spec: RegistrySpec | None = None
     if isinstance(registry, Registry):
@@ -85,6 +84,7 @@ def open_targets(
     project = check_name("project", project if project is not None else defaults.get("project") or "default")
     run = check_name("run", run if run is not None else defaults.get("run") or "default")
     output_uri = output_uri or defaults.get("output_uri")
+    check_location("output_uri", output_uri)  # the caller's, or the tracker's (a ClearML task's)
     if not output_uri:
         raise ConfigError(
             "TrackerSaver needs an output_uri: pass a folder or s3://BUCKET/PREFIX "
