@@ -231,7 +231,7 @@ def check_places(
 
     A SQLite registry's own check (:func:`~tracker_saver.registry.sqlite_check.damage`) reads
     the whole file: it runs on its own thread, alongside the records' check, since SQLite works
-    without the GIL (at 100,000 records each takes about as long as the other). A damaged
+    without the GIL (0.6 s of CPU at 100,000 records, a third of what the records' check takes). A damaged
     registry is then the only finding: its records cannot be trusted, and ``repair`` acts on
     none of them, so nothing is written to it.
     """
@@ -326,11 +326,12 @@ def _check_run(
     paths = {r.key for rs in streams.values() for r in rs if r.key} | set(
         objects
     )  # check_places left out misplaced ones
-    special = {key: why for key in paths if (why := not_regular(storage, key)) is not None}
+    folders: dict[str, str | None] = {}
+    special = {key: why for key in sorted(paths) if (why := not_regular(storage, key, folders)) is not None}
     known: set[str] = set()
     for sid, records in sorted(streams.items(), key=lambda kv: kv[0].label):
         report.streams.append(sid.label)
-        if (owner := not_regular(storage, owner_key(sid))) is not None:  # read_owner would open it
+        if (owner := not_regular(storage, owner_key(sid), folders)) is not None:  # read_owner would open it
             report.findings.append(not_regular_finding(sid.label, owner_key(sid), owner, ()))
             known |= {k for k in objects if owner_of(k, [sid]) is not None}
             continue

@@ -22,6 +22,7 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Callable, Iterable
+from pathlib import Path
 
 from tracker_saver.fsck.report import Finding
 from tracker_saver.storage import Storage
@@ -39,39 +40,49 @@ _WHAT: tuple[tuple[Callable[[int], bool], str], ...] = (
 )
 
 
-def not_regular(storage: Storage, key: str) -> str | None:
+def not_regular(storage: Storage, key: str, folders: dict[str, str | None] | None = None) -> str | None:
     """What is at ``key`` when it is not a regular file, or a symlink is on its way there; ``None`` otherwise.
 
     ``None`` also when nothing is there (the caller finds the object missing) and for every
-    key of a storage that is not on this machine.
+    key of a storage that is not on this machine. ``folders`` keeps what each folder on the
+    way was found to be, for the next key: the keys of one run share all but their last one or two.
     """
     root = storage.local_root
     if root is None:
         return None
+    folders = {} if folders is None else folders
     parts = key.split("/")
-    path = root
-    for depth, part in enumerate(parts, 1):
-        path = path / part
-        try:
-            mode = os.lstat(path).st_mode
-        except (FileNotFoundError, NotADirectoryError):
-            return None
-        except OSError as exc:  # e.g. a folder we may not search: nothing tracker_saver wrote
-            return f"{str(path)!r} cannot be examined ({exc.strerror})"
-        last = depth == len(parts)
-        if stat.S_ISREG(mode) if last else stat.S_ISDIR(mode):
-            continue
-        if not last and not stat.S_ISLNK(mode):
-            return None  # a file where a folder should be: the object is missing
-        what = next((name for test, name in _WHAT if test(mode)), "not a regular file")
-        return f"{str(path)!r} is {what}" + ("" if last else f" on the way to {key!r}")
-    return None
+    for depth in range(1, len(parts)):
+        folder = "/".join(parts[:depth])
+        if folder not in folders:
+            folders[folder] = _examine(root / folder, folder=True)
+        if (why := folders[folder]) is not None:
+            return f"{why} on the way to {key!r}" if why else None  # "": nothing there, the object is missing
+    return _examine(root / key, folder=False) or None
+
+
+def _examine(path: Path, *, folder: bool) -> str | None:
+    """``None`` when ``path`` is what is expected there (a real folder, or a regular file), ``""`` when
+    nothing is (or a file where a folder should be), else what it is: one ``lstat``, nothing opened."""
+    try:
+        mode = os.lstat(path).st_mode
+    except (FileNotFoundError, NotADirectoryError):
+        return ""
+    except OSError as exc:  # e.g. a folder we may not search: nothing tracker_saver wrote
+        return f"{str(path)!r} cannot be examined ({exc.strerror})"
+    if stat.S_ISDIR(mode) if folder else stat.S_ISREG(mode):
+        return None
+    if folder and not stat.S_ISLNK(mode):
+        return ""
+    return f"{str(path)!r} is " + next((name for test, name in _WHAT if test(mode)), "not a regular file")
 
 
 def not_regular_finding(label: str, key: str | None, why: str, holders: Iterable[str]) -> Finding:
     """A ``not-regular`` finding at ``key`` for the records (``holders``, described) that point at it."""
     held = ", ".join(holders)
-    detail = f"{why}, not a file tracker_saver wrote: it is not read" + (f"; {held} point at it" if held else "")
+    detail = f"{why}, not a file tracker_saver wrote: it is not read" + (
+        f"; records at its key: {held}" if held else ""
+    )
     fix = (
         "none: see who put it there, remove it by hand (it holds no checkpoint of ours), "
         "then run `tracker-saver repair` to settle the records that pointed at it"
