@@ -230,6 +230,37 @@ class Backend:
             if not token:
                 return rows
 
+    def aliases(self) -> dict[str, list[str]]:
+        """The project's user aliases and the record ids each names, as stored: the SQLite ``aliases``
+        table, the MLflow experiment's ``tracker_saver.alias.<name>`` tags, the ClearML models'
+        ``alias:<name>`` tags (a record the alias names may be gone: a dangling alias)."""
+        named: dict[str, list[str]] = {}
+        if self.mlflow is not None:
+            from mlflow import MlflowClient
+
+            exp = MlflowClient(self.mlflow[1]).get_experiment_by_name(self.project)
+            for key, value in ((exp.tags or {}) if exp is not None else {}).items():
+                if key.startswith("tracker_saver.alias."):
+                    named.setdefault(key.removeprefix("tracker_saver.alias."), []).append(str(value))
+        elif self.standin is not None:
+            with self.standin._lock:
+                models = list(self.standin.models.values())
+            for model in models:
+                if _item((model.get("metadata") or {}).get("run")) != self.run:
+                    continue  # another run's (the soak's project holds one run)
+                for tag in model.get("tags") or []:
+                    if tag.startswith("alias:"):
+                        named.setdefault(tag.removeprefix("alias:"), []).append(str(model["id"]))
+        elif Path(self.registry).exists():
+            conn = sqlite3.connect(self.registry, timeout=60)
+            try:
+                found = conn.execute("SELECT alias, record_id FROM aliases WHERE project = ?", (self.project,))
+                for alias, record_id in found.fetchall():
+                    named.setdefault(alias, []).append(str(record_id))
+            finally:
+                conn.close()
+        return named
+
     # -- the process and the end ------------------------------------------------------------------
     def process_env(self, crash: str) -> dict[str, str]:
         """The training process's environment, with ``TRACKER_SAVER_SOAK_CRASH`` set to ``crash``."""

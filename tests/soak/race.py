@@ -189,15 +189,15 @@ class Race:
             self.violation(problem)
 
     def _aliases(self, held: list[Row], seen: dict[str, Any]) -> list[str]:
-        """Each alias names one held record, and ``models get PROJECT@ALIAS`` gives that record's bytes."""
+        """Each alias, as stored, names one held record, and ``models get PROJECT@ALIAS`` gives its bytes."""
         by_id = {r.id: r for r in held}
         problems = []
-        for alias, found in seen.items():
-            ids, where = found["ids"], f"models get {self.backend.project}@{alias}"
+        for alias, ids in sorted(self.backend.aliases().items()):
+            found, where = seen.get(alias), f"models get {self.backend.project}@{alias}"
             if len(ids) != 1 or ids[0] not in by_id:
                 problems.append(f"alias: {alias} names {ids}, not one loadable or pinned record")
-            elif found["sha"] is None:
-                problems.append(f"alias: {where} failed: {found['error']}")
+            elif found is None or found["sha"] is None:
+                problems.append(f"alias: {where} failed: {found['error'] if found else 'no record has the alias'}")
             elif found["sha"] != by_id[ids[0]].sha256:
                 problems.append(f"alias: {where} gave bytes that are not record {ids[0]}'s")
         return problems
