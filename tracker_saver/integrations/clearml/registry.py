@@ -269,6 +269,10 @@ class ClearMLRegistry(Registry):
     def get(self, record_id: str) -> Record:
         return self._aliased([self.transport.record(self.transport.fetch(record_id))])[0]
 
+    def user_aliases(self, record: Record) -> tuple[str, ...]:
+        # One request, not get's two: user aliases are the model's own alias: tags (no derived ones to add).
+        return self.transport.record(self.transport.fetch(record.id)).aliases
+
     def query(self, query: Query) -> list[Record]:
         params: dict[str, Any] = {}
         if query.project is not None:
