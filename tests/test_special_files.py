@@ -39,6 +39,7 @@ from tracker_saver.cli.main import main
 from tracker_saver.core.errors import IntegrityError
 from tracker_saver.core.records import RecordState, StreamId
 from tracker_saver.save.ownership import owner_key
+from tracker_saver.storage.local import LocalWrite
 from tracker_saver.ui.app import MAX_DOWNLOADS, create_app
 
 #: The most a call may take before the test calls it hung (a bound, never asserted as a duration).
@@ -161,6 +162,23 @@ def test_the_next_save_into_a_special_slot_refuses_and_leaves_it_as_found(run, k
     assert (after.st_ino, after.st_mode) == (before.st_ino, before.st_mode)  # not replaced
     assert (outside.read_bytes() if outside.exists() else None) == kept  # nor written through
     assert models.load_checkpoint(run.record("model_2.pt"), {"model": model()}).state is RecordState.LIVE
+
+
+def test_a_fifo_put_at_the_slot_while_a_save_commits_never_holds_the_commit_up(run) -> None:
+    """The window after the commit's check: the replace target is then only held open, never waited on."""
+
+    def swap() -> None:
+        run.slot0.unlink()
+        os.mkfifo(run.slot0)
+
+    at_commit = when_reaching(
+        LocalWrite.commit, "old = hold(self._path)", swap, where=lambda f: f.f_locals["self"].key == KEY0
+    )
+    with at_commit as reached:
+        outcome = _within(run.epoch, run.slot0)
+    assert len(reached) == 1 and outcome is None, outcome
+    assert stat.S_ISREG(os.lstat(run.slot0).st_mode)  # os.replace swapped the name: nothing was written through
+    assert models.load_checkpoint(run.record("model_3.pt"), {"model": model()}).state is RecordState.LIVE
 
 
 def test_a_fifo_at_a_slot_path_refuses_the_next_run_and_models_pin_at_once(run, capsys) -> None:
