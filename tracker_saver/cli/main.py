@@ -25,6 +25,10 @@ from tracker_saver.core.errors import RecordNotFoundError, TrackerSaverError
 from tracker_saver.core.extras import missing_extra
 from tracker_saver.core.text import escape
 
+if TYPE_CHECKING:
+    from tracker_saver.fsck import Report
+    from tracker_saver.registry.base import Registry
+
 __all__ = ["build_parser", "main", "package_version"]
 
 PROG = "tracker-saver"
