@@ -259,7 +259,9 @@ def race_plan(seed: int, racer: int, ops: int, *, exec_every: int = 8, max_jitte
     for i in range(ops):
         common = random.Random(f"race:{seed}:round:{i}")
         rng = common if common.random() < 0.5 else own
-        op, hot = rng.choices(names, weights)[0], rng is common or own.random() < 0.5
+        op = rng.choices(names, weights)[0]
+        # An alias moved to two records at once is its race: half the racers take another record then.
+        hot = (op != "alias" or racer % 2 == 0) if rng is common else own.random() < 0.5
         alias = rng.choice(ALIASES)
         if rng is common:  # the same path too, so that they meet within the jitter
             via = VIA[i % 2]
