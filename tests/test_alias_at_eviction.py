@@ -49,6 +49,13 @@ def test_an_alias_another_tool_set_on_a_sqlite_slot_record_names_its_bytes_after
     _another_tools_alias_survives_the_slots_next_save(local_target)
 
 
+def test_with_async_upload_the_alias_is_moved_on_the_upload_worker_before_the_slot_is_replaced(
+    local_target: Target,
+) -> None:
+    local_target.saver_options = {"async_upload": True}
+    _another_tools_alias_survives_the_slots_next_save(local_target)
+
+
 @pytest.mark.mlflow
 def test_an_alias_another_tool_set_on_an_mlflow_slot_record_names_its_bytes_after_eviction(
     mlflow_registry: Registry, tmp_path: Path
