@@ -143,8 +143,9 @@ def damaged_finding(uri: str, path: str, problems: list[str]) -> Finding:
     detail = f"the registry file {path!r} is damaged, so no record was checked; SQLite says: {'; '.join(problems)}"
     fix = (
         "none: write nothing to it (no saves, no repair) and keep the file; restore it from a backup, or rescue "
-        f"what SQLite can still read into a new file (sqlite3 {quoted} .recover | sqlite3 recovered.db), check "
-        "that one with `tracker-saver --registry recovered.db fsck --deep`, then put it in the damaged one's place"
+        f"what SQLite can still read into a new file (sqlite3 {quoted} .recover | sqlite3 recovered.db) and see "
+        "what it kept before you put it in the damaged one's place (`tracker-saver --registry recovered.db runs "
+        "list`, then `fsck --deep`): a damaged page's records are lost, or left in its lost_and_found table"
     )
     return Finding("damaged-registry", uri, detail, fix)
 
