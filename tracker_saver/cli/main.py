@@ -215,7 +215,8 @@ def _cmd_repair(args: argparse.Namespace) -> int:
     echo: Callable[[str], None] = (lambda _: None) if as_json else (lambda line: print(escape(line)))
     if isinstance(registry, Report):  # nothing to open, and nothing may be written to it
         report = registry
-        report.actions = [f"leave {report.findings[0].stream}: {report.findings[0].detail}"]
+        (damaged,) = report.findings
+        report.actions = [f"leave {damaged.detail} ({damaged.fix})"]  # as repair words what it leaves
         echo(report.actions[0])
     else:
         report = repair(
