@@ -10,6 +10,7 @@ refuses Python's bare ``Infinity``/``NaN`` as JavaScript's ``JSON.parse`` does.
 from __future__ import annotations
 
 import json
+import logging
 import math
 import threading
 from collections.abc import Iterator
@@ -198,12 +199,18 @@ def test_an_event_stored_by_an_earlier_release_with_a_bare_infinity_still_reads(
 # -- webhooks: standard bodies, dead letters -------------------------------------------------------------------
 
 
-def test_a_webhook_body_is_standard_json_and_a_refused_event_lets_later_ones_through(local_target, receiver) -> None:
+def test_a_webhook_body_is_standard_json_and_a_refused_event_lets_later_ones_through(
+    local_target, receiver, caplog
+) -> None:
     receiver.answers = [400]  # the receiver refuses the first event (as one would refuse bad JSON)
     registry = open_registry(local_target.registry)
     relay = Relay(registry.history, Webhook(receiver.url, SECRET))
     train(local_target)
-    assert relay.pump() == 2
+    with caplog.at_level(logging.WARNING, logger="tracker_saver.registry.webhooks"):
+        assert relay.pump() == 2
+        assert relay.pump() == 0  # nothing left, and the set-aside event is not warned about again
+    (warning,) = [r.getMessage() for r in caplog.records if r.name == "tracker_saver.registry.webhooks"]
+    assert "seq 1, record.live) set aside after HTTP 400" in warning and "/events" not in warning
     bodies = [strict(b.decode()) for b in receiver.bodies]
     assert [as_float(b["after"]["score"]) for b in bodies] == KEPT[1:]
     (dead,) = registry.history.dead()
