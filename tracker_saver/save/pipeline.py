@@ -39,6 +39,7 @@ from tracker_saver.registry.base import Query, Registry, stream_query
 from tracker_saver.save.alias_keep import keep_aliased
 from tracker_saver.save.callbacks import CallbackChain
 from tracker_saver.save.hashing import HashingWriter, hash_alongside
+from tracker_saver.save.interrupts import interrupt_behind
 from tracker_saver.save.local_view import LocalView
 from tracker_saver.save.memory import StableMemory
 from tracker_saver.save.ownership import Owner, claim_stream, ensure_owner, owned, release_owner
@@ -361,6 +362,8 @@ class Pipeline:
         except TrackerSaverError:
             raise
         except Exception as exc:
+            if (interrupt := interrupt_behind(exc)) is not None:
+                raise interrupt from None  # Ctrl-C inside torch's writer came out as its RuntimeError
             cause = staged.failure or writer.error or exc
             if isinstance(cause, TrackerSaverError):  # the storage's own (torch.save re-wraps it)
                 raise cause from cause.__cause__

@@ -23,6 +23,7 @@ from tracker_saver.save.archive import Archive
 from tracker_saver.save.background import Background
 from tracker_saver.save.callbacks import CallbackChain, PostUploadCallback, PreUploadCallback
 from tracker_saver.save.distributed import check_save_on_rank, check_world, open_for_reading, share_outcome
+from tracker_saver.save.interrupts import interrupt_behind
 from tracker_saver.save.lineage import lineage as compute_lineage
 from tracker_saver.save.local_view import LocalView, default_dirname
 from tracker_saver.save.pipeline import Pipeline, check_save_kwargs, is_writing
@@ -242,6 +243,8 @@ class TrackerSaver(DiskSaver):
             try:
                 snapshot = take_snapshot(checkpoint, self._buffers)
             except Exception as exc:
+                if (interrupt := interrupt_behind(exc)) is not None:
+                    raise interrupt from None  # Ctrl-C during the copy: an interrupt, not a bad to_save
                 raise SerializationError(f"could not copy {filename!r} for a background save: {exc!r}; put only "
                                          "state_dict()-able objects in Checkpoint's to_save") from exc  # fmt: skip
             clock.handed_over()  # before the queue takes it: the worker reads it after (a queue put is µs)
