@@ -159,6 +159,8 @@ def test_the_ui_api_carries_infinite_scores_as_typed_strings(trained) -> None:
     assert [i["metadata_types"]["score"] for i in items] == ["float", "float", "none"]
     detail = client.get(f"/api/models/{items[1]['id']}")
     assert as_float(strict(detail.text)["record"]["score"]) == -math.inf
+    schema = client.get("/openapi.json").json()["components"]["schemas"]["RecordOut"]["properties"]["score"]
+    assert {"enum": ["Infinity", "-Infinity"]} in schema["anyOf"]  # the schema says what the API writes
     chart = client.get("/api/chart")
     assert chart.status_code == 200 and strict(chart.text) == {"series": []}  # no finite point to draw
 

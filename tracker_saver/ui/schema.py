@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field
+from pydantic import BaseModel, ConfigDict, Field, WithJsonSchema
 
 from tracker_saver.core.jsonout import float_out
 from tracker_saver.core.masking import strip_userinfo
@@ -22,6 +22,7 @@ __all__ = [
     "PointOut",
     "RecordOut",
     "RenameIn",
+    "ScoreOut",
     "SeriesOut",
     "TagsIn",
     "TimingsOut",
@@ -58,6 +59,14 @@ class TimingsOut(BaseModel):
     background: bool = Field(description="whether the save ran in the background (async_upload)")
 
 
+#: A score as the API writes it: standard JSON has no infinity, so ``±inf`` is a string (core.jsonout).
+ScoreOut = Annotated[
+    float | None,
+    WithJsonSchema({"anyOf": [{"type": "number"}, {"enum": ["Infinity", "-Infinity"]}, {"type": "null"}]}),
+    Field(description='the score; "Infinity" or "-Infinity" when infinite (Number() reads it back), null when absent'),
+]
+
+
 class RecordOut(BaseModel):
     """A record as the UI shows it; ``metadata`` holds every typed value (±inf as ``"Infinity"``/``"-Infinity"``,
     with ``metadata_types`` saying ``float``), and ``score`` is ``"Infinity"``/``"-Infinity"`` when infinite."""
@@ -79,7 +88,7 @@ class RecordOut(BaseModel):
     sha256: str | None
     size: int | None
     step: int | None
-    score: float | None
+    score: ScoreOut
     score_name: str | None
     metadata: dict[str, int | float | str | bool | None]
     metadata_types: dict[str, str] = Field(description="each metadata value's stored type: int, float, str, bool, none")
