@@ -168,6 +168,24 @@ def test_processes_that_pin_one_record_at_once_on_clearml_never_share_an_object(
     _tracker_pins_race(Target(output_uri=str(tmp_path / "output"), registry=f"clearml:{clearml_project}"), tmp_path)
 
 
+@pytest.mark.clearml
+def test_two_alias_moves_at_once_on_clearml_never_leave_the_alias_on_no_record(
+    clearml_standin: Any, clearml_project: str, tmp_path: Path
+) -> None:
+    """ClearML has no transaction: each move tags its record, then untags the others. Two moves at once
+    (every request 250 ms, so they interleave) each untagged the other's record too, leaving the alias on none."""
+    target = Target(output_uri=str(tmp_path / "output"), registry=f"clearml:{clearml_project}")
+    second, third = (pin_model(r, registry=target.registry) for r in _trained(target, 2))
+    command = ["models", "alias", "{}", "production", "--registry", target.registry]
+    clearml_standin.latency = 0.25
+    try:
+        _at_once(tmp_path / "moves", _CLI_AT_ONCE, [[c.format(r.id) for c in command] for r in (second, third)])
+    finally:
+        clearml_standin.latency = 0.0
+    holders = [r.id for r in find_models(project="p", states=["pinned"], registry=target.registry) if r.aliases]
+    assert holders and set(holders) <= {second.id, third.id}, holders
+
+
 def test_unpinning_one_of_two_pins_that_share_an_object_keeps_it_for_the_other(
     local_target: Target, capsys: pytest.CaptureFixture[str]
 ) -> None:

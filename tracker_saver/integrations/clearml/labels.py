@@ -88,10 +88,13 @@ class ClearMLLabels:
         self._transport.send(edit, what, record_id=str(model["id"]))
 
     def set_alias(self, record_id: str, alias: str) -> None:
-        """Tag the model ``alias:<alias>`` and untag every other model of its project that had it.
+        """Tag the model ``alias:<alias>`` and untag every other model of its project that had it before.
 
-        ClearML has no transaction: the new holder is tagged first, so the alias always names
-        a record (for a moment, two). The registry then reads the record back, derived aliases included.
+        ClearML has no transaction: the holders are read first, the new holder is tagged, then
+        only those earlier holders are untagged. So the alias always names a record: a move never
+        untags a model that another move tagged meanwhile (two moves at once used to untag each
+        other's, leaving the alias on none); two at once may leave it on both, until the next move
+        or unalias. The registry then reads the record back, derived aliases included.
         """
         check_alias(alias)
         model = self._transport.fetch(record_id)
@@ -103,9 +106,10 @@ class ClearMLLabels:
                 record_id=record_id,
             )
         tag = ALIAS_TAG_PREFIX + alias
+        before = self._alias_holders(str(model.get("project") or ""), alias)
         tags = [*(model.get("tags") or []), tag]
         self._edit_tags(model, tags, f"setting alias {alias!r} on model {record_id}")
-        for other in self._alias_holders(str(model.get("project") or ""), alias):
+        for other in before:
             if str(other["id"]) != record_id:
                 rest = [t for t in other.get("tags") or [] if t != tag]
                 self._edit_tags(other, rest, f"moving alias {alias!r} off model {other['id']}")
