@@ -198,7 +198,9 @@ def test_metadata_is_typed_as_the_server_stores_it(run_task) -> None:
         "flag": "bool",
     }
     assert stored["score"]["value"] == "0.93121" and stored["state"]["value"] == "live"
-    assert Model(record.id).get_all_metadata_casted()["nan_score"] is None  # absent stays absent for the SDK too
+    # Absent is type None (an empty type blocks the web app's metadata editor): the SDK casts it to its empty text.
+    assert stored["nan_score"] == {"key": "nan_score", "type": "None", "value": ""}
+    assert Model(record.id).get_all_metadata_casted()["nan_score"] == ""
     got = registry.get(record.id).metadata
     assert (got["global_step"], got["score"], got["flag"], got["nan_score"]) == (3, 0.93121, True, None)
     assert "state" not in got and "stream" not in got  # record fields are not user metadata

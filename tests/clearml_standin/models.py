@@ -152,6 +152,22 @@ class Models(Tasks):
         """The web UI's call: a rename, new tags or a comment; fields ``update`` does not set are ignored."""
         return self._change_model(data, "update")
 
+    def models_update_tags(self, data: dict[str, Any]) -> dict[str, Any]:
+        """The web app's table tag menu: ``add_tags`` added once each, ``remove_tags`` pulled (bll/organization
+        ``edit_entity_tags``); unknown ids are skipped, as the server's update skips them."""
+        ids, add, remove = data.get("ids") or [], data.get("add_tags") or [], data.get("remove_tags") or []
+        if not ids:
+            raise StandInError(400, 12, "Validation error (No entity ids provided for editing tags)")
+        if not (add or remove):
+            raise StandInError(400, 12, "Validation error (Either add tags or remove tags should be provided)")
+        updated = 0
+        for model in (self.models[i] for i in ids if i in self.models):
+            tags = [*(model.get("tags") or []), *(t for t in add if t not in (model.get("tags") or []))]
+            model["tags"] = [t for t in tags if t not in remove]
+            model["last_change"] = _now()
+            updated += bool(add) + bool(remove)
+        return {"updated": updated}
+
     def models_update_for_task(self, data: dict[str, Any]) -> dict[str, Any]:
         """Gone since API 2.13 (the SDK sends 2.20 and later): the server's ``301/1``."""
         raise StandInError(

@@ -30,8 +30,9 @@ uri            metadata ``uri``, from creation, kept for history. The model's ur
                bytes itself): the slot of an evicted model holds other bytes
 sha256, size   metadata ``sha256`` (str) and ``size`` (int)
 fingerprint    metadata ``fingerprint`` (str): what the store said identifies the committed object
-metadata       typed metadata items: ``int``/``float``/``bool``/``str``, ``None`` as an empty
-               type and value (``Model.get_metadata_casted`` reads them back as such); a key the
+metadata       typed metadata items: ``int``/``float``/``bool``/``str``, ``None`` as type ``None`` and
+               an empty value (never an empty type: ClearML's web app cannot save metadata that has
+               one; items written before issue 54 with an empty type still read as ``None``); a key the
                server refuses (``type``, ``value``...) is stored escaped (``~type``) and read back
                as the user wrote it (:mod:`~tracker_saver.integrations.clearml.keys`)
 tags           the model's tags, less ``stream:*``, ``alias:*`` and the state tags (which users cannot add)
@@ -79,6 +80,7 @@ __all__ = [
     "ARCHIVED_TAG",
     "CLAIM_TAG_PREFIX",
     "MIN_NAME",
+    "NONE_TYPE",
     "STATE_TAGS",
     "STREAM_TAG_PREFIX",
     "check_id",
@@ -138,18 +140,44 @@ def task_run(task: Any) -> str:
 
 
 # -- typed metadata values ---------------------------------------------------------------------
+#: The type of an absent value (``None``): the word ClearML's own ``Model.set_metadata`` writes for a
+#: value of no basic type. Never empty: the web app's metadata editor marks an empty type "Required"
+#: and will not save the model's metadata until a person types one in (issue 54).
+NONE_TYPE = "None"
+
+
 def encode_value(key: str, value: MetaValue) -> dict[str, str]:
-    """One typed metadata item as ClearML stores it (``Model.get_metadata_casted`` reads it back)."""
+    """One typed metadata item as ClearML stores it: a type the web app's editor accepts, always.
+
+    ``Model.get_metadata_casted`` casts ``int``/``float``/``bool``/``str`` back; an absent value
+    (``None``) is type ``None`` with an empty value, which the SDK gives as ``""`` and
+    tracker_saver reads as ``None``. Items written before issue 54 with an empty type read as ``None`` too.
+
+    Examples:
+        >>> encode_value("score", None)
+        {'key': 'score', 'type': 'None', 'value': ''}
+    """
     kind, text = encode_typed(value)
-    # The SDK casts an empty type and value to None.
-    return {"key": escape_key(key), "type": "" if kind == "none" else kind, "value": text or ""}
+    return {"key": escape_key(key), "type": NONE_TYPE if kind == "none" else kind, "value": text or ""}
 
 
 def decode_value(item: Any) -> MetaValue:
-    """The value of a stored metadata item; an unreadable number stays a string, NaN is absent."""
+    """The value of a stored metadata item; an unreadable number stays a string, NaN is absent.
+
+    A value a person typed into an item of type ``None`` in the web app is kept as text, as the SDK reads it.
+
+    Examples:
+        >>> decode_value({"type": "None", "value": ""}), decode_value({"type": "", "value": ""})
+        (None, None)
+        >>> decode_value({"type": "None", "value": "qa"})
+        'qa'
+    """
     if not isinstance(item, dict) or item.get("value") is None:
         return None
-    return decode_typed(str(item.get("type") or ""), str(item["value"]))
+    kind, text = str(item.get("type") or ""), str(item["value"])
+    if kind.lower() == NONE_TYPE.lower() and text:
+        return text
+    return decode_typed(kind, text)
 
 
 def with_metadata(model: dict[str, Any], items: dict[str, MetaValue]) -> dict[str, Any]:
@@ -284,9 +312,14 @@ def model_aliases(model: dict[str, Any]) -> tuple[str, ...]:
 
 
 def mirror(model: dict[str, Any], state: RecordState, stream: str) -> dict[str, Any]:
-    """The tags, archive flag and uri that show ``state`` where ClearML's UI, ``Model.query_models``
-    and ``InputModel`` look. The uri is set only while loadable: ClearML must never download what
-    a slot holds now for a model that is not its checkpoint (metadata ``uri`` keeps it)."""
+    """The tags, archive flag, uri and published flag that show ``state`` where ClearML's UI,
+    ``Model.query_models`` and ``InputModel`` look. The uri is set only while loadable: ClearML must
+    never download what a slot holds now for a model that is not its checkpoint (metadata ``uri``
+    keeps it).
+
+    ``ready`` (the web app's Published, else Draft): a pinned record is published, its bytes never
+    change (aliases live on pins); a record whose bytes are gone (pending, evicted, failed) is a
+    draft again; a live or revived one keeps what a person chose in the web app."""
     state_tags = set(STATE_TAGS.values())
     tags = [t for t in model.get("tags") or [] if t not in state_tags]
     if state in STATE_TAGS:
@@ -297,11 +330,14 @@ def mirror(model: dict[str, Any], state: RecordState, stream: str) -> dict[str, 
     if state in _ARCHIVED:
         system_tags.append(ARCHIVED_TAG)
     uri = decode_value((model.get("metadata") or {}).get("uri")) or model.get("uri") or ""
-    return {
+    shown: dict[str, Any] = {
         "tags": sorted(set(tags)),
         "system_tags": sorted(set(system_tags)),
         "uri": str(uri) if state.loadable else "",
     }
+    if state is RecordState.PINNED or state in _ARCHIVED:
+        shown["ready"] = state is RecordState.PINNED
+    return shown
 
 
 # -- queries ------------------------------------------------------------------------------------
