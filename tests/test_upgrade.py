@@ -35,7 +35,7 @@ import pytest
 from tests import forkserver
 from tests.helpers import ROOT, SCORES, Target, attach, model, trainer_engine
 from tests.test_releases import released
-from tracker_saver import RecordState, find_models, get_model, resolve_model, resume
+from tracker_saver import ConfigError, RecordState, find_models, get_model, resolve_model, resume
 from tracker_saver.cli.main import main
 from tracker_saver.registry.shared import shared_registry
 from tracker_saver.storage import open_storage
@@ -282,3 +282,27 @@ def test_clearml_records_in_0_1_0s_form_with_an_alias_on_a_slot_record_are_conti
     assert slots == ["p/r/best_model.slot0.pt", "p/r/best_model.slot1.pt", "p/r/checkpoint.slot0.pt"]
     live = sorted((r.stream, r.global_step) for r in find_models(project="p", states=["live"], registry=reg))
     assert live == [("best_model", 4), ("best_model", 6), ("checkpoint", 6)]
+
+
+@pytest.mark.mlflow
+def test_this_code_refuses_an_mlflow_record_a_newer_release_wrote_instead_of_leaving_it_out(
+    mlflow_registry: Any, tmp_path: Path
+) -> None:
+    """A downgrade from a future release: its records carry a newer tag schema. Leaving them out (as a
+    record edited into nonsense is) would show the stream with holes; the read is refused instead."""
+    from mlflow import MlflowClient
+
+    target = Target(str(tmp_path / "out"), registry=mlflow_registry)
+    saver = target.saver()
+    trainer = trainer_engine(model())
+    attach(trainer, saver, {"model": model()}, n_saved=2)
+    trainer.run([0], max_epochs=2)
+    saver.close()
+    first, second = find_models(project="p", order_by="created_at", registry=mlflow_registry)
+    MlflowClient(mlflow_registry.tracking_uri).set_logged_model_tags(second.id, {"tracker_saver.schema": "3"})
+    newer = rf"LoggedModel {second.id} was written by a newer tracker_saver \(tag schema 3; this one reads 1 and 2\)"
+    with pytest.raises(ConfigError, match=newer + r": upgrade tracker-saver"):
+        find_models(project="p", registry=mlflow_registry)
+    for record in (first, second):  # a get reads the record's stream too: the newer record is in it
+        with pytest.raises(ConfigError, match=newer):
+            get_model(record.id, registry=mlflow_registry)

@@ -11,9 +11,9 @@ import uuid
 from collections.abc import Callable, Iterable, Iterator
 from typing import Any
 
-from tracker_saver.core.errors import RecordNotFoundError, RegistryError, UnreadableRecordError
+from tracker_saver.core.errors import ConfigError, RecordNotFoundError, RegistryError, UnreadableRecordError
 from tracker_saver.core.records import Record
-from tracker_saver.integrations.mlflow.codec import PREFIX, quoted, read_record
+from tracker_saver.integrations.mlflow.codec import PREFIX, SCHEMA, quoted, read_record
 from tracker_saver.integrations.mlflow.transport import MLflowTransport
 
 __all__ = ["MLflowStore"]
@@ -129,6 +129,7 @@ class MLflowStore:
 
     def read(self, record_id: str) -> tuple[Any, Record]:
         model = self.model(record_id)
+        _refuse_newer(model)
         record = read_record(model)  # UnreadableRecordError: edited by hand into something we cannot read
         if record is None or str(getattr(model.status, "name", model.status)) == "DELETED":
             raise RecordNotFoundError(
@@ -169,6 +170,7 @@ class MLflowStore:
                 )
                 out: list[Record] = []
                 for model in page:
+                    _refuse_newer(model)
                     try:
                         record = read_record(model)
                     except UnreadableRecordError as exc:
@@ -190,3 +192,22 @@ class MLflowStore:
             for page in self.pages(experiments, where, unreadable=unreadable):
                 found.update((r.id, r) for r in page)
         return list(found.values())
+
+
+def _refuse_newer(model: Any) -> None:
+    """Refuse a record that a newer tracker_saver wrote (a tag schema above this one's).
+
+    Skipping it, as a record edited into nonsense is skipped, would show its stream with holes,
+    and a saver could then reuse a slot whose record it cannot see: the whole read is refused.
+
+    Raises:
+        ConfigError: the model's ``tracker_saver.schema`` tag is a number above :data:`SCHEMA`.
+    """
+    tags = model.tags or {}
+    text = str(tags.get(PREFIX + "schema", "1"))
+    if PREFIX + "state" in tags and text.isdigit() and int(text) > SCHEMA:
+        raise ConfigError(
+            f"MLflow LoggedModel {model.model_id} was written by a newer tracker_saver (tag schema {text}; this one "
+            f"reads 1 and {SCHEMA}): upgrade tracker-saver (git pull in its clone, then pip install -e . there); if its "
+            f"tag {PREFIX}schema was edited by hand, set it back to {SCHEMA}"
+        )
