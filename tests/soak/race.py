@@ -222,7 +222,7 @@ class Race:
         return problems
 
     def _gets(self, held: list[Row]) -> list[str]:
-        """A pinned record that a ``get`` found without its bytes (or with others) and that still exists."""
+        """A pinned record that a ``get`` of its id found without its bytes (or with others), and that still exists."""
         now = {r.id: r.created for r in held if r.state == "pinned"}
         return [
             f"pin: racer {rep['w']} op {rep['i']} could not get pinned record {rep['target']}, which still exists: "
@@ -231,6 +231,7 @@ class Race:
             if rep["op"] == "get"
             and rep["ok"] is False
             and rep.get("state") == "pinned"
+            and rep.get("ref") == rep["target"]
             and rep["target"] in now
             and abs(now[rep["target"]] - rep["created"]) < 0.01
         ]

@@ -91,6 +91,8 @@ class Racer:
         if step is None:
             return {**report, "ok": None}
         argv, call = step
+        if op.op == "get":
+            report["ref"] = argv[2]  # the record's id, or PROJECT@ALIAS
         started = time.monotonic()
         try:
             if op.via == "api":
