@@ -118,7 +118,15 @@ class Race:
         trainer.send("go")
         racers = [  # once the registry exists: they open it as the CLI does, never creating it
             zygote.spawn(
-                "", "", seed, role="racer", racer=w, ops=self.ops, exec_every=self.exec_every, round_s=self.round_s
+                "",
+                "",
+                seed,
+                role="racer",
+                racer=w,
+                ops=self.ops,
+                exec_every=self.exec_every,
+                round_s=self.round_s,
+                folder=str(self.backend.workdir / f"racer-{w}"),
             )
             for w in range(self.stats.racers)
         ]
@@ -180,7 +188,9 @@ class Race:
         held = [r for r in snap.rows if r.state in HELD]
         self.stats.pinned = sum(r.state == "pinned" for r in held)
         self.log(f"  read storage and registry at {time.monotonic() - self.t0:.1f} s")
-        inspector = zygote.spawn("", "", self.stats.seed, role="racer", racer=-1, inspect=True)
+        inspector = zygote.spawn(
+            "", "", self.stats.seed, role="racer", racer=-1, inspect=True, folder=str(self.backend.workdir / "inspect")
+        )
         inspector.connect()
         seen = inspector.wait_for("inspected", 600)
         inspector.wait()

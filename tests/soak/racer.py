@@ -23,7 +23,6 @@ import os
 import random
 import subprocess
 import sys
-import tempfile
 import time
 import traceback
 from collections.abc import Callable
@@ -58,7 +57,8 @@ class Racer:
         self.plan = race_plan(
             int(config["seed"]), self.worker, int(config.get("ops", 0)), exec_every=int(config.get("exec_every", 0))
         )
-        self.folder = Path(tempfile.mkdtemp(prefix=f"racer-{self.worker}-"))
+        self.folder = Path(config["folder"])  # what its gets write, under the run's workdir
+        self.folder.mkdir(parents=True, exist_ok=True)
         self.sqlite = not self.spec.startswith(("clearml", "mlflow"))
 
     # -- what the registry holds now ----------------------------------------------------------------
