@@ -60,16 +60,6 @@ def test_a_new_file_without_a_registry_suffix_is_refused_unless_asked_for(tmp_pa
     assert parse_registry(str(existing)) == RegistrySpec("sqlite", str(existing))  # an existing file is taken as named
 
 
-def test_a_registry_gets_its_own_folder_but_never_a_tree(tmp_path: Path) -> None:
-    TrackerSaver(tmp_path / "out", registry=tmp_path / "runs" / "registry.db").close()
-    assert (tmp_path / "runs" / "registry.db").is_file()
-    with pytest.raises(
-        ConfigError, match=r"registry folder '.*/typo/runs' does not exist, nor does '.*/typo': check the path"
-    ):
-        TrackerSaver(tmp_path / "out2", registry=tmp_path / "typo" / "runs" / "registry.db")
-    assert not (tmp_path / "typo").exists() and not (tmp_path / "out2").exists()
-
-
 def test_one_location_is_one_shared_registry_whatever_its_spelling(tmp_path: Path) -> None:
     path = tmp_path / "r.db"
     assert shared_registry(str(path)) is shared_registry(f"sqlite:///{path}")

@@ -24,7 +24,6 @@ if TYPE_CHECKING:
     from tracker_saver.registry.base import Registry
 
 __all__ = [
-    "NAME_IT_CLI",
     "URI_HELP",
     "add_filters",
     "count",
@@ -41,22 +40,16 @@ __all__ = [
 URI_HELP = "(a folder or s3://BUCKET/PREFIX, as TrackerSaver was given it)"
 
 
-#: What the command line says to name a registry that does not exist (the API says ``registry=``).
-NAME_IT_CLI = "pass --registry PATH, the file the saver wrote (or set TRACKER_SAVER_REGISTRY)"
-
-
 def open_cli_registry(args: argparse.Namespace) -> Registry:
     """The registry ``--registry`` names, never created: a typo is an error, not an empty registry."""
-    from tracker_saver.core.errors import RegistryError
-    from tracker_saver.registry import NAME_IT
+    from tracker_saver.registry import check_exists, parse_registry
     from tracker_saver.registry.shared import shared_registry
 
-    try:
-        return shared_registry(getattr(args, "registry", None), create=False)
-    except RegistryError as exc:  # the API's words for the fix are a Python caller's: say ours
-        if NAME_IT not in str(exc):
-            raise
-        raise RegistryError(str(exc).replace(NAME_IT, NAME_IT_CLI)) from None
+    named = getattr(args, "registry", None)
+    spec = parse_registry(named)
+    if spec.kind == "sqlite":  # first, so a missing file's fix is in the command line's words
+        check_exists(spec.location or "", create=False, cli=True)
+    return shared_registry(named, create=False)
 
 
 def wants_json(args: argparse.Namespace) -> bool:

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 import importlib
 import os
+import shlex
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -23,6 +24,7 @@ __all__ = [
     "BACKENDS",
     "DEFAULT_REGISTRY",
     "NAME_IT",
+    "NAME_IT_CLI",
     "Backend",
     "Labels",
     "Query",
@@ -86,7 +88,8 @@ def parse_registry(registry: str | os.PathLike[str] | None = None) -> RegistrySp
     Raises:
         ConfigError: an unknown scheme; a word one or two letters off a kind (``"mlfow"``: did you
             mean ``mlflow``); a new file whose name does not end in ``.db``, ``.sqlite`` or
-            ``.sqlite3`` (write ``sqlite:///PATH`` to use such a name).
+            ``.sqlite3`` (write ``sqlite:///PATH`` to use such a name); a ``sqlite:`` URL other than
+            SQLAlchemy's ``sqlite:///RELATIVE`` and ``sqlite:////ABSOLUTE`` (``sqlite:/tmp/x.db``).
 
     Examples:
         >>> parse_registry("sqlite:////tmp/r.db"), parse_registry("clearml:team")
@@ -107,6 +110,8 @@ def parse_registry(registry: str | os.PathLike[str] | None = None) -> RegistrySp
         return RegistrySpec("sqlite", spec)
     if spec.startswith("sqlite:///"):  # sqlite:///rel/path or sqlite:////abs/path: any name, as asked
         return RegistrySpec("sqlite", str(Path(spec[len("sqlite:///") :]).expanduser()))
+    if spec.startswith("sqlite:"):  # SQLAlchemy's forms only: a one- or two-slash URL is no path either
+        raise ConfigError(f"registry {spec!r} is not a SQLite URL: {_sqlite_forms(spec[len('sqlite:') :])}")
     if "://" in spec:
         raise ConfigError(
             f"registry {spec!r} is not understood: use 'sqlite', a file path, sqlite:///PATH, 'clearml' or "
@@ -173,8 +178,36 @@ def open_registry(
 NAME_IT = "pass registry= the file the saver wrote (or set TRACKER_SAVER_REGISTRY)"
 
 
-def check_exists(path: str, *, create: bool) -> None:
+#: The same, in the command line's words.
+NAME_IT_CLI = "pass --registry PATH, the file the saver wrote (or set TRACKER_SAVER_REGISTRY)"
+
+#: Where the demo and the examples keep their registry, relative to the folder they ran in.
+NEARBY = ("registry.db", "demo-output/registry.db")
+
+
+def _sqlite_forms(rest: str) -> str:
+    """The SQLite URL forms, with the two readings of what was typed after ``sqlite:``.
+
+    Examples:
+        >>> _sqlite_forms("/tmp/x.db")
+        'write sqlite:///RELATIVE/PATH or sqlite:////ABSOLUTE/PATH, as SQLAlchemy and MLflow read them (for /tmp/x.db: sqlite:////tmp/x.db or the plain path /tmp/x.db)'
+    """
+    path = rest.lstrip("/")
+    readings = f"/{path}: sqlite:////{path} or the plain path /{path}"
+    if not rest.startswith("/") or rest.startswith("//"):
+        readings = f"{path} in the current folder: sqlite:///{path}; for {readings}"
+    return (
+        "write sqlite:///RELATIVE/PATH or sqlite:////ABSOLUTE/PATH, as SQLAlchemy and MLflow read them "
+        f"(for {readings})"
+    )
+
+
+def check_exists(path: str, *, create: bool, cli: bool = False) -> None:
     """Raise ``RegistryError`` when a reader (``create=False``) names a SQLite file that does not exist.
+
+    The message says where a registry is instead, when one is near: the absolute path that a
+    relative ``sqlite:///tmp/x.db`` (SQLAlchemy's reading) may have meant, or the ``registry.db``
+    the demo or an example left in the current folder. ``cli`` words the fix for the command line.
 
     Examples:
         >>> check_exists("/nonexistent/registry.db", create=False)
@@ -182,8 +215,22 @@ def check_exists(path: str, *, create: bool) -> None:
         ...
         tracker_saver.core.errors.RegistryError: no registry at /nonexistent/registry.db: check the path, or pass registry= the file the saver wrote (or set TRACKER_SAVER_REGISTRY)
     """
-    if not create and path != ":memory:" and not Path(path).is_file():
-        raise RegistryError(f"no registry at {path}: check the path, or {NAME_IT}")
+    if create or path == ":memory:" or Path(path).is_file():
+        return
+    where = path
+    fix = f"check the path, or {NAME_IT_CLI if cli else NAME_IT}"
+
+    def spell(named: str) -> str:
+        return f"--registry {shlex.quote(named)}" if cli else f"registry={named!r}"
+
+    absolute = os.path.join(os.sep, path)
+    nearby = [p for p in NEARBY if Path(p).is_file()]
+    if not os.path.isabs(path) and Path(absolute).is_file():
+        where = f"{path} (relative to the current folder)"
+        fix = f"for {absolute}: {spell('sqlite:///' + absolute)} or {spell(absolute)}"
+    elif nearby:
+        fix = f"./{nearby[0]} exists: {spell('./' + nearby[0])}"
+    raise RegistryError(f"no registry at {where}: {fix}")
 
 
 def check_registry_path(path: str | os.PathLike[str]) -> None:

@@ -61,13 +61,9 @@ def check_registry_path(path: str | os.PathLike[str]) -> None:
             f"registry path {str(target)!r} is a folder: pass a file path such as {str(target / 'registry.db')!r}"
         )
     if not target.exists():
-        # A new registry gets its own folder, never a tree: a typo higher up the path is an error.
-        folder = target.parent if target.parent.exists() else target.parent.parent
-        if not folder.exists():
-            raise ConfigError(
-                f"registry folder {str(target.parent)!r} does not exist, nor does {str(folder)!r}: check the path, "
-                f"or create the folder first (mkdir -p {str(target.parent)!r})"
-            )
+        # Its folders are created at any depth, as output_uri's are: what must be writable is the
+        # nearest one that exists.
+        folder = next(p for p in target.parents if p.exists())
         if not folder.is_dir():
             raise ConfigError(
                 f"registry folder {str(target.parent)!r} cannot be created ({str(folder)!r} is not a folder): "

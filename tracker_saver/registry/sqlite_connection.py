@@ -53,7 +53,7 @@ class SQLiteConnection:
         if text != ":memory:":
             target = Path(text).expanduser()
             try:
-                target.parent.mkdir(exist_ok=True)  # its own folder only: check_registry_path
+                target.parent.mkdir(parents=True, exist_ok=True)  # at any depth, as output_uri's folders
             except OSError as exc:
                 raise ConfigError(
                     f"registry folder {str(target.parent)!r} cannot be created ({exc.strerror}): "

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable, Iterable, Mapping
 from pathlib import Path
@@ -13,6 +14,7 @@ from ignite.handlers.checkpoint import DiskSaver
 
 from tracker_saver.core.claims import new_holder, release_local
 from tracker_saver.core.errors import SerializationError
+from tracker_saver.core.masking import redact_url
 from tracker_saver.core.outage import DEFAULT_TIMEOUT_S
 from tracker_saver.core.records import LOADABLE, MetaValue, Record, RecordState, StreamId, UploadInfo
 from tracker_saver.core.timings import SaveClock
@@ -34,6 +36,8 @@ from tracker_saver.save.snapshot import BufferPool, take_snapshot
 from tracker_saver.save.upkeep import Retention, Upkeep, Webhook
 
 __all__ = ["RunContext", "TrackerSaver"]
+
+log = logging.getLogger(__name__)
 
 
 class TrackerSaver(DiskSaver):
@@ -187,6 +191,14 @@ class TrackerSaver(DiskSaver):
             self._view.check()
         registry = self._registry or open_registry(self._registry_spec)
         self._registry = registry
+        # Which registry is the first thing to know when `tracker-saver models list` finds nothing.
+        log.info(
+            "%s/%s: records in registry %s, checkpoints at %s",
+            self.project,
+            self.run,
+            redact_url(registry.uri),
+            self.storage.uri,
+        )
         if isinstance(registry, RunContext):
             # A tracker may have patched torch.save (ClearML's Task.init does): skip our slot writes.
             registry.guard_writes(is_writing)
