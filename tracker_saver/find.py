@@ -18,7 +18,7 @@ from typing import Any
 
 from tracker_saver.core.errors import ConfigError, RecordNotFoundError
 from tracker_saver.core.query import RECORD_FIELDS, SAVED_KEYS, check_key, parse_order, parse_where
-from tracker_saver.core.records import DERIVED_ALIASES, LOADABLE_OR_PINNED, Record, RecordState
+from tracker_saver.core.records import DERIVED_ALIASES, LOADABLE, LOADABLE_OR_PINNED, Record, RecordState
 from tracker_saver.core.text import check_filters, check_text
 from tracker_saver.core.timings import SaveStats, save_stats
 from tracker_saver.registry import Query, Registry
@@ -298,7 +298,10 @@ def resolve_model(
 
 
 def run_summaries(records: Sequence[Record]) -> list[dict[str, Any]]:
-    """One row per (output_uri, project, run): streams, records, loadable records, last save time.
+    """One row per (output_uri, project, run): streams, records, live slot records, last save time.
+
+    ``live`` counts the live and revived slot records, at most the run's slots; a pinned copy is a
+    record but not live, and its time (when it was pinned) is no save.
 
     The same project and run at two output_uris are two rows: their streams never share a slot.
 
@@ -316,7 +319,9 @@ def run_summaries(records: Sequence[Record]) -> list[dict[str, Any]]:
         if r.stream not in row["streams"]:
             row["streams"].append(r.stream)
         row["records"] += 1
-        row["live"] += int(r.state.loadable)
+        if r.state is RecordState.PINNED:  # a copy out of the slots: neither a live slot nor a save
+            continue
+        row["live"] += int(r.state in LOADABLE)
         if row["last_save"] is None or r.created_at > row["last_save"]:
             row["last_save"] = r.created_at
     for row in runs.values():
