@@ -12,8 +12,8 @@ checker reads storage and registry directly (``tests.soak.backends``):
   record's; no staged leftover;
 * **truth**: every live, revived and pinned record's object exists with its size and sha256, and
   holds the checkpoint its filename names; no two records share one object (a pin object included);
-* **aliases**: each alias names a loadable or pinned record, and ``tracker-saver models get
-  PROJECT@ALIAS`` gives bytes with that record's sha256;
+* **aliases**: each alias names loadable or pinned records only (ClearML may leave one on two), and
+  ``tracker-saver models get PROJECT@ALIAS`` gives bytes with such a record's sha256;
 * **renames**: a renamed record keeps a name some racer gave it, and only an unpin deletes it;
 * **pins**: a pinned record that a ``get`` found without its bytes still exists at the end: a violation;
 * **fsck** (``tracker_saver.fsck.check``, ``deep``) finds no problem;
@@ -54,6 +54,7 @@ class RaceStats:
     via: collections.Counter[str] = field(default_factory=collections.Counter)
     saves: int = 0
     pinned: int = 0
+    shared_aliases: int = 0  # aliases left on two records by two moves at once (ClearML: allowed)
     violations: list[str] = field(default_factory=list)
     seconds: float = 0.0
 
@@ -83,6 +84,7 @@ class RaceStats:
             "outcomes": dict(self.outcomes),
             "saves": self.saves,
             "pinned_at_end": self.pinned,
+            "aliases_on_two_records": self.shared_aliases,
             "violations": self.violations,
             "seconds": round(self.seconds, 1),
         }
@@ -199,17 +201,22 @@ class Race:
             self.violation(problem)
 
     def _aliases(self, held: list[Row], seen: dict[str, Any]) -> list[str]:
-        """Each alias, as stored, names one held record, and ``models get PROJECT@ALIAS`` gives its bytes."""
+        """Each alias, as stored, names only held records, and ``models get PROJECT@ALIAS`` gives the bytes of one.
+
+        Two holders are allowed: on ClearML two moves at once may leave the alias on both records until the
+        next move (docs/lifecycle.md); never on none, never on a record that is gone. They are counted.
+        """
         by_id = {r.id: r for r in held}
         problems = []
         for alias, ids in sorted(self.backend.aliases().items()):
             found, where = seen.get(alias), f"models get {self.backend.project}@{alias}"
-            if len(ids) != 1 or ids[0] not in by_id:
-                problems.append(f"alias: {alias} names {ids}, not one loadable or pinned record")
+            self.stats.shared_aliases += len(ids) > 1
+            if not ids or any(i not in by_id for i in ids):
+                problems.append(f"alias: {alias} names {ids}, not only loadable or pinned records")
             elif found is None or found["sha"] is None:
                 problems.append(f"alias: {where} failed: {found['error'] if found else 'no record has the alias'}")
-            elif found["sha"] != by_id[ids[0]].sha256:
-                problems.append(f"alias: {where} gave bytes that are not record {ids[0]}'s")
+            elif found["sha"] not in {by_id[i].sha256 for i in ids}:
+                problems.append(f"alias: {where} gave bytes that are not those of record {' or '.join(ids)}")
         return problems
 
     def _renames(self, rows: list[Row], names: dict[str, str]) -> list[str]:
