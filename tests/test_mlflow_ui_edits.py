@@ -129,3 +129,19 @@ def test_an_mlflow_stream_refuses_a_saver_with_another_registry(reg: MLflowRegis
     train(TrackerSaver(out, project="p", run="r", registry=reg), {"model": model()}, n_saved=1).save_handler.close()
     with pytest.raises(StreamOwnedError, match=rf"belongs to another registry: {reg.uri} \(registry id [0-9a-f]{{32}}"):
         train(TrackerSaver(out, project="p", run="r", registry=tmp_path / "mine.db"), {"model": model()}, n_saved=1)
+
+
+def test_an_evicted_record_written_before_descriptions_is_read_and_described_at_its_next_change(
+    reg: MLflowRegistry,
+) -> None:
+    record = live(reg, "best_model_3_acc=0.91.pt")
+    evicted = reg.evict(record.id)
+    client = _client(reg)
+    client.finalize_logged_model(record.id, "FAILED")  # as 0.2 wrote an evicted record: Failed, no description
+    client.delete_logged_model_tag(record.id, "mlflow.note.content")
+    assert reg.get(record.id) == evicted
+    assert [r.id for r in find_models(states=["evicted"], registry=reg)] == [record.id]
+    reg.restore(record.id)
+    model = client.get_logged_model(record.id)
+    assert str(model.status) == "READY"
+    assert model.tags["mlflow.note.content"].startswith("**best_model_3_acc=0.91.pt** · live")

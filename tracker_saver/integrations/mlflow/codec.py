@@ -8,9 +8,15 @@ MLflow's UI, so since schema 2 (the tag ``tracker_saver.schema``) each field is 
 and a name typed into MLflow's UI is the record's new name. Only the typed metadata and the
 tags are JSON. A record of schema 1 (every tag JSON) is still read, its name also as typed
 text. The metadata's numbers are also logged as the model's metrics (so ``metrics.score >
-0.5`` filters in MLflow's UI) and its values as params at creation. The state is a tag plus
-MLflow's status: live, revived and pinned are ``READY``; pending is ``PENDING``; failed and
-evicted are ``FAILED`` (an evicted checkpoint is not loadable, so MLflow never shows it as ready).
+0.5`` filters in MLflow's UI) and its values as params at creation; the save's timings stay in
+the metadata tag, out of MLflow's columns. The state is a tag plus MLflow's status: live, revived
+and pinned are ``READY``; pending is ``PENDING``; failed is ``FAILED``; evicted is ``UNSPECIFIED``
+(MLflow's UI shows no status: an evicted checkpoint is neither loadable nor a failure).
+
+MLflow's model page shows no tags and a title fixed at creation, so the description
+(``mlflow.note.content``) says what a person needs there (:func:`note`): the current name, the
+state, the aliases and where the bytes are. That part is rewritten at every change; what a person
+types below its closing line is theirs and kept (:func:`person_text`).
 
 A tag of ours that someone edited into something we cannot read makes the record unreadable
 (``UnreadableRecordError``): the registry skips it with a warning and ``fsck`` names it.
@@ -30,6 +36,7 @@ from tracker_saver.core.records import MetaValue, Record, RecordState, UploadInf
 
 __all__ = [
     "LEGAL_KEY",
+    "NOTE",
     "OWN_KEYS",
     "PREFIX",
     "SCHEMA",
@@ -37,6 +44,8 @@ __all__ = [
     "as_committed",
     "encode",
     "model_name",
+    "note",
+    "person_text",
     "quoted",
     "read_filename",
     "read_record",
@@ -79,8 +88,59 @@ STATUS = {
     RecordState.REVIVED: "READY",
     RecordState.PINNED: "READY",
     RecordState.FAILED: "FAILED",
-    RecordState.EVICTED: "FAILED",
+    RecordState.EVICTED: "UNSPECIFIED",
 }
+
+#: MLflow's tag for a model's description, which its UI shows and edits on the model's page.
+NOTE = "mlflow.note.content"
+#: The line that closes tracker_saver's part of a description: a Markdown rule, after a blank line.
+_RULE = "\n\n---\n"
+#: What the description says of each state, after the name.
+_SAID = {
+    RecordState.PENDING: "pending: being written",
+    RecordState.LIVE: "live",
+    RecordState.REVIVED: "live (revived after a crash)",
+    RecordState.PINNED: "pinned: a kept copy",
+    RecordState.FAILED: "failed: its write never completed",
+    RecordState.EVICTED: "evicted: not loadable, its slot holds a later checkpoint",
+}
+
+
+def note(record: Record, aliases: tuple[str, ...] = (), person: str = "") -> str:
+    """The description of ``record``'s model: its name, state, aliases and bytes, then ``person``'s text.
+
+    Examples:
+        >>> r = Record("m-1", "p", "r", "best_model", "best_model_3.pt", "the one we ship", RecordState.EVICTED,
+        ...            0, "p/r/best_model.slot0.pt", "file:///o/p/r/best_model.slot0.pt")
+        >>> print(note(r, ("production",), "mine"))
+        **the one we ship** · evicted: not loadable, its slot holds a later checkpoint
+        <BLANKLINE>
+        aliases: `production` · file `best_model_3.pt` · bytes were at `file:///o/p/r/best_model.slot0.pt`
+        <BLANKLINE>
+        _Written by tracker_saver at each change; your notes go below the line._
+        <BLANKLINE>
+        ---
+        mine
+    """
+    where = "bytes were at" if record.state in (RecordState.EVICTED, RecordState.FAILED) else "bytes at"
+    facts = [f"aliases: {', '.join(f'`{a}`' for a in aliases)}"] if aliases else []
+    facts += [f"file `{record.filename}`"] + ([f"{where} `{record.uri}`"] if record.uri else [])
+    head = f"**{record.name}** · {_SAID[record.state]}\n\n{' · '.join(facts)}\n\n"
+    return head + "_Written by tracker_saver at each change; your notes go below the line._" + _RULE + person
+
+
+def person_text(model: Any) -> str:
+    """What a person typed into the description of ``model``: below tracker_saver's closing line, or
+    all of it when that line is gone (an edit in MLflow's UI that replaced the whole text).
+
+    Examples:
+        >>> class M: tags = {NOTE: "**a** · live" + _RULE + "keep me"}
+        >>> person_text(M())
+        'keep me'
+    """
+    text = str((model.tags or {}).get(NOTE) or "")
+    return text.split(_RULE, 1)[1] if _RULE in text else text
+
 
 _ILLEGAL = re.compile(r"[/:.%\"']")
 

@@ -14,14 +14,16 @@ import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
+from types import SimpleNamespace
 from typing import Any
 
 from tracker_saver.core.claims import Holder
-from tracker_saver.core.errors import ConfigError, RecordNotFoundError, RegistryError
+from tracker_saver.core.errors import ConfigError, RecordNotFoundError, RegistryError, UnreadableRecordError
 from tracker_saver.core.outage import DEFAULT_TIMEOUT_S
 from tracker_saver.core.records import (
     LOADABLE,
     LOADABLE_OR_PINNED,
+    TIMING_KEYS,
     MetaValue,
     Record,
     RecordState,
@@ -32,12 +34,15 @@ from tracker_saver.core.records import (
 from tracker_saver.integrations.mlflow.claims import MLflowClaims
 from tracker_saver.integrations.mlflow.codec import (
     LEGAL_KEY,
+    NOTE,
     OWN_KEYS,
     PREFIX,
     SCHEMA,
     as_committed,
     encode,
     model_name,
+    note,
+    person_text,
     read_filename,
     read_record,
     record_tags,
@@ -53,6 +58,8 @@ from tracker_saver.registry.base import Query, Registry, check_transition, deriv
 __all__ = ["MLflowRegistry", "from_spec", "tracking_uri"]
 
 _ALIAS = PREFIX + "alias."
+#: Put before a pin's MLflow name (the table cuts long names at their end), so that its row never reads the same as the record it copies.
+_PINNED = "pinned-"
 
 
 def tracking_uri(uri: str | None = None) -> str:
@@ -78,6 +85,7 @@ class _Written:
     schema: int
     record: Record
     run_id: str
+    person: str = ""  # the text a person typed into its description (none while this process writes it)
 
 
 class MLflowRegistry(Registry):
@@ -150,7 +158,8 @@ class MLflowRegistry(Registry):
     def _create(self, info: UploadInfo, *, uri: str, state: RecordState, extra: dict[str, Any]) -> Record:
         exp_id = self._store.experiment_id(info.project)
         run_id = self._store.run_id(exp_id, info.run)
-        name = model_name(info.filename)
+        pin = _PINNED if state is RecordState.PINNED else ""
+        name = pin + model_name(info.filename)
         same = self._transport.call(
             self._transport.client.search_logged_models,
             "checking the model name",
@@ -160,13 +169,14 @@ class MLflowRegistry(Registry):
         taken = any(read_filename(m) != info.filename for m in same)
         tags = record_tags(info, uri=uri, created_at=time.time())
         tags.update({PREFIX + k: encode(k, v) for k, v in {**extra, "state": state.value}.items() if v is not None})
+        tags[NOTE] = note(_as_read(tags))
         params = {k: str(v) for k, v in info.metadata.items() if v is not None and LEGAL_KEY.match(k)}
         try:
             model = self._transport.call(
                 self._transport.client.create_logged_model,
                 f"creating the logged model of {info.filename}",
                 exp_id,
-                name=model_name(info.filename, taken=taken),
+                name=pin + model_name(info.filename, taken=taken),
                 source_run_id=run_id,
                 tags=tags,
                 params=params,
@@ -188,14 +198,19 @@ class MLflowRegistry(Registry):
         return created
 
     def _metrics(self, model_id: str, run_id: str, metadata: Mapping[str, MetaValue]) -> None:
+        """The metadata's numbers as the model's metrics, step and score first: MLflow's UI makes
+        them columns in the order logged, so the save's timings and size (in the metadata tag) are left out."""
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
-        metrics = [
-            Metric(k, float(v), now, 0, model_id=model_id)
+        numbers = [
+            (k, v)
             for k, v in metadata.items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and LEGAL_KEY.match(k)
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and LEGAL_KEY.match(k) and k not in _UNLOGGED
         ]
+        first = {"global_step": 0, "score": 1}
+        numbers.sort(key=lambda item: first.get(item[0], 2))  # stable: the rest keep the metadata's order
+        metrics = [Metric(k, float(v), now, 0, model_id=model_id) for k, v in numbers]
         if metrics:
             self._transport.call(
                 self._transport.client.log_batch, f"logging the metrics of model {model_id}", run_id, metrics=metrics
@@ -227,12 +242,28 @@ class MLflowRegistry(Registry):
         if found is not None:
             return found
         model, record = self._store.read(record_id)
-        return _Written(schema_of(model), record, str(model.source_run_id))
+        return _Written(schema_of(model), record, str(model.source_run_id), person_text(model))
 
-    def _write(self, schema: int, record: Record, fields: Mapping[str, Any], state: RecordState | None = None) -> None:
+    def _write(
+        self,
+        schema: int,
+        record: Record,
+        fields: Mapping[str, Any],
+        state: RecordState | None = None,
+        *,
+        person: str | None = None,
+        aliases: tuple[str, ...] = (),
+    ) -> None:
         """Write ``fields`` and the state tag in one request (in the record's ``schema``), and MLflow's
-        status when it changes: after the tag when it becomes ``READY``, before it otherwise."""
+        status when it changes: after the tag when it becomes ``READY``, before it otherwise.
+
+        With ``person`` (the text a person typed into the description), the description is
+        rewritten in the same request: the record's new name and state, ``aliases``, its bytes.
+        """
         tags = {PREFIX + k: encode(k, v, schema) for k, v in fields.items() if v is not None}
+        if person is not None:
+            now = replace(record, name=fields.get("name", record.name), state=state or record.state)
+            tags[NOTE] = note(now, aliases, person)
         status = status_of(state) if state is not None and status_of(state) != status_of(record.state) else None
         if status is not None and status != "READY":  # MLflow stops offering it before the tag says so
             self._status(record.id, status)
@@ -264,8 +295,8 @@ class MLflowRegistry(Registry):
                 f"record {record_id} is {record.state.value}, not pending: it cannot become live", record_id=record_id
             )
         meta = {k: v for k, v in record.metadata.items() if k not in OWN_KEYS} | dict(metadata or {})
-        self._write(mine.schema, record, {"sha256": sha256, "size": int(size), "metadata": meta,
-                                          "fingerprint": fingerprint}, RecordState.LIVE)  # fmt: skip
+        fields = {"sha256": sha256, "size": int(size), "metadata": meta, "fingerprint": fingerprint}
+        self._write(mine.schema, record, fields, RecordState.LIVE, person=mine.person)
         self._metrics(record_id, mine.run_id, meta)  # every number of the checkpoint, logged once: now
         self._written.pop(record_id, None)  # live: others may edit it from now on
         return as_committed(
@@ -278,7 +309,9 @@ class MLflowRegistry(Registry):
         state = RecordState(state)
         mine = self._mine(record_id)
         check_transition(mine.record, state, expected)
-        self._write(mine.schema, mine.record, {"error": error} if error is not None else {}, state)
+        aliases = self.user_aliases(mine.record) if state.loadable and record_id not in self._written else ()
+        fields = {"error": error} if error is not None else {}
+        self._write(mine.schema, mine.record, fields, state, person=mine.person, aliases=aliases)
         self._written.pop(record_id, None)
         return self.get(record_id)
 
@@ -302,13 +335,14 @@ class MLflowRegistry(Registry):
         self._write(mine.schema, record, {"sha256": sha256, "size": int(size)})
         self._written[record_id] = _Written(mine.schema, replace(record, sha256=sha256, size=int(size)), mine.run_id)
         if old is not None:
-            self._write(schema_of(old[0]), old[1], {}, RecordState.EVICTED)
+            self._write(schema_of(old[0]), old[1], {}, RecordState.EVICTED, person=person_text(old[0]))
 
     def rename(self, record_id: str, name: str) -> Record:
         if not isinstance(name, str) or not name.strip():
             raise ConfigError(f"a record's name must be a non-empty string, got {name!r}: e.g. 'baseline'")
         model, record = self._store.read(record_id)
-        self._write(schema_of(model), record, {"name": name})
+        aliases = self.user_aliases(record)
+        self._write(schema_of(model), record, {"name": name}, person=person_text(model), aliases=aliases)
         self._written.pop(record_id, None)
         return self.get(record_id)
 
@@ -328,7 +362,7 @@ class MLflowRegistry(Registry):
 
     def set_alias(self, record_id: str, alias: str) -> Record:
         check_alias(alias)
-        _, record = self._store.read(record_id)
+        model, record = self._store.read(record_id)
         if not record.state.loadable:
             raise RegistryError(
                 f"record {record_id} is {record.state.value}: an alias names a loadable record (live, revived or "
@@ -336,9 +370,21 @@ class MLflowRegistry(Registry):
                 record_id=record_id,
             )
         exp = self._store.experiment(record.project, create=True)
+        before = (exp.tags or {}).get(_ALIAS + alias)
         self._transport.call(self._transport.client.set_experiment_tag, f"setting alias {alias!r}", exp.experiment_id,
                    _ALIAS + alias, record_id)  # fmt: skip
+        self._write(schema_of(model), record, {}, person=person_text(model), aliases=self.user_aliases(record))
+        if before is not None and before != record_id:
+            self._renote(before)
         return self.get(record_id)
+
+    def _renote(self, record_id: str) -> None:
+        """Rewrite the description of a record whose aliases changed; one that is gone or unreadable has none to fix."""
+        try:
+            model, record = self._store.read(record_id)
+        except (RecordNotFoundError, UnreadableRecordError):
+            return
+        self._write(schema_of(model), record, {}, person=person_text(model), aliases=self.user_aliases(record))
 
     def remove_alias(self, project: str, alias: str) -> None:
         exp = self._store.experiment(project, create=False)
@@ -349,6 +395,7 @@ class MLflowRegistry(Registry):
         self._transport.call(
             self._transport.client.delete_experiment_tag, f"removing alias {alias!r}", exp.experiment_id, _ALIAS + alias
         )
+        self._renote(str(exp.tags[_ALIAS + alias]))
 
     def user_aliases(self, record: Record) -> tuple[str, ...]:
         # One request, not get's three: user aliases are tags of the project's experiment (read afresh).
@@ -429,6 +476,17 @@ class MLflowRegistry(Registry):
                 if key.startswith(_ALIAS):
                     user.setdefault(value, []).append(key[len(_ALIAS) :])
         return derived, user
+
+
+#: Metadata logged nowhere but the metadata tag: not columns of MLflow's UI (size: the model's tag; the timings).
+_UNLOGGED = frozenset((*OWN_KEYS, *TIMING_KEYS))
+
+
+def _as_read(tags: Mapping[str, str]) -> Record:
+    """The record that a new model's ``tags`` will read back as (for its first description)."""
+    record = read_record(SimpleNamespace(model_id="new", tags=tags))
+    assert record is not None  # the tags hold a state: read_record reads them
+    return record
 
 
 def _searches(query: Query) -> tuple[list[str], bool]:
