@@ -230,9 +230,12 @@ def test_the_earlier_release_refuses_a_sqlite_registry_this_code_wrote_and_sees_
     if upgraded.backend == "mlflow":
         done = _child(upgraded.package, project=upgraded.project, registry=upgraded.registry, read=True)
         now = find_models(project=upgraded.project, registry=upgraded.open())
-        assert _said(done, upgraded.package)[-1] == {"records": len(upgraded.before)} and len(now) > len(
-            upgraded.before
-        )
+        if upgraded.release == "0.1.0":  # schema 1 only, and no refusal of what it cannot read
+            seen = _said(done, upgraded.package)[-1]["records"]
+            assert seen == len(upgraded.before) < len(now)
+        else:  # a later release reads this code's schema whole, or refuses a newer one
+            newer = "was written by a newer tracker_saver" in done.stderr
+            assert newer or _said(done, upgraded.package)[-1]["records"] == len(now), done.stderr[-2000:]
         return
     with open(upgraded.registry, "rb") as f:
         before = hashlib.sha256(f.read()).hexdigest()
