@@ -24,6 +24,7 @@ from tracker_saver.save import preemption
 from tracker_saver.save.archive import Archive
 from tracker_saver.save.background import Background
 from tracker_saver.save.callbacks import CallbackChain, PostUploadCallback, PreUploadCallback
+from tracker_saver.save.continues import continued
 from tracker_saver.save.distributed import check_save_on_rank, check_world, open_for_reading, share_outcome
 from tracker_saver.save.interrupts import interrupt_behind
 from tracker_saver.save.lineage import lineage as compute_lineage
@@ -206,6 +207,9 @@ class TrackerSaver(DiskSaver):
             self.storage, registry, self.callbacks, self._holder, save_kwargs=self.kwargs, view=self._view
         )
         self._pipeline.recover(self.project, self.run)
+        # Once, after recovery settled the earlier process's records: a rerun script would replace them unannounced.
+        if (continuing := continued(registry, self.storage.uri, self.project, self.run)) is not None:
+            log.info("%s", continuing)
         self._upkeep.open(registry, Query(output_uri=self.storage.uri, project=self.project, run=self.run))
 
     @property
