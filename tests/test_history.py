@@ -196,7 +196,7 @@ def test_models_alias_if_better_refuses_with_both_records_and_scores(local_targe
     records = by_epoch(local_target)
     held = set_alias(records[4].id, "production", registry=local_target.registry)
     code, _, err = cli(capsys, local_target, "models", "alias", records[2].id, "production", "--if-better", "score")
-    assert code == 2 and f"record {records[2].id}" in err and f"score 0.9 of record {held.id}" in err, err
+    assert code == 3 and f"record {records[2].id}" in err and f"score 0.9 of record {held.id}" in err, err
     code, out, _ = cli(
         capsys, local_target, "models", "alias", records[2].id, "production", "--if-better", "score", "--lower-wins"
     )
@@ -306,7 +306,7 @@ def test_the_prune_command_dry_runs_then_deletes(local_target, capsys) -> None:
 @pytest.mark.parametrize(
     ("argv", "message"),
     [
-        (["prune"], "a prune needs keep_last or older_than"),
+        (["prune"], "prune needs --keep-last N or --older-than AGE"),
         (["prune", "--older-than", "30 days"], "age '30 days' is not understood: .* e.g. 30d"),
         (["prune", "--keep-last", "-1"], "keep_last must be a whole number, 0 or more, got -1"),
     ],

@@ -19,6 +19,7 @@ from typing import Any
 
 from tracker_saver.cli.shared import URI_HELP, dump, open_cli_registry, wants_json
 from tracker_saver.cli.webhook_options import add_webhook_options, webhook_of
+from tracker_saver.core.errors import ConfigError
 from tracker_saver.core.jsonout import dumps
 from tracker_saver.core.text import escape
 from tracker_saver.core.wording import plural
@@ -151,6 +152,10 @@ def _cmd_prune(args: argparse.Namespace) -> int:
     from tracker_saver.registry import Query
     from tracker_saver.registry.history import Retention, history_of, parse_age
 
+    if args.keep_last is None and args.older_than is None:  # Retention's own words are a Python caller's
+        raise ConfigError(
+            "prune needs --keep-last N or --older-than AGE (or both), e.g. --keep-last 1000 or --older-than 30d"
+        )
     rule = Retention(
         keep_last=args.keep_last, older_than=None if args.older_than is None else parse_age(args.older_than)
     )

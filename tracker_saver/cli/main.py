@@ -14,6 +14,7 @@ import os
 import re
 import shlex
 import sys
+import traceback
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any, NoReturn
 
@@ -21,7 +22,7 @@ from tracker_saver.cli.history import add_history_commands
 from tracker_saver.cli.models import add_models_commands
 from tracker_saver.cli.shared import URI_HELP, add_filters, dump, open_cli_registry, wants_json
 from tracker_saver.cli.streams import add_streams_commands
-from tracker_saver.core.errors import RecordNotFoundError, TrackerSaverError
+from tracker_saver.core.errors import ConfigError, PromotionRefusedError, RecordNotFoundError, TrackerSaverError
 from tracker_saver.core.extras import missing_extra
 from tracker_saver.core.text import escape
 
@@ -32,6 +33,11 @@ if TYPE_CHECKING:
 __all__ = ["build_parser", "main", "package_version"]
 
 PROG = "tracker-saver"
+
+#: Exit statuses beyond 0 and 1 (a check found problems): the table in docs/cli.md.
+EXIT_USAGE = 2
+EXIT_REFUSED = 3
+EXIT_INTERNAL = 70  # BSD's EX_SOFTWARE
 
 #: Modules whose absence means the ``ui`` extra is not installed (not a bug in the UI).
 _UI_MODULES = ("fastapi", "uvicorn", "starlette", "tracker_saver.ui")
@@ -252,8 +258,27 @@ def _cmd_ui(args: argparse.Namespace) -> int:
         if exc.name is not None and not exc.name.startswith(_UI_MODULES):
             raise  # a bug inside the UI, not a missing extra
         raise missing_extra("tracker-saver ui", "ui", exc) from exc
-    serve(registry=open_cli_registry(args), host=args.host, port=args.port, allow_hosts=args.allow_host or ())
+    registry = open_cli_registry(args)
+    _check_port_free(args.host, args.port)
+    serve(registry=registry, host=args.host, port=args.port, allow_hosts=args.allow_host or ())
     return 0
+
+
+def _check_port_free(host: str, port: int) -> None:
+    """Bind ``host:port`` as uvicorn will (SO_REUSEADDR), and let go: a port in use is our one-line
+    error, not uvicorn's ``ERROR: [Errno 98]`` and its exit status 3."""
+    import socket
+
+    try:
+        family = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)[0][0]
+        with socket.socket(family, socket.SOCK_STREAM) as probe:
+            probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            probe.bind((host, port))
+    except OSError as exc:
+        raise ConfigError(
+            f"--port {port}: cannot listen on {host}:{port} ({exc.strerror or exc}): stop what listens there, "
+            "or pass another --port"
+        ) from None
 
 
 # -- the parser --------------------------------------------------------------------------------
@@ -395,7 +420,12 @@ def _one_line(exc: BaseException) -> str:
 
 
 def main(argv: Sequence[str] | None = None) -> int:
-    """Run the CLI; errors become one line on stderr and exit status 2.
+    """Run the CLI; an error becomes one line on stderr, and the exit status says what kind.
+
+    0: done; 1: a check found problems (``fsck``, ``repair``, undelivered ``events --webhook``);
+    2 (:data:`EXIT_USAGE`): the command cannot run as typed (an option, a value, a registry, a
+    record); 3 (:data:`EXIT_REFUSED`): a promotion gate refused the move; 70 (:data:`EXIT_INTERNAL`):
+    a bug (with its traceback); 130: interrupted; 141: the reader of the output went away.
 
     Examples:
         >>> main(["runs", "list", "--registry", ":memory:", "--json"])
@@ -415,9 +445,17 @@ def main(argv: Sequence[str] | None = None) -> int:
     except BrokenPipeError:
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())  # nothing left to flush at exit
         return 141  # 128 + SIGPIPE, as a tool killed by the closed pipe exits
-    except (TrackerSaverError, ModuleNotFoundError) as exc:
+    except PromotionRefusedError as exc:  # the command was right; the record did not pass the gate
         print(f"{PROG}: error: {escape(_one_line(exc))}", file=sys.stderr)
-        return 2
+        return EXIT_REFUSED
+    except (TrackerSaverError, ModuleNotFoundError, OSError) as exc:  # OSError: a DEST, a port, a disk
+        print(f"{PROG}: error: {escape(_one_line(exc))}", file=sys.stderr)
+        return EXIT_USAGE
     except KeyboardInterrupt:
         print(f"{PROG}: interrupted", file=sys.stderr)
         return 130
+    except Exception as exc:  # a bug: its traceback helps the report, and a script can tell it apart
+        traceback.print_exc()
+        bug = f"{PROG}: internal error: {escape(_one_line(exc))} (a bug: please report it with the traceback above)"
+        print(bug, file=sys.stderr)
+        return EXIT_INTERNAL

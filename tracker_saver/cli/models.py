@@ -12,6 +12,7 @@ Examples:
 from __future__ import annotations
 
 import argparse
+import difflib
 import itertools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
@@ -141,9 +142,25 @@ def _cmd_models_alias(args: argparse.Namespace) -> int:
 
     registry = open_cli_registry(args)
     source = resolve(args, registry)
+    if args.if_better:
+        _check_gate_key(args.if_better, source)
     gate = better(args.if_better, lower=args.lower_wins) if args.if_better else None
     record = set_alias(source.id, args.alias_name, registry=registry, require=gate)
     return print_record(args, record, alias_note(source, record, args.alias_name))
+
+
+def _check_gate_key(key: str, record: Record) -> None:
+    """A gate metric the record lacks, one letter off one it has, is a typo: a usage error, not a refusal."""
+    from tracker_saver.core.errors import ConfigError
+    from tracker_saver.core.query import is_number
+
+    numeric = sorted(k for k, v in record.metadata.items() if is_number(v))
+    close = difflib.get_close_matches(key, numeric, n=1, cutoff=0.6)
+    if key not in record.metadata and close:
+        raise ConfigError(
+            f"--if-better {key!r}: {label(record)} has no {key!r}: did you mean {close[0]!r}? "
+            f"(its numeric metadata: {', '.join(numeric)})"
+        )
 
 
 def _cmd_models_unalias(args: argparse.Namespace) -> int:
