@@ -8,11 +8,15 @@ saver reads only those, so one process keeps the test cheap.
 from __future__ import annotations
 
 import logging
+import queue
+from typing import Any
 
 import pytest
 
 from tests.helpers import SCORES, Target, attach, model, trainer_engine
+from tests.test_webhooks import SECRET, serve, stop
 from tracker_saver import find_models, rename_model, set_alias
+from tracker_saver.registry.webhooks import Webhook
 
 
 def _train(target: Target, epochs: int) -> None:
@@ -46,3 +50,36 @@ def test_a_second_saver_on_the_same_run_says_once_which_run_it_continues_and_wha
         "(best_model: 1, model: 2), oldest first; an aliased one is kept as a pin, a renamed one is not "
         f"(record {renamed.id} ('nu best so far'): to keep one, `tracker-saver models pin ID` or alias it first)"
     ]
+
+
+def test_a_savers_webhook_sends_the_events_from_its_own_start_unless_asked_for_the_backlog(
+    local_target: Target, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level(logging.INFO, logger="tracker_saver")
+    arrived: queue.Queue[dict[str, Any]] = queue.Queue()
+    server = serve(0, arrived.put)
+    url = f"http://127.0.0.1:{server.server_address[1]}/events"
+    try:
+        _train_run(local_target, "a", 1, webhook=Webhook(url, SECRET))  # the URL's outbox is made here
+        assert arrived.get(timeout=30)["after"]["run"] == "a"
+        _train_run(local_target, "b", 3)  # no webhook: 3 events wait in the URL's outbox
+        _train_run(local_target, "c", 2, webhook=Webhook(url, SECRET))
+        assert [arrived.get(timeout=30)["after"]["run"] for _ in range(2)] == ["c", "c"]
+        assert arrived.empty()
+        assert (
+            "webhook http://127.0.0.1:" in caplog.text and "3 earlier events in its outbox are not sent" in caplog.text
+        )
+        _train_run(local_target, "b", 1)  # one more waits
+        _train_run(local_target, "d", 1, webhook=Webhook(url, SECRET, backlog=True))
+        assert [arrived.get(timeout=30)["after"]["run"] for _ in range(2)] == ["b", "d"]
+    finally:
+        stop(server)
+
+
+def _train_run(target: Target, run: str, epochs: int, **options: Any) -> None:
+    saver = target.saver(run=run, **options)
+    net = model()
+    trainer = trainer_engine(net)
+    attach(trainer, saver, {"model": net}, n_saved=2)
+    trainer.run([0], max_epochs=epochs)
+    saver.close()

@@ -68,6 +68,8 @@ class Webhook:
     """Where to send events and the secret that signs them; neither is ever shown (a URL may carry a token).
 
     Either left out comes from the environment: ``TRACKER_SAVER_WEBHOOK_URL``, ``TRACKER_SAVER_WEBHOOK_SECRET``.
+    A saver's ``webhook=`` sends the events from the saver's start on; ``backlog=True`` sends those
+    that waited in the URL's outbox before it too (events of other runs and earlier processes).
 
     Examples:
         >>> hook = Webhook("https://hooks.example.com/ts?token=abc", "s3cret")
@@ -77,6 +79,7 @@ class Webhook:
 
     url: str = field(default="", repr=False)  # "": $TRACKER_SAVER_WEBHOOK_URL (out of ps and source code)
     secret: str = field(default="", repr=False)  # "": $TRACKER_SAVER_WEBHOOK_SECRET
+    backlog: bool = False  # a saver's relay: also send what waited in the outbox before it started
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "url", self.url or os.environ.get("TRACKER_SAVER_WEBHOOK_URL", ""))
@@ -215,6 +218,19 @@ class Relay:
             event.type,
             error,
         )
+
+    def pass_backlog(self) -> int:
+        """Move the outbox past the events waiting in it now, unsent; how many it passed.
+
+        A saver's relay starts from its own start: without this, a URL used before would get every
+        event written since it was last used, other runs' included. They stay in the registry's
+        events (``tracker-saver events``).
+        """
+        passed = 0
+        while box := self.log.outbox(self.webhook.endpoint, self.webhook.shown, limit=1000).events:
+            self.log.delivered(self.webhook.endpoint, box[-1].seq)
+            passed += len(box)
+        return passed
 
     def resend_dead(self) -> int:
         """Send this webhook's set-aside events again, oldest first; how many got through (now out of its dead letters).

@@ -5,7 +5,8 @@ archive copy (:mod:`tracker_saver.save.archive`) is made right after the save, b
 is woken. The prune runs when the saver closes, on the run's own streams (a run that never
 closed is pruned by the next one's close); the webhook's relay is a daemon thread that a save
 only wakes: training never waits on it, and a dead webhook never fails a save (its events wait
-in the registry's outbox, for this process or the next, or ``tracker-saver events --webhook``).
+in the registry's outbox, for this process, ``tracker-saver events --webhook``, or a next saver
+with ``Webhook(..., backlog=True)``; a saver's relay otherwise starts from its own start).
 History and webhooks need the SQLite registry.
 """
 
@@ -63,6 +64,13 @@ class Upkeep:
         self._registry, self._scope = registry, scope
         if self.webhook is not None:
             self._relay = Relay(found, self.webhook)
+            if not self.webhook.backlog and (passed := self._relay.pass_backlog()):
+                log.info(
+                    "webhook %s: %d earlier events in its outbox are not sent (a saver's webhook sends the events "
+                    "from its start on); pass Webhook(..., backlog=True) to send them",
+                    self.webhook.shown,
+                    passed,
+                )
             self._relay.start()
 
     def attach(self, engine: Engine) -> None:
