@@ -20,9 +20,11 @@ state          metadata ``state`` (the truth), mirrored for people and ``Model.q
                archived, uri set, listed in the task's output models; ``evicted`` archived + tag
                ``evicted``, no uri, taken off the task; ``failed`` archived + tag ``failed`` + no
                uri; ``revived`` like live + tag ``revived``; ``pinned`` not archived, uri set, tag
-               ``pinned``, never listed on the task (its filename entry belongs to the slot record). So ``Model.query_models(project,
-               tags=["-evicted"])`` (which leaves archived models out) lists exactly the
-               loadable checkpoints, and ClearML's ``get_weights()`` downloads nothing else
+               ``pinned``, published (``ready``: the web app's Published), never listed on the task
+               (its filename entry belongs to the slot record); pending, evicted and failed ones are
+               drafts. So ``Model.query_models(project, tags=["-evicted"])`` (which leaves archived
+               models out) lists exactly the loadable checkpoints, and ClearML's ``get_weights()``
+               downloads nothing else
 slot, key      metadata ``slot`` (int) and ``slot_key`` (records written before 2026-12 used ``key``,
                which clearml-server 2.0 refuses as a metadata key: both are read)
 uri            metadata ``uri``, from creation, kept for history. The model's uri is set only
