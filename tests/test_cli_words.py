@@ -96,3 +96,13 @@ def test_each_documented_exit_status_is_what_its_case_exits_with(scored, capsys,
     documented = exit_statuses_documented()
     assert documented.pop(141)  # the reader going away: test_cli's real pipe
     assert ran == {status: status for status in documented}
+
+
+def test_a_mistyped_option_gets_the_closest_option_as_did_you_mean(capsys) -> None:
+    with pytest.raises(SystemExit) as exited:
+        main(["models", "list", "--registry", ":memory:", "--sotr", "-score"])
+    assert exited.value.code == 2
+    assert capsys.readouterr().err == (
+        "tracker-saver: error: unrecognized arguments: --sotr -score: did you mean '--sort'? "
+        "(see `tracker-saver --help`)\n"
+    )

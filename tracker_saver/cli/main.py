@@ -71,7 +71,22 @@ class _Parser(argparse.ArgumentParser):
     command gets the closest one (``did you mean 'models'?``)."""
 
     def error(self, message: str) -> NoReturn:
-        self.exit(2, f"{self.prog}: error: {escape(did_you_mean(message))} (see `{self.prog} --help`)\n")
+        message = did_you_mean(message)
+        if message.startswith("unrecognized arguments: "):  # a mistyped option: the closest of any command's
+            typed = [word.split("=")[0] for word in message.split()[2:] if word.startswith("--")]
+            close = difflib.get_close_matches(typed[0], sorted(_option_names(self)), n=1) if typed else []
+            message += f": did you mean {close[0]!r}?" if close else ""
+        self.exit(2, f"{self.prog}: error: {escape(message)} (see `{self.prog} --help`)\n")
+
+
+def _option_names(parser: argparse.ArgumentParser) -> set[str]:
+    """Every ``--option`` of ``parser`` and of its commands, at any depth."""
+    from tracker_saver.cli.argparse_walk import options, subcommands
+
+    names = {name for action in options(parser) for name in action.option_strings if name.startswith("--")}
+    for _, _, sub in subcommands(parser):
+        names |= _option_names(sub)
+    return names
 
 
 class _Version(argparse.Action):
