@@ -8,10 +8,11 @@ MLflow's UI, so since schema 2 (the tag ``tracker_saver.schema``) each field is 
 and a name typed into MLflow's UI is the record's new name. Only the typed metadata and the
 tags are JSON. A record of schema 1 (every tag JSON) is still read, its name also as typed
 text. The metadata's numbers are also logged as the model's metrics (so ``metrics.score >
-0.5`` filters in MLflow's UI) and its values as params at creation; the save's timings stay in
-the metadata tag, out of MLflow's columns. The state is a tag plus MLflow's status: live, revived
-and pinned are ``READY``; pending is ``PENDING``; failed is ``FAILED``; evicted is ``UNSPECIFIED``
-(MLflow's UI shows no status: an evicted checkpoint is neither loadable nor a failure).
+0.5`` filters in MLflow's UI) and its values as params at creation; the save's timings and the
+priority stay in the metadata tag, out of MLflow's columns (:data:`UNLOGGED`). The state is a
+tag plus MLflow's status: live, revived and pinned are ``READY``; pending is ``PENDING``; failed
+is ``FAILED``; evicted is ``UNSPECIFIED`` (MLflow's UI shows no status: an evicted checkpoint is
+neither loadable nor a failure).
 
 MLflow's model page shows no tags and a title fixed at creation, so the description
 (``mlflow.note.content``) says what a person needs there (:func:`note`): the current name, the
@@ -32,7 +33,7 @@ from dataclasses import replace
 from typing import Any
 
 from tracker_saver.core.errors import UnreadableRecordError
-from tracker_saver.core.records import MetaValue, Record, RecordState, UploadInfo
+from tracker_saver.core.records import TIMING_KEYS, MetaValue, Record, RecordState, UploadInfo
 
 __all__ = [
     "LEGAL_KEY",
@@ -40,6 +41,7 @@ __all__ = [
     "OWN_KEYS",
     "PREFIX",
     "SCHEMA",
+    "UNLOGGED",
     "STATUS",
     "as_committed",
     "encode",
@@ -65,6 +67,9 @@ SCHEMA = 2
 LEGAL_KEY = re.compile(r"^[\w\-. :/]{1,250}$")
 #: Keys a read adds to a record's metadata from its own fields; never written into the metadata tag or as metrics.
 OWN_KEYS = ("slot", "created_at", "sha256", "size", "uri")
+#: Numbers of the metadata that are no metrics of the model (MLflow's UI makes every metric a column, ahead
+#: of the params): the record's own fields, the save's timings, and ``priority`` (the score, or the step).
+UNLOGGED = frozenset((*OWN_KEYS, *TIMING_KEYS, "priority"))
 
 #: Fields kept as JSON (structured); every other field is plain text, typed by :data:`_TYPES`.
 _JSON_FIELDS = ("metadata", "tags")

@@ -31,8 +31,8 @@ from collections.abc import Iterable
 from typing import Any
 
 from tracker_saver.core.query import RECORD_FIELDS, TEXT_FIELDS, Condition, is_number
-from tracker_saver.core.records import LOADABLE_OR_PINNED, TIMING_KEYS, RecordState
-from tracker_saver.integrations.mlflow.codec import LEGAL_KEY, OWN_KEYS, PREFIX, quoted, spellings
+from tracker_saver.core.records import LOADABLE_OR_PINNED, RecordState
+from tracker_saver.integrations.mlflow.codec import LEGAL_KEY, PREFIX, UNLOGGED, quoted, spellings
 from tracker_saver.registry.base import Query
 
 __all__ = ["WITH_METRICS", "record_filters", "stream_filter"]
@@ -71,8 +71,8 @@ def _number(value: Any) -> str | None:
 
 def _metric(c: Condition) -> list[str]:
     """The metric clauses for condition ``c`` (none when it cannot be one)."""
-    # The save's timings are no metrics (tracker_saver.integrations.mlflow.registry): read from the metadata tag only.
-    if c.key in RECORD_FIELDS or c.key in (*OWN_KEYS, *TIMING_KEYS) or not LEGAL_KEY.match(c.key) or "`" in c.key:
+    # An UNLOGGED key has no metric to filter on: the whole query reads it from the metadata tag.
+    if c.key in RECORD_FIELDS or c.key in UNLOGGED or not LEGAL_KEY.match(c.key) or "`" in c.key:
         return []
     name = f"metrics.`{c.key}`"
     if c.op in _OPS:

@@ -23,7 +23,6 @@ from tracker_saver.core.outage import DEFAULT_TIMEOUT_S
 from tracker_saver.core.records import (
     LOADABLE,
     LOADABLE_OR_PINNED,
-    TIMING_KEYS,
     MetaValue,
     Record,
     RecordState,
@@ -38,6 +37,7 @@ from tracker_saver.integrations.mlflow.codec import (
     OWN_KEYS,
     PREFIX,
     SCHEMA,
+    UNLOGGED,
     as_committed,
     encode,
     model_name,
@@ -198,18 +198,16 @@ class MLflowRegistry(Registry):
         return created
 
     def _metrics(self, model_id: str, run_id: str, metadata: Mapping[str, MetaValue]) -> None:
-        """The metadata's numbers as the model's metrics, step and score first: MLflow's UI makes
-        them columns in the order logged, so the save's timings and size (in the metadata tag) are left out."""
+        """The metadata's numbers as the model's metrics, but :data:`UNLOGGED`'s: MLflow's UI makes each
+        metric a column (in no fixed order), so the step and the score are no longer behind five save timings."""
         from mlflow.entities import Metric
 
         now = int(time.time() * 1000)
         numbers = [
             (k, v)
             for k, v in metadata.items()
-            if isinstance(v, (int, float)) and not isinstance(v, bool) and LEGAL_KEY.match(k) and k not in _UNLOGGED
+            if isinstance(v, (int, float)) and not isinstance(v, bool) and LEGAL_KEY.match(k) and k not in UNLOGGED
         ]
-        first = {"global_step": 0, "score": 1}
-        numbers.sort(key=lambda item: first.get(item[0], 2))  # stable: the rest keep the metadata's order
         metrics = [Metric(k, float(v), now, 0, model_id=model_id) for k, v in numbers]
         if metrics:
             self._transport.call(
@@ -476,10 +474,6 @@ class MLflowRegistry(Registry):
                 if key.startswith(_ALIAS):
                     user.setdefault(value, []).append(key[len(_ALIAS) :])
         return derived, user
-
-
-#: Metadata logged nowhere but the metadata tag: not columns of MLflow's UI (size: the model's tag; the timings).
-_UNLOGGED = frozenset((*OWN_KEYS, *TIMING_KEYS))
 
 
 def _as_read(tags: Mapping[str, str]) -> Record:
