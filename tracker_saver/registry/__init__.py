@@ -207,7 +207,8 @@ def check_exists(path: str, *, create: bool, cli: bool = False) -> None:
 
     The message says where a registry is instead, when one is near: the absolute path that a
     relative ``sqlite:///tmp/x.db`` (SQLAlchemy's reading) may have meant, or the ``registry.db``
-    the demo or an example left in the current folder. ``cli`` words the fix for the command line.
+    the demo or the quickstart left in the current folder when the default was looked at. ``cli``
+    words the fix for the command line.
 
     Examples:
         >>> check_exists("/nonexistent/registry.db", create=False)
@@ -224,7 +225,9 @@ def check_exists(path: str, *, create: bool, cli: bool = False) -> None:
         return f"--registry {shlex.quote(named)}" if cli else f"registry={named!r}"
 
     absolute = os.path.join(os.sep, path)
-    nearby = [p for p in NEARBY if Path(p).is_file()]
+    # Only where no registry was named: a named path that is missing is a typo to fix, not a hint to follow.
+    defaulted = path == os.path.expanduser(DEFAULT_REGISTRY)
+    nearby = [p for p in NEARBY if defaulted and Path(p).is_file()]
     if not os.path.isabs(path) and Path(absolute).is_file():
         where = f"{path} (relative to the current folder)"
         fix = f"for {absolute}: {spell('sqlite:///' + absolute)} or {spell(absolute)}"
