@@ -207,6 +207,17 @@ def test_notes_typed_into_the_description_are_kept_through_the_next_change(train
     description = _model_page(trained, page, live)
     expect(description).to_contain_text("demo · live")
     expect(description).to_contain_text("ready for the demo")
+    assert trained.one(name="demo").id == live.id
+    assert _our_ui(trained).get(f"/api/models/{live.id}").json()["record"]["name"] == "demo"
+
+
+def _our_ui(trained: Trained) -> Any:
+    """tracker_saver's own UI app over the same registry, in this process (no server of its own)."""
+    from fastapi.testclient import TestClient
+
+    from tracker_saver.ui.app import create_app
+
+    return TestClient(create_app(trained.registry))
 
 
 def test_register_model_on_the_page_leaves_every_record_as_it_was(trained: Trained, browser: Page) -> None:
@@ -240,6 +251,7 @@ def test_a_live_checkpoint_deleted_on_the_page_leaves_an_orphan_that_fsck_names_
     page.get_by_role("dialog", name="Delete logged model").get_by_role("button", name="Delete").click()
     expect(page.get_by_role("dialog", name="Delete logged model")).to_be_hidden()
     assert trained.records(live=True, stream="model") == []
+    assert _our_ui(trained).get(f"/api/models/{live.id}").status_code == 404
     orphans = [f for f in check(trained.registry, project="p").problems if f.kind == "orphan"]
     assert [f.key for f in orphans] == [live.key]
     said: list[str] = []
