@@ -9,14 +9,21 @@ from __future__ import annotations
 
 import logging
 import queue
+import shlex
+from pathlib import Path
 from typing import Any
 
 import pytest
 
-from tests.helpers import SCORES, Target, attach, model, trainer_engine
+from tests.helpers import SCORES, Target, attach, model, train, trainer_engine
 from tests.test_webhooks import SECRET, serve, stop
-from tracker_saver import find_models, rename_model, set_alias
+from tracker_saver import StreamOwnedError, TrackerSaver, find_models, rename_model, set_alias
+from tracker_saver.cli.main import main
+from tracker_saver.core.records import StreamId
+from tracker_saver.registry import open_registry
 from tracker_saver.registry.webhooks import Webhook
+from tracker_saver.save.ownership import read_owner, take_over_run
+from tracker_saver.storage import open_storage
 
 
 def _train(target: Target, epochs: int) -> None:
@@ -83,3 +90,45 @@ def _train_run(target: Target, run: str, epochs: int, **options: Any) -> None:
     attach(trainer, saver, {"model": net}, n_saved=2)
     trainer.run([0], max_epochs=epochs)
     saver.close()
+
+
+def _two_streams(saver: TrackerSaver) -> None:
+    """One epoch of two streams of run p/r (``model`` and ``best_model``) through ``saver``, closed after."""
+    net = model()
+    trainer = trainer_engine(net)
+    attach(trainer, saver, {"model": net}, n_saved=1)
+    attach(trainer, saver, {"model": net}, n_saved=1, prefix="best", scores=SCORES)
+    trainer.run([0], max_epochs=1)
+    saver.close()
+
+
+def test_take_over_without_stream_hands_the_whole_run_over_in_one_command(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    out, alice, bob = str(tmp_path / "shared"), str(tmp_path / "alice.db"), str(tmp_path / "bob.db")
+    _two_streams(TrackerSaver(out, project="p", run="r", registry=alice))
+    refused_saver = TrackerSaver(out, project="p", run="r", registry=bob)
+    with pytest.raises(StreamOwnedError, match=r"\(the run's streams it owns: best_model, model\)") as refused:
+        _two_streams(refused_saver)
+    refused_saver.close()
+    argv = shlex.split(str(refused.value).split("hand the stream over: `", 1)[1].split("`", 1)[0])
+    assert "--stream" not in " ".join(argv)
+    assert main([*argv[1:], "--registry", bob]) == 0
+    assert capsys.readouterr().out.count("is now owned by sqlite:///") == 2
+    _two_streams(TrackerSaver(out, project="p", run="r", registry=bob))  # before: refused on the second stream
+
+
+def test_a_take_over_refusal_lists_every_stream_another_registry_owns_and_changes_nothing(tmp_path: Path) -> None:
+    out, alice, carol, bob = (str(tmp_path / name) for name in ("shared", "alice.db", "carol.db", "bob.db"))
+    train(TrackerSaver(out, project="p", run="r", registry=alice), {"model": model()}).save_handler.close()
+    for prefix in ("a", "b"):
+        train(
+            TrackerSaver(out, project="p", run="r", registry=carol), {"model": model()}, prefix=prefix
+        ).save_handler.close()
+    storage = open_storage(out)
+    alice_id = open_registry(alice).registry_id("p")
+    with pytest.raises(StreamOwnedError, match=r"2 of the 3 streams of run p/r at .* are not owned by") as refused:
+        take_over_run(storage, open_registry(bob), "p", "r", from_id=alice_id)
+    assert "p/r/a_model at " in str(refused.value) and "p/r/b_model at " in str(refused.value)
+    owner = read_owner(storage, StreamId(storage.uri, "p", "r", "model"))
+    assert owner is not None and owner.registry_id == alice_id  # nothing changed

@@ -123,8 +123,10 @@ def test_a_deliberate_take_over_hands_the_stream_on_and_keeps_the_footprint(
     train(alice.saver(), {"model": model()}, n_saved=2, epochs=2).save_handler.close()
     alice_id = open_registry(alice.registry).registry_id("p")
     storage = alice.storage()
+    refused_saver = bob.saver()  # closed after: an open one holds the stream's claim until GC collects it
     with pytest.raises(StreamOwnedError, match=f"--from {alice_id}"):  # Bob is refused: his registry exists
-        train(bob.saver(), {"model": model()}, n_saved=2)
+        train(refused_saver, {"model": model()}, n_saved=2)
+    refused_saver.close()
     base = ["streams", "take-over", storage.uri, "--project", "p", "--run", "r", "--stream", "model",
             "--registry", bob.registry]  # fmt: skip
     assert main([*base, "--from", "0" * 32]) == 2  # not the owner: nothing changes

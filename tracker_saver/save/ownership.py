@@ -31,12 +31,13 @@ from __future__ import annotations
 
 import io
 import json
+import re
 import shlex
 import socket
 import time
 from dataclasses import asdict, dataclass
 
-from tracker_saver.core.errors import StreamOwnedError
+from tracker_saver.core.errors import ConfigError, StreamOwnedError
 from tracker_saver.core.naming import check_key, stream_path
 from tracker_saver.core.records import StreamId
 from tracker_saver.core.text import escape
@@ -53,7 +54,9 @@ __all__ = [
     "owner_key",
     "read_owner",
     "release_owner",
+    "run_streams",
     "take_over",
+    "take_over_run",
 ]
 
 #: Where owner objects live at an output_uri: beside every run's folder, never in one (``Storage.list``
@@ -119,7 +122,7 @@ def owned(storage: Storage, registry: Registry, stream: StreamId) -> bool:
         return False
     mine = registry.registry_id(stream.project)
     if found.registry_id != mine:
-        raise _owned_error(stream, found, registry, mine)
+        raise _owned_error(storage, stream, found, registry, mine)
     return True
 
 
@@ -155,7 +158,7 @@ def _claim(storage: Storage, registry: Registry, stream: StreamId) -> tuple[Owne
     found = read_owner(storage, stream)
     if found is not None:
         if found.registry_id != mine:
-            raise _owned_error(stream, found, registry, mine)
+            raise _owned_error(storage, stream, found, registry, mine)
         return found, False
     unknown = _unknown_objects(storage, registry, stream)
     if unknown:
@@ -170,7 +173,7 @@ def _claim(storage: Storage, registry: Registry, stream: StreamId) -> tuple[Owne
     storage.put_if_absent(owner_key(stream), _encode(claim))
     found = read_owner(storage, stream)  # read back: a racing saver, or a store ignoring If-None-Match
     if found is None or found.registry_id != mine:
-        raise _owned_error(stream, found, registry, mine)
+        raise _owned_error(storage, stream, found, registry, mine)
     return found, found == claim  # not ours to take back when a racing saver of this registry wrote it
 
 
@@ -235,22 +238,102 @@ def _unknown_objects(storage: Storage, registry: Registry, stream: StreamId) -> 
     return unknown
 
 
-def _owned_error(stream: StreamId, owner: Owner | None, registry: Registry, mine: str) -> StreamOwnedError:
+def _owned_error(
+    storage: Storage, stream: StreamId, owner: Owner | None, registry: Registry, mine: str
+) -> StreamOwnedError:
     theirs = owner.describe() if owner is not None else "a registry that did not finish claiming it"
+    # A saver learns its streams one save at a time: the owner objects name the run's others it would meet.
+    same = [s.stream for s in run_streams(storage, stream.project, stream.run) if _owner_id(storage, s) == _id(owner)]
+    every = f" (the run's streams it owns: {escape(', '.join(same))})" if owner is not None and same else ""
     return StreamOwnedError(
-        f"stream {stream.label} belongs to another registry: {theirs}; this saver's registry is {registry.uri} "
-        f"(registry id {mine}). Save with that registry, or to another run, filename_prefix or output_uri; if that "
-        f"registry is gone for good, hand the stream over: {_take_over_command(stream, owner)}",
+        f"stream {stream.label} belongs to another registry: {theirs}{every}; this saver's registry is "
+        f"{registry.uri} (registry id {mine}). Save with that registry, or to another run, filename_prefix or "
+        f"output_uri; if that registry is gone for good, hand the stream over: {_take_over_command(stream, owner)}",
         owner=theirs,
     )
 
 
 def _take_over_command(stream: StreamId, owner: Owner | None) -> str:
-    """The command that hands ``stream`` over, to paste as printed: ``--project=VALUE`` keeps a value that starts
-    with ``-`` a value for argparse (``--project -x`` reads ``-x`` as an option), and the shell gets it quoted."""
+    """The command that hands ``stream``'s run over, to paste as printed: ``--project=VALUE`` keeps a value that starts
+    with ``-`` a value for argparse (``--project -x`` reads ``-x`` as an option), and the shell gets it quoted.
+
+    Without ``--stream`` it takes every stream of the run that registry owns, so the next run does not
+    train an epoch and then meet the next stream's refusal."""
     q = shlex.quote
     frm = escape(owner.registry_id) if owner is not None else "none"  # the ids registries write are plain hex
     return escape(
         f"`tracker-saver streams take-over {q(stream.output_uri)} --project={q(stream.project)} "
-        f"--run={q(stream.run)} --stream={q(stream.stream)} --from {q(frm)}`"
+        f"--run={q(stream.run)} --from {q(frm)}`"
     )
+
+
+def _id(owner: Owner | None) -> str | None:
+    return owner.registry_id if owner is not None else None
+
+
+def _owner_id(storage: Storage, stream: StreamId) -> str | None:
+    """The registry id ``stream``'s owner object names; ``None`` for none, or one tracker_saver did not write."""
+    try:
+        return _id(read_owner(storage, stream))
+    except StreamOwnedError:
+        return None
+
+
+def run_streams(storage: Storage, project: str, run: str | None) -> list[StreamId]:
+    """The streams of run ``project/run`` (of every run of ``project`` when ``run`` is ``None``) at ``storage``.
+
+    Found from the owner objects and the slot objects (a stream written before owners were recorded
+    has only those). Names come from keys: a run or stream whose name is not a safe key segment shows
+    its slug (``resnet-lr=0.1-65aaf658``), which names the same keys.
+    """
+    base = stream_path(project, run or "x", "x").rsplit("/", 1 if run is not None else 2)[0] + "/"
+    names: set[tuple[str, str]] = set()
+    for prefix, pattern in ((OWNERS + base, r"(.+)\.json"), (base, r"(.+)\.slot\d+.*")):
+        for obj in storage.list(prefix):
+            parts = obj.key[len(prefix) :].split("/")
+            if len(parts) == (1 if run is not None else 2) and (found := re.fullmatch(pattern, parts[-1])):
+                names.add((run if run is not None else parts[0], found.group(1)))
+    return [StreamId(storage.uri, project, r, s) for r, s in sorted(names)]
+
+
+def take_over_run(
+    storage: Storage, registry: Registry, project: str, run: str | None, *, from_id: str | None
+) -> list[tuple[StreamId, Owner]]:
+    """Hand every stream of a run (of a project, ``run=None``) whose owner is ``from_id`` over to ``registry``.
+
+    All or nothing: if any stream of it is owned by a registry that is neither ``from_id`` nor
+    ``registry``, nothing changes and the error lists every such stream. Streams ``registry``
+    owns already are left as they are.
+
+    Raises:
+        StreamOwnedError: a stream is owned by another registry; every one is named.
+        ConfigError: no stream of the run (or project) at ``storage``.
+    """
+    streams = run_streams(storage, project, run)
+    where = f"run {project}/{run}" if run is not None else f"project {project}"
+    if not streams:
+        raise ConfigError(
+            f"no stream of {where} at {storage.uri}: check the output_uri, project and run as the refusal printed them"
+        )
+    taking, refused = [], []
+    for stream in streams:
+        try:
+            found = read_owner(storage, stream)
+        except StreamOwnedError as exc:
+            refused.append(f"{stream.label} (not an owner object tracker_saver wrote: {exc.owner})")
+            continue
+        current = _id(found)
+        if current == registry.registry_id(stream.project):
+            continue
+        if current != from_id:
+            refused.append(f"{stream.label} ({found.describe() if found else 'no owner recorded: --from none'})")
+        else:
+            taking.append(stream)
+    if refused:
+        raise StreamOwnedError(
+            f"{len(refused)} of the {len(streams)} streams of {where} at {storage.uri} are not owned by "
+            f"{escape(from_id or 'no registry')}: {escape('; '.join(refused))}. Nothing was changed: take those over "
+            "from their owner (--from as listed), or with --stream take the others one by one",
+            owner=", ".join(refused),
+        )
+    return [(stream, take_over(storage, registry, stream, from_id=from_id)) for stream in taking]
