@@ -9,7 +9,8 @@ from __future__ import annotations
 
 import io
 import json
-import time
+import os
+import select
 from pathlib import Path
 from typing import Any
 
@@ -33,28 +34,28 @@ from tracker_saver.cli.main import main
 from tracker_saver.core.records import UploadInfo
 from tracker_saver.registry.shared import shared_registry
 
-#: A process that waits for the barrier file ``go``, then runs the CLI with its arguments (``--json``).
+#: A process that waits at the barrier (:func:`_at_once`), then runs the CLI with its arguments (``--json``).
 _CLI_AT_ONCE = """
-import sys, time
+import os, sys
 from pathlib import Path
 from tracker_saver.cli.main import main
 folder, me, argv = Path(sys.argv[1]), sys.argv[2], sys.argv[3:]
-(folder / f"ready-{me}").touch()
-while not (folder / "go").exists():
-    time.sleep(0.001)
+os.write(ready := os.open(folder / "ready", os.O_WRONLY), b"x")
+os.close(ready)
+os.close(os.open(folder / "go", os.O_RDONLY))  # returns once the parent opens it: every process at once
 sys.exit(main([*argv, "--json"]))
 """
 #: The same with ``pin_model`` on a tracker's registry (a process config, as ``tests.helpers.process_spec`` makes).
 _PIN_AT_ONCE = """
-import json, sys, time
+import json, os, sys
 from pathlib import Path
 from tests.helpers import spec_registry
 from tracker_saver import pin_model
 folder, me, config = Path(sys.argv[1]), sys.argv[2], json.loads(sys.argv[3])
 registry = spec_registry(config)
-(folder / f"ready-{me}").touch()
-while not (folder / "go").exists():
-    time.sleep(0.001)
+os.write(ready := os.open(folder / "ready", os.O_WRONLY), b"x")
+os.close(ready)
+os.close(os.open(folder / "go", os.O_RDONLY))  # returns once the parent opens it: every process at once
 print(json.dumps({"id": pin_model(config["record"], registry=registry).id}))
 """
 
@@ -62,22 +63,34 @@ print(json.dumps({"id": pin_model(config["record"], registry=registry).id}))
 def _at_once(folder: Path, code: str, arguments: list[list[str]]) -> list[dict[str, object]]:
     """Run ``code`` once per argument list, each in its own process, all released together; their JSON outputs."""
     folder.mkdir()
+    os.mkfifo(folder / "ready")
+    os.mkfifo(folder / "go")
     procs = []
     for i, args in enumerate(arguments):
         out = open(folder / f"out-{i}", "w+")  # noqa: SIM115 (closed below, once the process is done)
         proc = forkserver.spawn("-c", [code, str(folder), str(i), *args], env=process_env(), stdout=out, stderr=out)
         procs.append((proc, out))
-    while len(list(folder.glob("ready-*"))) < len(arguments):
-        time.sleep(0.005)
-    (folder / "go").touch()
+    # Each process writes one byte to the FIFO "ready", then blocks opening "go" until a writer opens
+    # it: we read the bytes of all (a blocking read: our own write end keeps it from reading EOF), then
+    # open "go" and keep it open until they are done, so they leave the barrier together.
+    ready = os.open(folder / "ready", os.O_RDWR)
+    arrived = 0
+    while arrived < len(arguments):
+        assert select.select([ready], [], [], 60)[0], "a process never reached the barrier"
+        arrived += len(os.read(ready, len(arguments)))
+    go = os.open(folder / "go", os.O_WRONLY)
     results = []
-    for proc, out in procs:
-        code = proc.wait(60)
-        out.seek(0)
-        text = out.read()
-        out.close()
-        assert code == 0, text
-        results.append(json.loads(text))
+    try:
+        for proc, out in procs:
+            code = proc.wait(60)
+            out.seek(0)
+            text = out.read()
+            out.close()
+            assert code == 0, text
+            results.append(json.loads(text))
+    finally:
+        os.close(go)
+        os.close(ready)
     return results
 
 

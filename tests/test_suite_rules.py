@@ -20,6 +20,10 @@ TESTS = Path(__file__).resolve().parent
 SLEEPS_ALLOWED: dict[str, tuple[int, str]] = {
     "preempt_trainer.py": (1, "a training step's 20 ms of compute, without burning a CPU"),
     "soak/trainer.py": (2, "a training step's compute; a process waiting for the SIGKILL it sent itself"),
+    "soak/racer.py": (
+        1,
+        "the race's schedule: every racer makes its operation at the round's shared instant, to collide",
+    ),
     "clearml_standin/server.py": (1, "the stand-in's simulated network latency, a feature tests ask for"),
     "conftest_ceph.py": (2, "flock(2) has no timeout: a lock wait with a limit polls the non-blocking try"),
     "conftest_mlflow.py": (1, "`mlflow server` gives no readiness signal: poll /health until it answers"),
