@@ -1,10 +1,13 @@
-"""Make ClearML's ``torch.save`` binding skip every file saved while a predicate holds."""
+"""Make ClearML's torch.save/torch.load binding skip our checkpoints (saved by us, or loaded from a view)."""
 
 from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from pathlib import Path
 from typing import Any
+
+from tracker_saver.save.local_view import default_dirname
 
 __all__ = ["skip_saves_while"]
 
@@ -13,9 +16,24 @@ _predicates: list[Callable[[], bool]] = []
 
 
 def _skip(callback_type: Any, model_info: Any) -> Any:
-    # ClearML's binding calls this for every torch.save it sees; returning None makes it skip
-    # the file. While tracker_saver writes a slot, the checkpoint is ours: no second upload.
-    return None if any(ours() for ours in tuple(_predicates)) else model_info
+    # ClearML's binding calls this for every torch.save and torch.load it sees; returning None makes
+    # it skip the file. While tracker_saver writes a slot, the checkpoint is ours: no second upload.
+    if any(ours() for ours in tuple(_predicates)):
+        return None
+    # A load of a file in the saver's view (Ignite's own restore reads dirname / filename) would become
+    # the task's input model: named after a checkpoint that eviction deletes, with no uri. Our
+    # load_checkpoint reads an open file with no path, which the binding never registers.
+    if getattr(callback_type, "value", callback_type) == "load" and _in_view(model_info.local_model_path):
+        return None
+    return model_info
+
+
+def _in_view(path: object) -> bool:
+    """Whether ``path`` lies in the default dirname views' folder (``~/.cache/tracker_saver/checkpoints``)."""
+    if not isinstance(path, str) or not path:
+        return False
+    views = default_dirname("", "p", "r").parents[2]  # <cache>/tracker_saver/checkpoints/<hash>/p/r
+    return Path(path).resolve().is_relative_to(views.resolve())
 
 
 def skip_saves_while(predicate: Callable[[], bool]) -> None:
@@ -24,7 +42,9 @@ def skip_saves_while(predicate: Callable[[], bool]) -> None:
     ``Task.init`` patches ``torch.save`` (``auto_connect_frameworks``) and uploads what it sees
     under its own names. This registers, once per process, a ``WeightsFileHandler``
     pre-callback — the mechanism ClearML's and Ignite's maintainers settled on — that returns
-    ``None`` (skip) while any registered predicate holds. tracker_saver passes
+    ``None`` (skip) while any registered predicate holds. It also skips ``torch.load`` of a file in
+    the default dirname views (``~/.cache/tracker_saver/checkpoints/``), which ClearML would make
+    the task's input model; a view at a ``dirname=`` of your own is not known to it. tracker_saver passes
     :func:`tracker_saver.save.pipeline.is_writing` (see ``tracker_saver.clearml.guard_torch_save_binding``).
 
     Examples:
