@@ -159,9 +159,21 @@ def find_models(
         []
     """
     query = _query(
-        output_uri=output_uri, project=project, run=run, stream=stream, filename=filename, name=name, tag=tag,
-        alias=alias, where=where, live=live, states=states, order_by=order_by, offset=offset, limit=limit,
-    )  # fmt: skip
+        output_uri=output_uri,
+        project=project,
+        run=run,
+        stream=stream,
+        filename=filename,
+        name=name,
+        tag=tag,
+        alias=alias,
+        where=where,
+        live=live,
+        states=states,
+        order_by=order_by,
+        offset=offset,
+        limit=limit,
+    )
     reg = shared_registry(registry, create=False)
     found = reg.query(query)
     _check_keys(reg, query, bool(found), found)
@@ -215,9 +227,18 @@ def count_models(
         0
     """
     query = _query(
-        output_uri=output_uri, project=project, run=run, stream=stream, filename=filename, name=name, tag=tag,
-        alias=alias, where=where, live=live, states=states,
-    )  # fmt: skip
+        output_uri=output_uri,
+        project=project,
+        run=run,
+        stream=stream,
+        filename=filename,
+        name=name,
+        tag=tag,
+        alias=alias,
+        where=where,
+        live=live,
+        states=states,
+    )
     reg = shared_registry(registry, create=False)
     count = reg.count(query)
     _check_keys(reg, query, count > 0)
@@ -313,9 +334,16 @@ def run_summaries(records: Sequence[Record]) -> list[dict[str, Any]]:
     for r in records:
         row = runs.setdefault(
             (r.output_uri or "", r.project, r.run),
-            {"output_uri": r.output_uri, "project": r.project, "run": r.run, "streams": [], "records": 0,
-             "live": 0, "last_save": None},
-        )  # fmt: skip
+            {
+                "output_uri": r.output_uri,
+                "project": r.project,
+                "run": r.run,
+                "streams": [],
+                "records": 0,
+                "live": 0,
+                "last_save": None,
+            },
+        )
         if r.stream not in row["streams"]:
             row["streams"].append(r.stream)
         row["records"] += 1
@@ -352,10 +380,12 @@ def run_stats(
         )
     saved = [r for r in found if r.state in SAVED_STATES]
     rows = [
-        _footprint(save_stats([r for r in saved if r.stream == stream], project=project, run=run, stream=stream),
-                   [r for r in found if r.stream == stream])
+        _footprint(
+            save_stats([r for r in saved if r.stream == stream], project=project, run=run, stream=stream),
+            [r for r in found if r.stream == stream],
+        )
         for stream in sorted({r.stream for r in found})
-    ]  # fmt: skip
+    ]
     return [*rows, _footprint(save_stats(saved, project=project, run=run), found)]
 
 

@@ -235,9 +235,15 @@ def copy_verified(storage: Storage, record: Record, target: Path) -> Path:
     storage, key = locate(record, storage=storage)
     with storage.get(key) as src:
         return copy_checked(
-            src, target, _expected(record), what=_what(record), label=record.name, key=record.key, record_id=record.id,
+            src,
+            target,
+            _expected(record),
+            what=_what(record),
+            label=record.name,
+            key=record.key,
+            record_id=record.id,
             fix="the object was probably overwritten or corrupted; nothing was written; download another record",
-        )  # fmt: skip
+        )
 
 
 def _expected(record: Record) -> Digest:
@@ -330,8 +336,14 @@ def open_verified(
     assert record.key is not None
     storage, _ = locate(record, storage=storage, storage_options=storage_options)
     with storage.get(record.key) as src:
-        check(digest(src), _expected(record), what=_what(record), key=record.key, record_id=record.id,
-              fix="the slot was probably overwritten or corrupted; load another record")  # fmt: skip
+        check(
+            digest(src),
+            _expected(record),
+            what=_what(record),
+            key=record.key,
+            record_id=record.id,
+            fix="the slot was probably overwritten or corrupted; load another record",
+        )
         src.seek(0)
         yield src
 

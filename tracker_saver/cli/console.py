@@ -249,12 +249,31 @@ def print_record_pages(pages: Iterable[Sequence[Record]], console: Console | Non
     top, bottom, widths, count = "", "", list[int](), 0
     for records in pages:
         rows = [
-            [str(r.id), r.project, r.run, r.stream, r.name, r.state.value, ", ".join(r.aliases) or "-",
-             fmt(r.global_step), fmt(r.score), fmt(r.slot), size_text(r.size), _when(r.created_at), r.output_uri or "-"]
+            [
+                str(r.id),
+                r.project,
+                r.run,
+                r.stream,
+                r.name,
+                r.state.value,
+                ", ".join(r.aliases) or "-",
+                fmt(r.global_step),
+                fmt(r.score),
+                fmt(r.slot),
+                size_text(r.size),
+                _when(r.created_at),
+                r.output_uri or "-",
+            ]
             for r in records
-        ]  # fmt: skip
-        lines = table_lines(RECORD_COLUMNS, rows, right=("id", "step", "score", "slot", "size"),
-                            styles=[r.state.value for r in records], color=_color(console), least=widths)  # fmt: skip
+        ]
+        lines = table_lines(
+            RECORD_COLUMNS,
+            rows,
+            right=("id", "step", "score", "slot", "size"),
+            styles=[r.state.value for r in records],
+            color=_color(console),
+            least=widths,
+        )
         if lines[0] == top:  # the same columns: this page's rows go on the open table
             body = lines[3:-1]
         else:  # the first page, or wider columns: close the open table, open another
@@ -303,8 +322,20 @@ def print_save_stats(rows: Sequence[SaveStats], console: Console | None = None) 
         ]
         for row in shown
     ]
-    columns = ("stream", "saves", "background", "blocked p50", "blocked p95", "durable p50", "durable p95", "MB/s p50",
-               "slots", "archive", "pins", "objects")  # fmt: skip
+    columns = (
+        "stream",
+        "saves",
+        "background",
+        "blocked p50",
+        "blocked p95",
+        "durable p50",
+        "durable p95",
+        "MB/s p50",
+        "slots",
+        "archive",
+        "pins",
+        "objects",
+    )
     _print_lines(table_lines(columns, cells, right=columns[1:]), console)
     if rows and rows[-1].count == 0:
         _print_lines(

@@ -44,10 +44,15 @@ def make_data(n: int, *, seed: int) -> TensorDataset:
 def small_cnn() -> nn.Module:
     """A two-layer CNN for 1×12×12 inputs and 4 classes."""
     return nn.Sequential(
-        nn.Conv2d(1, 8, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Conv2d(8, 16, 3, padding=1), nn.ReLU(), nn.MaxPool2d(2),
-        nn.Flatten(), nn.Linear(16 * 3 * 3, 4),
-    )  # fmt: skip
+        nn.Conv2d(1, 8, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Conv2d(8, 16, 3, padding=1),
+        nn.ReLU(),
+        nn.MaxPool2d(2),
+        nn.Flatten(),
+        nn.Linear(16 * 3 * 3, 4),
+    )
 
 
 def cli_command() -> str:
@@ -95,9 +100,14 @@ def run_demo(
 
     saver = TrackerSaver(out / "checkpoints", project="demo", run="small-cnn", registry=registry or out / "registry.db")
     best = Checkpoint(
-        {"model": model}, saver, n_saved=2, filename_prefix="best", score_function=Checkpoint.get_default_score_fn("val_acc"),
-        score_name="val_acc", global_step_transform=global_step_from_engine(trainer),
-    )  # fmt: skip
+        {"model": model},
+        saver,
+        n_saved=2,
+        filename_prefix="best",
+        score_function=Checkpoint.get_default_score_fn("val_acc"),
+        score_name="val_acc",
+        global_step_transform=global_step_from_engine(trainer),
+    )
     last = Checkpoint({"model": model, "optimizer": opt, "trainer": trainer}, saver, n_saved=1)
     evaluator.add_event_handler(Events.COMPLETED, best)
     trainer.add_event_handler(Events.EPOCH_COMPLETED, last)

@@ -259,9 +259,11 @@ def add_models_commands(commands: Any, command: AddCommand, both: list[Any]) -> 
         sub.add_argument("ref", metavar="REF", help=ref_help)
         sub.add_argument("--output-uri", metavar="URI", help=f"the record REF names at this output_uri {URI_HELP}")
     get.add_argument(
-        "dest", metavar="DEST", help="a file to write, or a folder: the file is then the record's name as a safe slug "
-        "with the checkpoint's extension (the one we ship -> the_one_we_ship.pt)"
-    )  # fmt: skip
+        "dest",
+        metavar="DEST",
+        help="a file to write, or a folder: the file is then the record's name as a safe slug "
+        "with the checkpoint's extension (the one we ship -> the_one_we_ship.pt)",
+    )
 
     rename = command(model_cmds, "rename", "give a record a name that later saves keep", _cmd_models_edit, both)
     rename.add_argument("ref", metavar="REF", help=ref_help)
@@ -274,9 +276,12 @@ def add_models_commands(commands: Any, command: AddCommand, both: list[Any]) -> 
         sub.add_argument("tags", nargs="+", metavar="TAG", help="tags")
 
     alias = command(
-        model_cmds, "alias", "point a project's alias (e.g. production) at a record; a slot record is pinned first",
-        _cmd_models_alias, both,
-    )  # fmt: skip
+        model_cmds,
+        "alias",
+        "point a project's alias (e.g. production) at a record; a slot record is pinned first",
+        _cmd_models_alias,
+        both,
+    )
     alias.add_argument("ref", metavar="REF", help=ref_help)
     alias.add_argument("alias_name", metavar="NAME", help="the alias: letters, digits, '_.-'; not latest or best")
     alias.add_argument(

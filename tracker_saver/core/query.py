@@ -77,9 +77,21 @@ TEXT_FIELDS = ("name", "filename", "state", "stream", "run", "project", "output_
 #: Metadata keys every saved record carries (docs/concepts.md, "Metadata"): known to a query even
 #: in a registry that holds no record yet.
 SAVED_KEYS = (
-    "basename", "created_at", "ext", "global_step", "ignite_name", "prefix", "priority", "score", "score_name",
-    "sha256", "size", "slot", "uri", *TIMING_KEYS,
-)  # fmt: skip
+    "basename",
+    "created_at",
+    "ext",
+    "global_step",
+    "ignite_name",
+    "prefix",
+    "priority",
+    "score",
+    "score_name",
+    "sha256",
+    "size",
+    "slot",
+    "uri",
+    *TIMING_KEYS,
+)
 #: Known keys an error lists before it stops.
 _LISTED = 60
 _KEY = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,99}")

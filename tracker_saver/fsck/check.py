@@ -104,11 +104,24 @@ def _check_stream(
             kind, why, fix = PLANNED[change]
             out.append(record_finding(kind, label, record, why, fix))
         if found is not None and not live and all(change == "failed" for _, change in plan):
-            out.append(Finding("orphan", label, f"{plural(found.size, 'byte')} that no record claims",
-                               "delete it with --delete-orphans", key))  # fmt: skip
+            out.append(
+                Finding(
+                    "orphan",
+                    label,
+                    f"{plural(found.size, 'byte')} that no record claims",
+                    "delete it with --delete-orphans",
+                    key,
+                )
+            )
     if len(mine) > loadable and not busy:
-        out.append(Finding("over-slots", label, f"{plural(len(mine), 'object')} for {plural(loadable, 'loadable record')} (after repair)",
-                           "settled by the fixes of its other findings"))  # fmt: skip
+        out.append(
+            Finding(
+                "over-slots",
+                label,
+                f"{plural(len(mine), 'object')} for {plural(loadable, 'loadable record')} (after repair)",
+                "settled by the fixes of its other findings",
+            )
+        )
     return out
 
 
@@ -265,9 +278,15 @@ def _check_records(
             grouped[(record.output_uri, record.project, record.run)][sid].append(record)
     report.findings += _shared_pins(placed)
     for record_id, why in sorted(registry.skipped().items()):
-        report.findings.append(Finding("unreadable", registry.uri, f"record {record_id} cannot be read: {why}",
-                                       "none: put it back as tracker_saver wrote it, or delete it, in the tracker",
-                                       record_id=record_id))  # fmt: skip
+        report.findings.append(
+            Finding(
+                "unreadable",
+                registry.uri,
+                f"record {record_id} cannot be read: {why}",
+                "none: put it back as tracker_saver wrote it, or delete it, in the tracker",
+                record_id=record_id,
+            )
+        )
     storages: dict[str, Storage | str] = {}
     for (uri, project, run), streams in sorted(grouped.items()):
         if uri not in storages:
@@ -277,8 +296,9 @@ def _check_records(
             why = storage
         else:
             try:
-                found, found_places = _check_run(registry, storage, project, run, streams, query, deep, now,
-                                                 stale_after_s)  # fmt: skip
+                found, found_places = _check_run(
+                    registry, storage, project, run, streams, query, deep, now, stale_after_s
+                )
             except StorageError as exc:  # an endpoint down, refused credentials: the other runs still get checked
                 why = str(exc)
             except IntegrityError as exc:  # the storage refused a path that changed since its lstat: not read
@@ -361,8 +381,15 @@ def _check_run(
             if key in special:
                 report.findings.append(not_regular_finding(where, key, special[key], ()))
                 continue
-            report.findings.append(Finding("orphan", where, f"{plural(objects[key].size, 'byte')} of no known stream",
-                                           "delete it with --delete-orphans", key))  # fmt: skip
+            report.findings.append(
+                Finding(
+                    "orphan",
+                    where,
+                    f"{plural(objects[key].size, 'byte')} of no known stream",
+                    "delete it with --delete-orphans",
+                    key,
+                )
+            )
         for item in staged:
             if owner_of(item.key, streams) is None:
                 report.findings.append(staged_finding(where, item, now, stale_after_s))

@@ -118,8 +118,10 @@ def _repair_place(
     if sid is not None:
         for f in findings:
             if f.kind == "lie" and f.record_id is not None:
-                act(f"demote record {f.record_id} to evicted in {sid.label} ({f.detail})",
-                    lambda rid=f.record_id: registry.evict(rid))  # fmt: skip
+                act(
+                    f"demote record {f.record_id} to evicted in {sid.label} ({f.detail})",
+                    lambda rid=f.record_id: registry.evict(rid),
+                )
         slots = sorted({f.slot for f in findings if f.kind in ("lie", "pending", "revivable") and f.slot is not None})
         demoted = {f.record_id for f in findings if f.kind == "lie"}
         for slot in slots:

@@ -121,8 +121,13 @@ def staged_finding(label: str, item: Staged, now: float, stale_after_s: float) -
 
 def misplaced_finding(record: Record, problem: str) -> Finding:
     stream = f"{record.project}/{record.run}/{record.stream}"
-    return record_finding("misplaced", stream, record, problem,
-                           "none: nothing reads or deletes what it names; delete the record in its registry")  # fmt: skip
+    return record_finding(
+        "misplaced",
+        stream,
+        record,
+        problem,
+        "none: nothing reads or deletes what it names; delete the record in its registry",
+    )
 
 
 def foreign_finding(registry: Registry, storage: Storage, sid: StreamId) -> Finding | None:
@@ -133,8 +138,12 @@ def foreign_finding(registry: Registry, storage: Storage, sid: StreamId) -> Find
         return Finding("foreign", sid.label, str(exc), "none: restore the owner object, or take the stream over")
     if owner is None or owner.registry_id == registry.registry_id(sid.project):
         return None
-    return Finding("foreign", sid.label, f"owned by {owner.describe()}: not checked from this registry",
-                   "none: check it with the registry that owns it")  # fmt: skip
+    return Finding(
+        "foreign",
+        sid.label,
+        f"owned by {owner.describe()}: not checked from this registry",
+        "none: check it with the registry that owns it",
+    )
 
 
 def damaged_finding(uri: str, path: str, problems: list[str]) -> Finding:

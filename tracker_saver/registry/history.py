@@ -84,9 +84,16 @@ class Event:
     def to_dict(self) -> dict[str, Any]:
         """The event as JSON-ready values (what ``tracker-saver events --json`` prints)."""
         return {
-            "id": self.id, "seq": self.seq, "type": self.type, "time": self.time, "project": self.project,
-            "record_id": self.record_id, "alias": self.alias, "before": self.before, "after": self.after,
-        }  # fmt: skip
+            "id": self.id,
+            "seq": self.seq,
+            "type": self.type,
+            "time": self.time,
+            "project": self.project,
+            "record_id": self.record_id,
+            "alias": self.alias,
+            "before": self.before,
+            "after": self.after,
+        }
 
     def body(self) -> bytes:
         """The event as compact standard JSON, keys sorted, UTF-8 (a score of ``±inf``: ``"Infinity"``)."""

@@ -317,9 +317,22 @@ class SQLiteRegistry(Registry):
                 "INSERT INTO records (project, run, stream, filename, name, state, slot, key, uri, output_uri,"
                 " sha256, size, fingerprint, created_at, updated_at)"
                 " VALUES (?, ?, ?, ?, ?, 'pinned', NULL, ?, ?, ?, ?, ?, ?, ?, ?)",
-                (info.project, info.run, info.stream, info.filename, info.name, info.key, uri, info.output_uri,
-                 sha256, size, fingerprint, now, now),
-            )  # fmt: skip
+                (
+                    info.project,
+                    info.run,
+                    info.stream,
+                    info.filename,
+                    info.name,
+                    info.key,
+                    uri,
+                    info.output_uri,
+                    sha256,
+                    size,
+                    fingerprint,
+                    now,
+                    now,
+                ),
+            )
             rid = int(cur.lastrowid or 0)
             self._set_metadata(conn, rid, info.metadata)
             conn.executemany("INSERT OR IGNORE INTO tags VALUES (?, ?)", [(rid, t) for t in info.tags])
@@ -337,8 +350,10 @@ class SQLiteRegistry(Registry):
                 sql += " AND NOT EXISTS (SELECT 1 FROM metadata m WHERE m.record_id = r.id AND m.key = ? AND m.type != 'none')"
                 args.append(key)
             else:
-                sql += (" AND EXISTS (SELECT 1 FROM metadata m WHERE m.record_id = r.id AND m.key = ? AND m.type = ?"
-                        " AND m.num IS ? AND m.text IS ?)")  # fmt: skip
+                sql += (
+                    " AND EXISTS (SELECT 1 FROM metadata m WHERE m.record_id = r.id AND m.key = ? AND m.type = ?"
+                    " AND m.num IS ? AND m.text IS ?)"
+                )
                 args += [key, *encode_row(value)]
         row = conn.execute(sql + " ORDER BY r.id LIMIT 1", args).fetchone()
         return int(row[0]) if row is not None else None

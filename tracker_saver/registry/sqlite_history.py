@@ -58,9 +58,17 @@ def add_event(
     """Record an event in the caller's transaction (``kind``: one of ``history.EVENT_TYPES``)."""
     conn.execute(
         "INSERT INTO events (id, time, type, project, record_id, alias, before, after) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
-        ("evt_" + secrets.token_hex(16), time.time(), kind, project, record_id, alias,
-         None if before is None else dumps(before), None if after is None else dumps(after)),
-    )  # fmt: skip
+        (
+            "evt_" + secrets.token_hex(16),
+            time.time(),
+            kind,
+            project,
+            record_id,
+            alias,
+            None if before is None else dumps(before),
+            None if after is None else dumps(after),
+        ),
+    )
 
 
 def _side(text: str | None) -> dict[str, Any] | None:
@@ -236,7 +244,12 @@ class SQLiteHistory:
             [v for _, v in fields if v is not None] + [rule.keep_last or 0, min(rule.cutoff, 1e300)],
         )
         return [
-            Pruned(str(row["id"]), StreamId(row["output_uri"] or "", row["project"], row["run"], row["stream"]),
-                   RecordState(row["state"]), row["created_at"], row["filename"])
+            Pruned(
+                str(row["id"]),
+                StreamId(row["output_uri"] or "", row["project"], row["run"], row["stream"]),
+                RecordState(row["state"]),
+                row["created_at"],
+                row["filename"],
+            )
             for row in rows
-        ]  # fmt: skip
+        ]

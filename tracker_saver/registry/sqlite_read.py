@@ -131,8 +131,12 @@ def _candidates(db: SQLiteConnection, streams_of_rows: set[tuple[str, str, str]]
             [part for stream in chunk for part in stream],
         )
         out.extend(
-            (str(row["id"]), StreamId(row["output_uri"] or "", row["project"], row["run"], row["stream"]),
-             row["created_at"], row["score"])
+            (
+                str(row["id"]),
+                StreamId(row["output_uri"] or "", row["project"], row["run"], row["stream"]),
+                row["created_at"],
+                row["score"],
+            )
             for row in rows
-        )  # fmt: skip
+        )
     return out

@@ -103,8 +103,9 @@ class Archive:
         if not self.every.due(last=self._last[stream], now=at):
             return None
         kept_at = at if self.every.unit == "minutes" else int(at)
-        entry = keep_copy(storage, registry, live, extra={KEPT_BY: self.every.label, KEPT_AT: kept_at}, reuse=False,
-                          verify=False)  # fmt: skip
+        entry = keep_copy(
+            storage, registry, live, extra={KEPT_BY: self.every.label, KEPT_AT: kept_at}, reuse=False, verify=False
+        )
         self._last[stream] = at
         if self.limit is not None:
             self._trim(storage, registry, stream)
@@ -131,5 +132,6 @@ class Archive:
                     continue
             except RecordNotFoundError:
                 continue
-            log.debug("%s: archive entry %s (%s) deleted by keep_every_max=%d", stream.label, old.id, old.name,
-                      self.limit)  # fmt: skip
+            log.debug(
+                "%s: archive entry %s (%s) deleted by keep_every_max=%d", stream.label, old.id, old.name, self.limit
+            )

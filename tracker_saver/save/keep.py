@@ -114,22 +114,36 @@ def keep_copy(
         found = Digest(stat.size, expected.sha256) if stat is not None else Digest(0, "")
     if found != expected:
         storage.delete(key)
-        check(found, expected, what=f"record {source.id} ({source.name!r}): the copy at {storage.url(key)}", key=key,
-              record_id=source.id, fix="its slot was overwritten while pinning (or is corrupted); the copy was "
-              "deleted; pin another record")  # fmt: skip
+        check(
+            found,
+            expected,
+            what=f"record {source.id} ({source.name!r}): the copy at {storage.url(key)}",
+            key=key,
+            record_id=source.id,
+            fix="its slot was overwritten while pinning (or is corrupted); the copy was deleted; pin another record",
+        )
     # A pin is no save: what the source's save cost (TIMING_KEYS) stays the source's.
     own = (*_OWN_METADATA, *TIMING_KEYS, KEPT_BY, "kept_at")
     metadata: dict[str, MetaValue] = {k: v for k, v in source.metadata.items() if k not in own}
     metadata["pinned_from"] = int(source.id) if source.id.isdigit() else source.id
     metadata.update(extra or {})
     info = UploadInfo(
-        source.project, source.run, source.stream, source.filename, name=source.name, metadata=metadata,
-        tags=list(source.tags), slot=None, key=key, output_uri=source.output_uri or storage.uri,
-    )  # fmt: skip
+        source.project,
+        source.run,
+        source.stream,
+        source.filename,
+        name=source.name,
+        metadata=metadata,
+        tags=list(source.tags),
+        slot=None,
+        key=key,
+        output_uri=source.output_uri or storage.uri,
+    )
     fingerprint = stat.fingerprint if stat is not None else None
     # A failure here leaves the copy at its fresh key: an object no record names, never a record that lies.
-    pinned = registry.create_pinned(info, uri=storage.url(key), sha256=expected.sha256, size=found.size,
-                                    fingerprint=fingerprint, once=reuse)  # fmt: skip
+    pinned = registry.create_pinned(
+        info, uri=storage.url(key), sha256=expected.sha256, size=found.size, fingerprint=fingerprint, once=reuse
+    )
     if pinned.key != key:  # another process pinned the same record first: its pin is the one
         storage.delete(key)
     return pinned

@@ -30,8 +30,17 @@ _log = logging.getLogger(__name__)
 __all__ = ["GIT_TIMEOUT_S", "LINEAGE_KEYS", "MASK", "git_state", "lineage", "mask_command"]
 
 #: The metadata keys :func:`lineage` may set (git, ClearML and MLflow keys only when they apply).
-LINEAGE_KEYS = ("git_commit", "git_dirty", "host", "command", "python", "torch", "ignite", "clearml_task_id",
-                "mlflow_run_id")  # fmt: skip
+LINEAGE_KEYS = (
+    "git_commit",
+    "git_dirty",
+    "host",
+    "command",
+    "python",
+    "torch",
+    "ignite",
+    "clearml_task_id",
+    "mlflow_run_id",
+)
 
 #: The longest, in seconds, one ``git`` call may take (a huge or network-mounted repository).
 GIT_TIMEOUT_S = 3.0

@@ -49,10 +49,15 @@ def _copy(storage: Storage, record: Record, target: Path) -> Path:
     assert record.key is not None
     with storage.get(record.key) as src:
         return copy_checked(
-            src, target, _expected(record), what=f"record {record.id} ({record.name!r}): {record.uri}",
-            fix="the object was probably overwritten or corrupted; nothing was written", label=record.name,
-            key=record.key, record_id=record.id,
-        )  # fmt: skip
+            src,
+            target,
+            _expected(record),
+            what=f"record {record.id} ({record.name!r}): {record.uri}",
+            fix="the object was probably overwritten or corrupted; nothing was written",
+            label=record.name,
+            key=record.key,
+            record_id=record.id,
+        )
 
 
 def _expected(record: Record) -> Digest:

@@ -83,8 +83,12 @@ def recover_slot(
         if change == "promoted":
             assert record.sha256 is not None and record.size is not None and record.key is not None
             found = storage.stat(record.key)
-            registry.make_live(record.id, sha256=record.sha256, size=record.size,
-                               fingerprint=found.fingerprint if found is not None else None)  # fmt: skip
+            registry.make_live(
+                record.id,
+                sha256=record.sha256,
+                size=record.size,
+                fingerprint=found.fingerprint if found is not None else None,
+            )
         elif change == "restored":
             registry.restore(record.id, restored)
         else:

@@ -34,10 +34,17 @@ __all__ = ["KeepEvery", "check_keep_every"]
 #: The text form: a number and a unit.
 _TEXT = re.compile(r"\s*(\d+(?:\.\d+)?)\s*([a-z]+)\s*")
 _UNITS = {
-    "epoch": "epochs", "epochs": "epochs",
-    "iteration": "iterations", "iterations": "iterations", "iter": "iterations", "iters": "iterations",
-    "min": "minutes", "mins": "minutes", "minute": "minutes", "minutes": "minutes",
-}  # fmt: skip
+    "epoch": "epochs",
+    "epochs": "epochs",
+    "iteration": "iterations",
+    "iterations": "iterations",
+    "iter": "iterations",
+    "iters": "iterations",
+    "min": "minutes",
+    "mins": "minutes",
+    "minute": "minutes",
+    "minutes": "minutes",
+}
 _FIX = "pass e.g. keep_every='10 epochs', '5000 iterations' or '30 min' (or KeepEvery(epochs=10))"
 
 
@@ -69,8 +76,11 @@ class KeepEvery:
     clock: Callable[[], float] = field(default=time.time, compare=False, repr=False)
 
     def __post_init__(self) -> None:
-        given = {k: v for k, v in (("epochs", self.epochs), ("iterations", self.iterations),
-                                   ("minutes", self.minutes)) if v is not None}  # fmt: skip
+        given = {
+            k: v
+            for k, v in (("epochs", self.epochs), ("iterations", self.iterations), ("minutes", self.minutes))
+            if v is not None
+        }
         shown = ", ".join(f"{k}={v!r}" for k, v in given.items())
         if len(given) != 1:
             raise ConfigError(f"KeepEvery({shown}) needs exactly one of epochs, iterations or minutes; {_FIX}")

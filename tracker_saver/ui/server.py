@@ -87,8 +87,11 @@ class _Server(uvicorn.Server):
     async def startup(self, sockets: list[socket.socket] | None = None) -> None:
         await super().startup(sockets)  # returns once listening (it exits on a busy port)
         port = self.servers[0].sockets[0].getsockname()[1] if self.servers else self.config.port
-        print(f"tracker-saver UI at {page_url(self.config.host, port)} (press Ctrl+C to stop it)", file=sys.stderr,
-              flush=True)  # fmt: skip
+        print(
+            f"tracker-saver UI at {page_url(self.config.host, port)} (press Ctrl+C to stop it)",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def serve(

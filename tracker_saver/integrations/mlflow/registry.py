@@ -274,8 +274,13 @@ class MLflowRegistry(Registry):
             self._status(record.id, status)
 
     def _status(self, record_id: str, status: str) -> None:
-        self._transport.call(self._transport.client.finalize_logged_model, f"setting the status of model {record_id} to {status}",
-                   record_id, status, record_id=record_id)  # fmt: skip
+        self._transport.call(
+            self._transport.client.finalize_logged_model,
+            f"setting the status of model {record_id} to {status}",
+            record_id,
+            status,
+            record_id=record_id,
+        )
 
     def make_live(
         self,
@@ -369,8 +374,13 @@ class MLflowRegistry(Registry):
             )
         exp = self._store.experiment(record.project, create=True)
         before = (exp.tags or {}).get(_ALIAS + alias)
-        self._transport.call(self._transport.client.set_experiment_tag, f"setting alias {alias!r}", exp.experiment_id,
-                   _ALIAS + alias, record_id)  # fmt: skip
+        self._transport.call(
+            self._transport.client.set_experiment_tag,
+            f"setting alias {alias!r}",
+            exp.experiment_id,
+            _ALIAS + alias,
+            record_id,
+        )
         self._write(schema_of(model), record, {}, person=person_text(model), aliases=self.user_aliases(record))
         if before is not None and before != record_id:
             self._renote(before)

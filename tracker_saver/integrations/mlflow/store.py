@@ -56,8 +56,12 @@ class MLflowStore:
             )
         if exp is None and create:
             # Born with its registry id (tracker_saver.save.ownership), so no saver ever finds it without one.
-            exp_id = self._transport.call(self._transport.client.create_experiment, f"creating experiment {name!r}",
-                                          name, tags={REGISTRY_ID: uuid.uuid4().hex})  # fmt: skip
+            exp_id = self._transport.call(
+                self._transport.client.create_experiment,
+                f"creating experiment {name!r}",
+                name,
+                tags={REGISTRY_ID: uuid.uuid4().hex},
+            )
             exp = self._transport.call(self._transport.client.get_experiment, f"reading experiment {name!r}", exp_id)
         if exp is not None:
             self._experiment_ids[project] = str(exp.experiment_id)
@@ -86,8 +90,13 @@ class MLflowStore:
             return self._registry_ids[project]
         exp = self.experiment(project, create=True)
         if not (exp.tags or {}).get(REGISTRY_ID):
-            self._transport.call(self._transport.client.set_experiment_tag, f"naming experiment {project!r}'s registry",
-                                 exp.experiment_id, REGISTRY_ID, uuid.uuid4().hex)  # fmt: skip
+            self._transport.call(
+                self._transport.client.set_experiment_tag,
+                f"naming experiment {project!r}'s registry",
+                exp.experiment_id,
+                REGISTRY_ID,
+                uuid.uuid4().hex,
+            )
             exp = self._transport.call(self._transport.client.get_experiment, "reading it back", exp.experiment_id)
         self._registry_ids[project] = str(exp.tags[REGISTRY_ID])
         return self._registry_ids[project]
@@ -117,8 +126,13 @@ class MLflowStore:
             if found:
                 self._run_ids[key] = str(found[0].info.run_id)
             else:
-                created = self._transport.call(self._transport.client.create_run, f"creating run {run!r}", experiment_id, run_name=run,
-                                     tags={PREFIX + "run": run})  # fmt: skip
+                created = self._transport.call(
+                    self._transport.client.create_run,
+                    f"creating run {run!r}",
+                    experiment_id,
+                    run_name=run,
+                    tags={PREFIX + "run": run},
+                )
                 self._run_ids[key] = str(created.info.run_id)
         return self._run_ids[key]
 

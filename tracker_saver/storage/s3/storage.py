@@ -377,8 +377,14 @@ class S3Storage(Storage):
                     # The check() probe and console "folder" markers are not objects of ours.
                     if s3_key == probe or s3_key.endswith("/") or not listed(self._relative(s3_key), prefix):
                         continue
-                    out.append(ObjectStat(self._relative(s3_key), int(obj["Size"]), obj["LastModified"].timestamp(),
-                                          etag_fingerprint(obj["ETag"])))  # fmt: skip
+                    out.append(
+                        ObjectStat(
+                            self._relative(s3_key),
+                            int(obj["Size"]),
+                            obj["LastModified"].timestamp(),
+                            etag_fingerprint(obj["ETag"]),
+                        )
+                    )
         return sorted(out, key=lambda s: s.key)
 
     def read_small(self, key: str, limit: int = 1 << 16) -> bytes | None:
