@@ -164,7 +164,7 @@ def test_a_user_alias_is_set_moved_and_resolved_in_its_project(local_target: Tar
     first, second, third = find_models(project="p", order_by="created_at", registry=reg)
     # A slot record's alias goes on a pinned copy of it (tests/test_alias_keeps.py): it never dangles.
     pin_of_first = set_alias(first.id, "production", registry=reg)
-    assert pin_of_first.aliases == ("production",) and pin_of_first.metadata["pinned_from"] == int(first.id)
+    assert pin_of_first.aliases == ("production",) and pin_of_first.metadata["pinned_from"] == first.id
     assert resolve_model("p@production", registry=reg).id == pin_of_first.id
     assert resolve_model("p/r/best_model@production", registry=reg).id == pin_of_first.id
     pin_of_third = set_alias(third.id, "production", registry=reg)

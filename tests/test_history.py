@@ -224,7 +224,7 @@ def test_a_gated_alias_on_a_slot_record_checks_it_then_pins_it_or_refuses_pinnin
     assert [r.id for r in find_models(alias="production", registry=reg)] == [held.id]
 
     moved = set_alias(records[2].id, "production", registry=reg, require=better("score", lower=True))
-    assert moved.state is RecordState.PINNED and moved.metadata["pinned_from"] == int(records[2].id)
+    assert moved.state is RecordState.PINNED and moved.metadata["pinned_from"] == records[2].id
     assert moved.metadata["kept_by"] == "alias production" and moved.aliases == ("production",)
     assert sorted(_pins(registry), key=int) == [held.id, moved.id]
     events = registry.history.events()[seen:]

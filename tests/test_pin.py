@@ -41,9 +41,8 @@ class PinContract:
         best = find_models(project="p", alias="best", registry=target.registry)[0]
         assert best.global_step == 2
         pinned = pin_model(best.id, registry=target.registry, storage_options=target.storage_options)
-        source_id = int(best.id) if best.id.isdigit() else best.id  # typed metadata: a SQLite id is an int
         assert re.fullmatch(rf"p/r/\+pinned/[0-9a-f]{{16}}-{re.escape(best.filename)}", pinned.key)
-        assert pinned.metadata["pinned_from"] == source_id
+        assert pinned.metadata["pinned_from"] == best.id  # a string, as every record id
         assert (pinned.name, pinned.sha256, pinned.size, pinned.stream) == (
             best.name,
             best.sha256,

@@ -255,4 +255,4 @@ def test_a_pinned_copy_carries_no_timings_of_its_own(local_target):
     _, records = _train(local_target, 1)
     pinned = pin_model(records[0].id, registry=local_target.registry)
     assert not set(TIMING_KEYS) & set(pinned.metadata)  # a pin is no save
-    assert set(TIMING_KEYS) <= set(records[0].metadata) and pinned.metadata["pinned_from"] == int(records[0].id)
+    assert set(TIMING_KEYS) <= set(records[0].metadata) and pinned.metadata["pinned_from"] == records[0].id

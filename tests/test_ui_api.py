@@ -170,9 +170,7 @@ def test_pin_copies_the_record_and_unpin_deletes_the_copy(client, ui_training):
     live = models.find_models(stream="model", states=["live"], registry=ui_training.registry)[0]
     pinned = client.post(f"/api/models/{live.id}/pin").json()
     assert (
-        pinned["state"] == "pinned"
-        and pinned["sha256"] == live.sha256
-        and pinned["metadata"]["pinned_from"] == int(live.id)
+        pinned["state"] == "pinned" and pinned["sha256"] == live.sha256 and pinned["metadata"]["pinned_from"] == live.id
     )
     assert client.delete(f"/api/models/{pinned['id']}/pin").status_code == 204
     assert client.get(f"/api/models/{pinned['id']}").status_code == 404

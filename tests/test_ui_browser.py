@@ -115,7 +115,7 @@ def test_an_alias_set_on_a_slot_record_opens_the_pin_it_went_on_which_outlives_e
     page.click("#alias-form button")
     expect(page.locator("#d-aliases")).to_contain_text("production")  # the answer came, and the page shows it
     pinned = models.resolve_model("p@production", registry=ui_training.registry)
-    assert pinned.state.value == "pinned" and pinned.metadata["pinned_from"] == int(record[0].id)
+    assert pinned.state.value == "pinned" and pinned.metadata["pinned_from"] == record[0].id
     expect(page).to_have_url(f"{ui_server.url}/?record={pinned.id}")  # the record the alias names, not the slot's
     ui_training.epochs(1)  # the next epoch evicts the slot record: the alias stays on the pin
     assert models.get_model(record[0].id, registry=ui_training.registry).state.value == "evicted"

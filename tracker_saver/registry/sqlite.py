@@ -350,11 +350,11 @@ class SQLiteRegistry(Registry):
                 sql += " AND NOT EXISTS (SELECT 1 FROM metadata m WHERE m.record_id = r.id AND m.key = ? AND m.type != 'none')"
                 args.append(key)
             else:
-                sql += (
-                    " AND EXISTS (SELECT 1 FROM metadata m WHERE m.record_id = r.id AND m.key = ? AND m.type = ?"
-                    " AND m.num IS ? AND m.text IS ?)"
-                )
-                args += [key, *encode_row(value)]
+                # pinned_from is the source's id as a string; pins made before it was hold it as an int
+                forms = [value, *([int(value)] if key == "pinned_from" and str(value).isdigit() else [])]
+                either = " OR ".join(["(m.type = ? AND m.num IS ? AND m.text IS ?)"] * len(forms))
+                sql += f" AND EXISTS (SELECT 1 FROM metadata m WHERE m.record_id = r.id AND m.key = ? AND ({either}))"
+                args += [key, *(part for form in forms for part in encode_row(form))]
         row = conn.execute(sql + " ORDER BY r.id LIMIT 1", args).fetchone()
         return int(row[0]) if row is not None else None
 

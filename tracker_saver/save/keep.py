@@ -125,7 +125,8 @@ def keep_copy(
     # A pin is no save: what the source's save cost (TIMING_KEYS) stays the source's.
     own = (*_OWN_METADATA, *TIMING_KEYS, KEPT_BY, "kept_at")
     metadata: dict[str, MetaValue] = {k: v for k, v in source.metadata.items() if k not in own}
-    metadata["pinned_from"] = int(source.id) if source.id.isdigit() else source.id
+    # A string, as record ids are everywhere; pins made before hold an int: read it with str().
+    metadata["pinned_from"] = source.id
     metadata.update(extra or {})
     info = UploadInfo(
         source.project,
