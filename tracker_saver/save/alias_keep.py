@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import logging
 
+from tracker_saver.core.errors import RecordNotFoundError
 from tracker_saver.core.records import LOADABLE, Record
 from tracker_saver.registry.base import Registry
 from tracker_saver.save.keep import KEPT_BY, alias_reason, keep_copy
@@ -61,10 +62,13 @@ def keep_aliased(storage: Storage, registry: Registry, replaced: Record) -> Reco
     Note:
         Runs where the save's step 6 runs: on the upload worker with ``async_upload``.
     """
-    aliases = registry.user_aliases(replaced)
-    if not aliases:
+    try:
+        aliases = registry.user_aliases(replaced)
+        if not aliases:
+            return None
+        current = registry.get(replaced.id)
+    except RecordNotFoundError:  # deleted behind our back (a tracker's UI): it holds no alias; the save goes on
         return None
-    current = registry.get(replaced.id)
     if current.state not in LOADABLE or current.slot is None:
         return None
     pin = current
