@@ -17,6 +17,7 @@ from typing import TYPE_CHECKING
 
 from tracker_saver.core.errors import ConfigError, RegistryError
 from tracker_saver.core.records import Record
+from tracker_saver.core.wording import plural
 from tracker_saver.registry import Query, Registry
 from tracker_saver.registry.history import Retention, history_of
 from tracker_saver.registry.webhooks import Relay, Webhook
@@ -66,10 +67,10 @@ class Upkeep:
             self._relay = Relay(found, self.webhook)
             if not self.webhook.backlog and (passed := self._relay.pass_backlog()):
                 log.info(
-                    "webhook %s: %d earlier events in its outbox are not sent (a saver's webhook sends the events "
-                    "from its start on); pass Webhook(..., backlog=True) to send them",
+                    "webhook %s: %s in its outbox not sent (a saver's webhook sends the events from its start "
+                    "on); pass Webhook(..., backlog=True) to send them",
                     self.webhook.shown,
-                    passed,
+                    plural(passed, "earlier event"),
                 )
             self._relay.start()
 
