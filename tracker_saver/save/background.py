@@ -213,7 +213,8 @@ def _lower_priority() -> None:
     if sys.platform != "linux":  # elsewhere PRIO_PROCESS would lower the whole process, training included
         return
     try:
-        os.setpriority(os.PRIO_PROCESS, threading.get_native_id(), WORKER_NICENESS)
+        me = threading.get_native_id()  # relative to the training's own nice value (a `nice` run's too)
+        os.setpriority(os.PRIO_PROCESS, me, min(19, os.getpriority(os.PRIO_PROCESS, me) + WORKER_NICENESS))
     except OSError as exc:  # a sandbox may forbid it: the save still runs, only at normal priority
         log.debug("background thread keeps its priority: %s", exc)
 
