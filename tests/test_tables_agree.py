@@ -9,7 +9,7 @@ import json
 from tests.helpers import Target, attach, model, trainer_engine
 from tracker_saver import find_models, pin_model
 from tracker_saver.cli.main import main
-from tracker_saver.core.records import UploadInfo
+from tracker_saver.core.records import Record, UploadInfo
 from tracker_saver.registry import open_registry
 
 
@@ -44,12 +44,24 @@ def test_a_pins_pinned_from_is_the_source_record_id_as_a_string_and_an_older_int
     pinned = pin_model(first.id, registry=local_target.registry)
     assert pinned.metadata["pinned_from"] == first.id  # a string, as every record id
     registry = open_registry(local_target.registry)
-    old_pin = UploadInfo("p", "r", second.stream, second.filename, metadata={"pinned_from": int(second.id)},
-                         slot=None, key="p/r/+pinned/0123456789abcdef-old.pt", output_uri=second.output_uri)  # fmt: skip
+    old_pin = _pin_info(second, int(second.id), "0123456789abcdef-old.pt")
     older = registry.create_pinned(old_pin, uri="file:///x", sha256=second.sha256 or "", size=second.size or 0)
-    again = UploadInfo("p", "r", second.stream, second.filename, metadata={"pinned_from": second.id},
-                       slot=None, key="p/r/+pinned/fedcba9876543210-new.pt", output_uri=second.output_uri)  # fmt: skip
+    again = _pin_info(second, second.id, "fedcba9876543210-new.pt")
     reused = registry.create_pinned(
         again, uri="file:///y", sha256=second.sha256 or "", size=second.size or 0, once=True
     )
     assert reused.id == older.id  # a pin an earlier release made (an int pinned_from) is the same record's pin
+
+
+def _pin_info(source: Record, pinned_from: str | int, name: str) -> UploadInfo:
+    """A pin's info for ``source`` with ``pinned_from`` as given (an int: as a pin of an earlier build)."""
+    return UploadInfo(
+        "p",
+        "r",
+        source.stream,
+        source.filename,
+        metadata={"pinned_from": pinned_from},
+        slot=None,
+        key=f"p/r/+pinned/{name}",
+        output_uri=source.output_uri,
+    )
