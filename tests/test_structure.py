@@ -139,6 +139,33 @@ def test_the_length_check_finds_a_long_module() -> None:
     assert _too_long({"ok": "x = 1\n" * MAX_LINES, "long": "x = 1\n" * (MAX_LINES + 1)}) == {"long": MAX_LINES + 1}
 
 
+#: The most ``# fmt: skip`` markers the package may carry (STYLE.md: the formatter lays out the code;
+#: a marker only where an aligned table reads better, with the comment line above it saying so).
+MAX_FMT_SKIPS = 5
+
+
+def _unexplained_fmt_skips(texts: dict[str, str]) -> dict[str, list[int]]:
+    """Lines of ``texts`` (name → source) with ``# fmt: skip`` whose line above does not say it keeps a table aligned."""
+    found: dict[str, list[int]] = {}
+    for name, text in texts.items():
+        lines = text.splitlines()
+        for n, line in enumerate(lines):
+            if "# fmt: skip" in line and not (n and "aligned" in lines[n - 1]):
+                found.setdefault(name, []).append(n + 1)
+    return found
+
+
+def test_the_formatter_lays_out_the_code_but_for_a_few_aligned_tables() -> None:
+    texts = {name: path.read_text() for name, path in _modules().items()}
+    assert _unexplained_fmt_skips(texts) == {}, "let `ruff format` lay these out, or say why a table stays aligned"
+    assert sum(text.count("# fmt: skip") for text in texts.values()) <= MAX_FMT_SKIPS
+
+
+def test_the_fmt_skip_check_finds_an_unexplained_marker() -> None:
+    table = "# an aligned table reads better\nX = {1: 2}  # fmt: skip\n"
+    assert _unexplained_fmt_skips({"ok": table, "packed": "f(a,\n  b)  # fmt: skip\n"}) == {"packed": [2]}
+
+
 def _defined(tree: ast.Module) -> set[str]:
     """The names a module's top level defines: functions, classes and assigned names."""
     names: set[str] = set()

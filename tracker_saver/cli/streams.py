@@ -40,9 +40,12 @@ def add_streams_commands(commands: Any, command: Callable[..., argparse.Argument
         "--stream", help="the stream (Ignite's basename, e.g. best_model; left out: every stream of the run)"
     )
     take.add_argument(
-        "--from", dest="from_id", required=True, metavar="REGISTRY_ID",
+        "--from",
+        dest="from_id",
+        required=True,
+        metavar="REGISTRY_ID",
         help="the id of the registry that owns it now, as the refusal printed it ('none': no owner recorded)",
-    )  # fmt: skip
+    )
 
 
 def _cmd_take_over(args: argparse.Namespace) -> int:

@@ -101,8 +101,9 @@ def read_owner(storage: Storage, stream: StreamId) -> Owner | None:
         return None
     try:
         fields = json.loads(data)
-        return Owner(str(fields["registry_id"]), str(fields["registry"]), str(fields["host"]),
-                     float(fields["claimed_at"]))  # fmt: skip
+        return Owner(
+            str(fields["registry_id"]), str(fields["registry"]), str(fields["host"]), float(fields["claimed_at"])
+        )
     except (ValueError, KeyError, TypeError):
         raise StreamOwnedError(
             f"stream {stream.label}: {storage.url(key)} is not an owner object tracker_saver wrote, so who owns the "

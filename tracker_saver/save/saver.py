@@ -239,8 +239,11 @@ class TrackerSaver(DiskSaver):
         if self._world_size <= 1:
             self._call(checkpoint, filename, metadata, clock)
             return
-        share_outcome(lambda: self._call(checkpoint, filename, metadata, clock), src=self.save_on_rank,
-                      what=f"the checkpoint save of {filename!r}")  # fmt: skip
+        share_outcome(
+            lambda: self._call(checkpoint, filename, metadata, clock),
+            src=self.save_on_rank,
+            what=f"the checkpoint save of {filename!r}",
+        )
 
     def _call(
         self, checkpoint: Mapping[str, Any], filename: str, metadata: Mapping[str, Any] | None, clock: SaveClock
@@ -261,8 +264,10 @@ class TrackerSaver(DiskSaver):
             except Exception as exc:
                 if (interrupt := interrupt_behind(exc)) is not None:
                     raise interrupt from None  # Ctrl-C during the copy: an interrupt, not a bad to_save
-                raise SerializationError(f"could not copy {filename!r} for a background save: {exc!r}; put only "
-                                         "state_dict()-able objects in Checkpoint's to_save") from exc  # fmt: skip
+                raise SerializationError(
+                    f"could not copy {filename!r} for a background save: {exc!r}; put only "
+                    "state_dict()-able objects in Checkpoint's to_save"
+                ) from exc
             clock.handed_over()  # before the queue takes it: the worker reads it after (a queue put is µs)
             enqueue(lambda: self._save(snapshot.checkpoint, info, clock, at), what=filename, done=snapshot.release)
 

@@ -84,12 +84,16 @@ class ClearMLClaims:
         if winner is None:
             self._transport.send(
                 self._transport.services().models.CreateRequest(
-                    uri="", name=f"tracker_saver claim: {stream.stream}"[:250], project=project_id,
-                    ready=False, tags=[claim_tag(stream)], system_tags=[ARCHIVED_TAG],
+                    uri="",
+                    name=f"tracker_saver claim: {stream.stream}"[:250],
+                    project=project_id,
+                    ready=False,
+                    tags=[claim_tag(stream)],
+                    system_tags=[ARCHIVED_TAG],
                     comment=claim_comment(stream, holder, time.time()),
                 ),
                 f"claiming stream {stream.label}",
-            )  # fmt: skip
+            )
             # Two savers may both have found the stream free: the oldest claim wins.
             winner, mine = self._settle(stream, project_id, holder)
         elif winner[0] in mine:

@@ -394,11 +394,19 @@ def claim_tag(stream: StreamId) -> str:
 
 def claim_comment(stream: StreamId, holder: Holder, heartbeat: float) -> str:
     """A claim model's comment: the stream and its holder, as JSON."""
-    return json.dumps({
-        "kind": "claim", **{k: getattr(stream, k) for k in _CLAIM_KEYS},
-        "token": holder.token, "host": holder.host, "pid": holder.pid, "started": holder.started,
-        "since": holder.since, "command": holder.command, "heartbeat": heartbeat,
-    })  # fmt: skip
+    return json.dumps(
+        {
+            "kind": "claim",
+            **{k: getattr(stream, k) for k in _CLAIM_KEYS},
+            "token": holder.token,
+            "host": holder.host,
+            "pid": holder.pid,
+            "started": holder.started,
+            "since": holder.since,
+            "command": holder.command,
+            "heartbeat": heartbeat,
+        }
+    )
 
 
 def read_claim(model: dict[str, Any], stream: StreamId) -> tuple[Holder, float] | None:
@@ -407,8 +415,14 @@ def read_claim(model: dict[str, Any], stream: StreamId) -> tuple[Holder, float] 
         doc = json.loads(model.get("comment") or "")
         if doc.get("kind") != "claim" or any(doc.get(k) != getattr(stream, k) for k in _CLAIM_KEYS):
             return None
-        holder = Holder(token=str(doc["token"]), host=str(doc["host"]), pid=int(doc["pid"]),
-                        started=int(doc["started"]), since=float(doc["since"]), command=str(doc["command"]))  # fmt: skip
+        holder = Holder(
+            token=str(doc["token"]),
+            host=str(doc["host"]),
+            pid=int(doc["pid"]),
+            started=int(doc["started"]),
+            since=float(doc["since"]),
+            command=str(doc["command"]),
+        )
         return holder, float(doc["heartbeat"])
     except (ValueError, KeyError, TypeError, AttributeError):
         return None

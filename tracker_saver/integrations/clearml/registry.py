@@ -250,10 +250,14 @@ class ClearMLRegistry(Registry):
             )
             if stream in streams and meta.get("state") in ("live", "revived"):
                 created, score = meta.get("created_at"), meta.get("score")
-                out.append((
-                    str(model["id"]), stream, float(created) if isinstance(created, (int, float)) else 0.0,
-                    float(score) if isinstance(score, (int, float)) and not isinstance(score, bool) else None,
-                ))  # fmt: skip
+                out.append(
+                    (
+                        str(model["id"]),
+                        stream,
+                        float(created) if isinstance(created, (int, float)) else 0.0,
+                        float(score) if isinstance(score, (int, float)) and not isinstance(score, bool) else None,
+                    )
+                )
         return out
 
     def _aliased(self, records: list[Record], known: list[Record] | None = None) -> list[Record]:

@@ -188,11 +188,17 @@ def push_record(
         fields = {
             "name": record.name,
             "uri": "",
-            "tags": sorted({*record.tags, *(ALIAS_TAG_PREFIX + a for a in record.aliases if a not in DERIVED_ALIASES),
-                            STREAM_TAG_PREFIX + record.stream, STATE_TAGS[RecordState.PENDING]}),
+            "tags": sorted(
+                {
+                    *record.tags,
+                    *(ALIAS_TAG_PREFIX + a for a in record.aliases if a not in DERIVED_ALIASES),
+                    STREAM_TAG_PREFIX + record.stream,
+                    STATE_TAGS[RecordState.PENDING],
+                }
+            ),
             "system_tags": [ARCHIVED_TAG, SESSION_TAG + session, f"{SESSION_TAG}{session}/{record.id}"],
             "comment": f"tracker_saver checkpoint {record.filename} of run {record.run} (saved offline)",
-        }  # fmt: skip
+        }
         data = transport.send(
             services.models.CreateRequest(
                 **fields, project=project_id, task=task_id, framework=registry.tasks.framework, ready=False
@@ -210,8 +216,9 @@ def push_record(
         any(sorted(model.get(k) or []) != shown[k] for k in ("tags", "system_tags"))
         or (model.get("uri") or "") != shown["uri"]
     ):
-        transport.send(services.models.EditRequest(model=model["id"], **shown), f"updating the {what}",
-                       record_id=model["id"])  # fmt: skip
+        transport.send(
+            services.models.EditRequest(model=model["id"], **shown), f"updating the {what}", record_id=model["id"]
+        )
         model, wrote = {**model, **shown}, True
     return model, wrote
 
@@ -332,6 +339,9 @@ def _hand_over(registry: ClearMLRegistry, journal_id: str, streams: set[StreamId
             log.warning(
                 "stream %s stays owned by the offline journal (%s): on a machine that reaches it, run "
                 "`tracker-saver streams take-over %s --project ... --run ... --stream ... --from %s` with this registry",
-                stream.label, exc, stream.output_uri, journal_id,
-            )  # fmt: skip
+                stream.label,
+                exc,
+                stream.output_uri,
+                journal_id,
+            )
     return handed

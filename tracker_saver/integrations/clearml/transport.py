@@ -318,11 +318,15 @@ class ClearMLTransport:
         while True:
             data = self.send(
                 self.services().models.GetAllRequest(
-                    only_fields=fields, order_by=["created"], page=page, page_size=_PAGE,
-                    _allow_extra_fields_=True, **params,
+                    only_fields=fields,
+                    order_by=["created"],
+                    page=page,
+                    page_size=_PAGE,
+                    _allow_extra_fields_=True,
+                    **params,
                 ),
                 what,
-            )  # fmt: skip
+            )
             batch = data.get("models") or []
             models.extend(batch)
             if len(batch) < _PAGE:
