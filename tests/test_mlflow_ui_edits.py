@@ -26,7 +26,7 @@ pytest.importorskip("mlflow", reason="MLflow tests need mlflow: pip install 'mlf
 
 from tests.conftest_mlflow import own_registry  # noqa: E402
 from tests.contracts.records import live  # noqa: E402
-from tests.helpers import model, train  # noqa: E402
+from tests.helpers import attach, model, train, trainer_engine  # noqa: E402
 from tracker_saver import StreamOwnedError, TrackerSaver, UnreadableRecordError, find_models  # noqa: E402
 from tracker_saver.fsck import check  # noqa: E402
 from tracker_saver.integrations.mlflow.registry import MLflowRegistry  # noqa: E402
@@ -145,3 +145,23 @@ def test_an_evicted_record_written_before_descriptions_is_read_and_described_at_
     model = client.get_logged_model(record.id)
     assert str(model.status) == "READY"
     assert model.tags["mlflow.note.content"].startswith("**best_model_3_acc=0.91.pt** · live")
+
+
+def test_a_live_checkpoint_deleted_in_mlflow_during_a_run_is_named_by_the_next_save_which_goes_on(
+    reg: MLflowRegistry, tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """The page's Delete (``DELETE .../logged-models/{id}``, as tests/test_mlflow_webapp.py clicks it) while a run trains."""
+    saver, net = TrackerSaver(tmp_path / "out", project="p", run="r", registry=reg), model()
+    trainer = trainer_engine(net)
+    attach(trainer, saver, {"model": net}, n_saved=1)
+    trainer.run([0], max_epochs=1)
+    (gone,) = find_models(project="p", live=True, registry=reg)
+    _client(reg).delete_logged_model(gone.id)
+    with caplog.at_level(logging.WARNING, logger="tracker_saver"):
+        trainer.run([0], max_epochs=2)  # the same Checkpoint: Ignite removes model_1.pt, then saves model_2.pt
+    saver.close()
+    said = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert any(f"record {gone.id}" in line and "no longer exists" in line for line in said), said
+    assert [r.filename for r in find_models(project="p", live=True, registry=reg)] == ["model_2.pt"]
+    assert [p.name for p in (tmp_path / "out" / "p" / "r").iterdir()] == ["model.slot0.pt"]
+    assert check(reg, project="p").problems == []

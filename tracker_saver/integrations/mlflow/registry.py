@@ -10,6 +10,7 @@ that becomes ``READY`` last.
 
 from __future__ import annotations
 
+import logging
 import os
 import time
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
@@ -56,6 +57,8 @@ from tracker_saver.integrations.mlflow.transport import MLflowTransport
 from tracker_saver.registry.base import Query, Registry, check_transition, derived_aliases, select, with_aliases
 
 __all__ = ["MLflowRegistry", "from_spec", "tracking_uri"]
+
+log = logging.getLogger(__name__)
 
 _ALIAS = PREFIX + "alias."
 #: Put before a pin's MLflow name (the table cuts long names at their end), so that its row never reads the same as the record it copies.
@@ -328,7 +331,7 @@ class MLflowRegistry(Registry):
                 record_id=record_id,
             )
         # The replaced record is read: live for a while, anyone may have edited it since.
-        old = self._store.read(replaces) if replaces is not None else None
+        old = self._replaced(replaces, record_id) if replaces is not None else None
         if old is not None and old[1].state not in LOADABLE:
             raise RegistryError(
                 f"record {old[1].id}, which record {record_id} replaces in its slot, is "
@@ -339,6 +342,20 @@ class MLflowRegistry(Registry):
         self._written[record_id] = _Written(mine.schema, replace(record, sha256=sha256, size=int(size)), mine.run_id)
         if old is not None:
             self._write(schema_of(old[0]), old[1], {}, RecordState.EVICTED, person=person_text(old[0]))
+
+    def _replaced(self, replaces: str, record_id: str) -> tuple[Any, Record] | None:
+        """The record a save evicts; ``None``, with a warning, when a person deleted it (MLflow's page has Delete)."""
+        try:
+            return self._store.read(replaces)
+        except RecordNotFoundError:  # "Others write too": a delete is read back, never fatal; the slot is reused
+            log.warning(
+                "MLflow registry %s: record %s, which record %s replaces in its slot, no longer exists "
+                "(deleted in MLflow's UI?): the slot is reused",
+                self.uri,
+                replaces,
+                record_id,
+            )
+            return None
 
     def rename(self, record_id: str, name: str) -> Record:
         if not isinstance(name, str) or not name.strip():
