@@ -240,8 +240,9 @@ def test_register_model_on_the_page_leaves_every_record_as_it_was(trained: Train
 
 
 def test_a_live_checkpoint_deleted_on_the_page_leaves_an_orphan_that_fsck_names_and_repair_reclaims(
-    trained: Trained, browser: Page
+    trained: Trained, browser: Page, capsys: pytest.CaptureFixture[str]
 ) -> None:
+    from tracker_saver.cli.main import main
     from tracker_saver.fsck import check, repair
 
     page, live = browser.page, trained.one(live=True, stream="model")
@@ -252,6 +253,9 @@ def test_a_live_checkpoint_deleted_on_the_page_leaves_an_orphan_that_fsck_names_
     expect(page.get_by_role("dialog", name="Delete logged model")).to_be_hidden()
     assert trained.records(live=True, stream="model") == []
     assert _our_ui(trained).get(f"/api/models/{live.id}").status_code == 404
+    capsys.readouterr()
+    assert main(["models", "show", live.id, "--registry", f"mlflow:{trained.registry.tracking_uri}"]) == 2
+    assert f"record {live.id} does not exist" in capsys.readouterr().err  # the CLI reads the delete back too
     orphans = [f for f in check(trained.registry, project="p").problems if f.kind == "orphan"]
     assert [f.key for f in orphans] == [live.key]
     said: list[str] = []
