@@ -71,9 +71,18 @@ def default_dirname(output_uri: str, project: str, run: str) -> Path:
         >>> default_dirname("/data/ckpt", "mnist", "r1").parts[-5:]
         ('tracker_saver', 'checkpoints', 'ca2e26342993', 'mnist', 'r1')
     """
-    cache = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache")
     digest = hashlib.sha256(output_uri.encode()).hexdigest()[:12]
-    return cache / "tracker_saver" / "checkpoints" / digest / run_prefix(project, run).rstrip("/")
+    return views_root() / digest / run_prefix(project, run).rstrip("/")
+
+
+def views_root() -> Path:
+    """The folder every default dirname view lies in: ``$XDG_CACHE_HOME/tracker_saver/checkpoints`` (``~/.cache``).
+
+    Examples:
+        >>> views_root().parts[-2:]
+        ('tracker_saver', 'checkpoints')
+    """
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "tracker_saver" / "checkpoints"
 
 
 class LocalView:

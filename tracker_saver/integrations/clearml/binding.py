@@ -7,12 +7,12 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
-from tracker_saver.save.local_view import default_dirname
-
 __all__ = ["skip_saves_while"]
 
 _lock = threading.Lock()
 _predicates: list[Callable[[], bool]] = []
+#: Folders whose files are our checkpoints' views (the caller passes them: this module imports nothing of ours).
+_views: set[Path] = set()
 
 
 def _skip(callback_type: Any, model_info: Any) -> Any:
@@ -29,22 +29,22 @@ def _skip(callback_type: Any, model_info: Any) -> Any:
 
 
 def _in_view(path: object) -> bool:
-    """Whether ``path`` lies in the default dirname views' folder (``~/.cache/tracker_saver/checkpoints``)."""
+    """Whether ``path`` lies in a views folder a caller named (``~/.cache/tracker_saver/checkpoints``)."""
     if not isinstance(path, str) or not path:
         return False
-    views = default_dirname("", "p", "r").parents[2]  # <cache>/tracker_saver/checkpoints/<hash>/p/r
-    return Path(path).resolve().is_relative_to(views.resolve())
+    resolved = Path(path).resolve()
+    return any(resolved.is_relative_to(views) for views in tuple(_views))
 
 
-def skip_saves_while(predicate: Callable[[], bool]) -> None:
+def skip_saves_while(predicate: Callable[[], bool], *, views: Path | None = None) -> None:
     """Make ClearML's ``torch.save`` binding skip what this thread saves while ``predicate()`` is true.
 
     ``Task.init`` patches ``torch.save`` (``auto_connect_frameworks``) and uploads what it sees
     under its own names. This registers, once per process, a ``WeightsFileHandler``
     pre-callback — the mechanism ClearML's and Ignite's maintainers settled on — that returns
     ``None`` (skip) while any registered predicate holds. It also skips ``torch.load`` of a file in
-    the default dirname views (``~/.cache/tracker_saver/checkpoints/``), which ClearML would make
-    the task's input model; a view at a ``dirname=`` of your own is not known to it. tracker_saver passes
+    ``views`` (tracker_saver passes the default dirname views' folder, ``~/.cache/tracker_saver/checkpoints/``),
+    which ClearML would make the task's input model; a view at a ``dirname=`` of your own is not known to it. tracker_saver passes
     :func:`tracker_saver.save.pipeline.is_writing` (see ``tracker_saver.clearml.guard_torch_save_binding``).
 
     Examples:
@@ -58,3 +58,5 @@ def skip_saves_while(predicate: Callable[[], bool]) -> None:
             WeightsFileHandler.add_pre_callback(_skip)
         if predicate not in _predicates:
             _predicates.append(predicate)
+        if views is not None:
+            _views.add(views.resolve())

@@ -31,6 +31,7 @@ from tracker_saver.integrations.clearml.binding import skip_saves_while
 from tracker_saver.integrations.clearml.codec import task_run
 from tracker_saver.integrations.clearml.conf import with_clearml_credentials
 from tracker_saver.registry.sqlite import SQLiteRegistry
+from tracker_saver.save.local_view import views_root
 
 __all__ = ["JOURNAL", "ClearMLJournal", "offline_journal"]
 
@@ -77,7 +78,7 @@ class ClearMLJournal(SQLiteRegistry):
 
     def guard_writes(self, is_writing: Callable[[], bool]) -> None:
         """Make ClearML's ``torch.save`` binding skip what is saved while ``is_writing()``."""
-        skip_saves_while(is_writing)
+        skip_saves_while(is_writing, views=views_root())
 
     def artifact_task(self) -> None:
         """``None``: offline there is no server to show them, so a run's logs go to its output_uri only."""

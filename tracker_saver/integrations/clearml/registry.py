@@ -70,6 +70,7 @@ from tracker_saver.integrations.clearml.states import ClearMLStates
 from tracker_saver.integrations.clearml.tasks import ClearMLTasks
 from tracker_saver.integrations.clearml.transport import MODEL_FIELDS, ClearMLTransport
 from tracker_saver.registry.base import Candidate, Query, Registry, derived_aliases, select, with_aliases
+from tracker_saver.save.local_view import views_root
 
 __all__ = ["CLAIM_TAG_PREFIX", "ClearMLRegistry", "STATE_TAGS", "STREAM_TAG_PREFIX", "from_spec", "task_run"]
 
@@ -211,7 +212,7 @@ class ClearMLRegistry(Registry):
 
     def guard_writes(self, is_writing: Callable[[], bool]) -> None:
         """Make ClearML's ``torch.save`` binding (``Task.init`` patches it) skip what is saved while ``is_writing()``."""
-        skip_saves_while(is_writing)
+        skip_saves_while(is_writing, views=views_root())
 
     @property
     def task_project_run(self) -> tuple[str, str] | None:

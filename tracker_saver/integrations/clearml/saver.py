@@ -29,6 +29,7 @@ from tracker_saver.integrations.clearml.registry import ClearMLRegistry, task_ru
 from tracker_saver.integrations.clearml.sync import SyncReport, import_offline_session
 from tracker_saver.registry import Registry, parse_registry
 from tracker_saver.save.distributed import check_save_on_rank
+from tracker_saver.save.local_view import views_root
 from tracker_saver.save.pipeline import is_writing
 from tracker_saver.save.saver import RunContext, TrackerSaver
 
@@ -47,7 +48,7 @@ def guard_torch_save_binding() -> None:
     Examples:
         >>> guard_torch_save_binding(); guard_torch_save_binding()  # idempotent
     """
-    skip_saves_while(is_writing)
+    skip_saves_while(is_writing, views=views_root())
 
 
 class ClearMLSaver(TrackerSaver):
