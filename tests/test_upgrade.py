@@ -11,6 +11,11 @@ the alias dangle), the pin loads, and fsck is clean. Last, the release opens the
 code wrote: it refuses a SQLite file with a clear message, changing nothing; on MLflow it silently sees only its own
 records (0.1.0 cannot be changed; docs/migration.md says so).
 
+ClearML's offline mode has its journal, a SQLite registry inside the offline session, since 0.1.0:
+a session the release trained offline (rename and alias in its journal) is synced by this code and
+continued online; a session this code trained offline is refused by the release's sync, and then
+synced by this code.
+
 Both processes are forked from the tests' fork server (torch and ignite imported once); the
 release's process first forgets the ``tracker_saver`` the server imported, then imports the
 exported one. Two processes, two versions of the package: that is the point.
@@ -23,6 +28,7 @@ import hashlib
 import io
 import json
 import os
+import re
 import subprocess
 import uuid
 from collections.abc import Iterator
@@ -35,7 +41,7 @@ import pytest
 from tests import forkserver
 from tests.helpers import ROOT, SCORES, Target, attach, model, trainer_engine
 from tests.test_releases import released
-from tracker_saver import ConfigError, RecordState, find_models, get_model, resolve_model, resume
+from tracker_saver import ConfigError, RecordState, TrackerSaver, find_models, get_model, resolve_model, resume
 from tracker_saver.cli.main import main
 from tracker_saver.registry.shared import shared_registry
 from tracker_saver.storage import open_storage
@@ -309,3 +315,171 @@ def test_this_code_refuses_an_mlflow_record_a_newer_release_wrote_instead_of_lea
     for record in (first, second):  # a get reads the record's stream too: the newer record is in it
         with pytest.raises(ConfigError, match=newer):
             get_model(record.id, registry=mlflow_registry)
+
+
+#: A training of an earlier release under ClearML's offline mode (no server): its saver keeps the
+#: records in the journal inside the offline session, which ClearML zips when the task closes.
+OFFLINE_CHILD = r"""
+import json, sys
+config = json.loads(sys.argv[1])
+for name in [m for m in sys.modules if m.split(".")[0] == "tracker_saver"]:
+    del sys.modules[name]
+sys.path.insert(0, config["package"])
+import torch
+from clearml import Task
+from ignite.engine import Engine, Events
+from ignite.handlers import Checkpoint
+import tracker_saver
+from tracker_saver import TrackerSaver, find_models, rename_model, set_alias
+
+print(json.dumps({"version": tracker_saver.__version__, "file": tracker_saver.__file__}), flush=True)
+Task.set_offline(True)
+task = Task.init(config["project"], "offline run", auto_connect_frameworks=False, auto_resource_monitoring=False,
+                 auto_connect_streams=False, auto_connect_arg_parser=False, reuse_last_task_id=False)
+torch.manual_seed(0)
+net = torch.nn.Linear(4, 2)
+
+def step(engine, batch):
+    with torch.no_grad():
+        for p in net.parameters():
+            p.add_(0.01)
+
+trainer = Engine(step)
+saver = TrackerSaver(config["output_uri"], registry="clearml")
+scores = [0.5, 0.7, 0.6]
+best = Checkpoint({"model": net}, saver, n_saved=2, filename_prefix="best", score_name="val_acc",
+                  score_function=lambda e: scores[e.state.epoch - 1], global_step_transform=lambda e, _: e.state.epoch)
+last = Checkpoint({"model": net, "trainer": trainer}, saver, n_saved=1)
+trainer.add_event_handler(Events.EPOCH_COMPLETED, best)
+trainer.add_event_handler(Events.EPOCH_COMPLETED, last)
+trainer.run([0], max_epochs=3)
+low = min(find_models(stream="best_model", live=True, registry=saver.registry), key=lambda r: r.score)
+rename_model(low.id, "keep me", registry=saver.registry)
+set_alias(low.id, "production", registry=saver.registry)
+records = [[r.name, r.state.value, r.sha256, r.size] for r in find_models(registry=saver.registry)]
+print(json.dumps({"journal": str(saver.registry.path), "run": saver.run, "records": records}), flush=True)
+saver.close()
+task.close()
+"""
+
+
+@pytest.mark.clearml
+@pytest.mark.parametrize("release", released(), ids=lambda r: r.version)
+def test_an_offline_clearml_journal_an_earlier_release_wrote_is_synced_and_continued_with_its_alias(
+    release: Any, clearml_project: str, tmp_path: Path
+) -> None:
+    """0.1.0 ran offline too: its saver kept the records in a SQLite journal inside the offline
+    session (``tracker_saver/registry.db``). A process of that release trains 3 epochs offline,
+    renames a live best record and aliases it ``production`` in the journal; this code syncs the
+    session zip to the server (the stand-in), then resumes the run online for 3 more epochs, which
+    evicts the aliased record: the alias moves to a pin of its bytes, and the footprint holds."""
+    from tracker_saver.clearml import import_offline_session
+    from tracker_saver.integrations.clearml.registry import ClearMLRegistry
+
+    package = _export(release.commit, tmp_path / "package")
+    out = tmp_path / "out"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRACKER_SAVER_")}
+    config = {"package": package, "project": clearml_project, "output_uri": str(out)}
+    done = forkserver.run("-c", [OFFLINE_CHILD, json.dumps(config)], env=env, timeout=300)
+    lines = _said(done, package)
+    said = lines[-1]
+    assert lines[0]["version"] == release.version
+    session = Path(said["journal"]).parents[1]  # <session>/tracker_saver/registry.db
+    report = import_offline_session(f"{session}.zip")
+    assert (report.imported, report.created, report.records) == (True, len(said["records"]), 6)
+    reg = ClearMLRegistry()
+    pushed = find_models(project=clearml_project, registry=reg)
+    as_written = sorted((name, state, sha, size) for name, state, sha, size in said["records"])
+    assert sorted((r.name, r.state.value, r.sha256, r.size) for r in pushed) == as_written
+    aliased = resolve_model(f"{clearml_project}@production", registry=reg)
+    assert aliased.name == "keep me" and aliased.state is RecordState.LIVE
+
+    saver = TrackerSaver(out, project=clearml_project, run=said["run"], registry=reg)
+    net = model()
+    trainer = trainer_engine(net)
+    best = attach(trainer, saver, {"model": net}, n_saved=2, prefix="best", scores=SCORES)
+    last = attach(trainer, saver, {"model": net, "trainer": trainer}, n_saved=1)
+    resume(saver, {"model": net, "trainer": trainer}, [best, last])
+    trainer.run([0], max_epochs=6)
+    saver.close()
+    assert get_model(aliased.id, registry=reg).state is RecordState.EVICTED
+    production = resolve_model(f"{clearml_project}@production", registry=reg)
+    assert production.state is RecordState.PINNED and str(production.metadata["pinned_from"]) == aliased.id
+    assert (production.name, production.sha256) == ("keep me", aliased.sha256)
+    storage = open_storage(str(out))
+    assert storage.digest(str(production.key)) == (aliased.size, aliased.sha256)
+    prefix = str(aliased.key).rsplit("/", 1)[0]
+    slots = sorted(o.key.rsplit("/", 1)[1] for o in storage.list(f"{prefix}/") if ".slot" in o.key)
+    assert slots == ["best_model.slot0.pt", "best_model.slot1.pt", "checkpoint.slot0.pt"]
+    live = find_models(project=clearml_project, states=["live"], registry=reg)
+    assert sorted((r.stream, r.global_step) for r in live) == [("best_model", 4), ("best_model", 6), ("checkpoint", 6)]
+
+
+#: An earlier release's ``tracker-saver sync``: the offline session given, online, against the server.
+SYNC_CHILD = r"""
+import json, sys
+config = json.loads(sys.argv[1])
+for name in [m for m in sys.modules if m.split(".")[0] == "tracker_saver"]:
+    del sys.modules[name]
+sys.path.insert(0, config["package"])
+import tracker_saver
+from tracker_saver.clearml import import_offline_session
+
+print(json.dumps({"version": tracker_saver.__version__, "file": tracker_saver.__file__}), flush=True)
+try:
+    report = import_offline_session(config["session"])
+except Exception as exc:
+    print(json.dumps({"error": type(exc).__name__, "message": str(exc)}), flush=True)
+else:
+    print(json.dumps({"created": report.created}), flush=True)
+"""
+
+
+@pytest.mark.clearml
+@pytest.mark.parametrize("release", released(), ids=lambda r: r.version)
+def test_an_earlier_release_refuses_to_sync_an_offline_journal_this_code_wrote_and_this_code_then_syncs_it(
+    release: Any, clearml_project: str, clearml_standin: Any, tmp_path: Path
+) -> None:
+    """The downgrade of an offline journal: a session trained offline by this code, synced by an
+    earlier release's ``tracker-saver sync`` (another machine, an older install). 0.1.0 imports the
+    session's task first, then opens the journal, whose SQLite schema is newer than it knows: it
+    refuses with the schema message, creating no model and leaving the session as it was. A sync by
+    this code then finds the imported task and pushes every record into it."""
+    from clearml import Task
+
+    from tests.conftest_clearml import init_task
+    from tracker_saver.clearml import import_offline_session
+    from tracker_saver.integrations.clearml.registry import ClearMLRegistry
+    from tracker_saver.integrations.clearml.sync import SESSION_TAG
+
+    Task.set_offline(True)
+    try:
+        task = init_task(clearml_project, "offline run")
+        saver = TrackerSaver(tmp_path / "out", registry="clearml")
+        trainer = trainer_engine(net := model())
+        attach(trainer, saver, {"model": net}, n_saved=1)
+        trainer.run([0], max_epochs=2)
+        saver.close()
+        session = Path(f"{task.get_offline_mode_folder()}.zip")
+        task.close()
+    finally:
+        Task.set_offline(False)
+    written = hashlib.sha256(session.read_bytes()).hexdigest()
+
+    package = _export(release.commit, tmp_path / "package")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRACKER_SAVER_")}
+    config = {"package": package, "session": str(session)}
+    said = _said(forkserver.run("-c", [SYNC_CHILD, json.dumps(config)], env=env, timeout=300), package)
+    assert said[0]["version"] == release.version
+    if "created" in said[-1]:  # a later release that knows this code's journal schema syncs it whole
+        assert release.version != "0.1.0" and said[-1]["created"] == 2
+        return
+    assert said[-1]["error"] == "ConfigError", said[-1]
+    assert re.search(r"schema version \d+ is newer than this tracker_saver knows \(\d+\): upgrade", said[-1]["message"])
+    tagged = [m for m in clearml_standin.models.values() if SESSION_TAG + session.stem in m["system_tags"]]
+    assert tagged == [] and hashlib.sha256(session.read_bytes()).hexdigest() == written
+
+    report = import_offline_session(session)
+    assert (report.imported, report.created) == (False, 2)  # the task the release imported, now with its models
+    live = find_models(project=clearml_project, live=True, registry=ClearMLRegistry())
+    assert [r.filename for r in live] == ["model_2.pt"]
