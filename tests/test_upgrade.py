@@ -483,3 +483,61 @@ def test_an_earlier_release_refuses_to_sync_an_offline_journal_this_code_wrote_a
     assert (report.imported, report.created) == (False, 2)  # the task the release imported, now with its models
     live = find_models(project=clearml_project, live=True, registry=ClearMLRegistry())
     assert [r.filename for r in live] == ["model_2.pt"]
+
+
+#: An earlier release reading a ClearML project: what it lists, and whether the live record loads.
+CLEARML_READ_CHILD = r"""
+import json, sys
+config = json.loads(sys.argv[1])
+for name in [m for m in sys.modules if m.split(".")[0] == "tracker_saver"]:
+    del sys.modules[name]
+sys.path.insert(0, config["package"])
+import torch
+import tracker_saver
+from tracker_saver import find_models, load_checkpoint
+from tracker_saver.integrations.clearml.registry import ClearMLRegistry
+
+print(json.dumps({"version": tracker_saver.__version__, "file": tracker_saver.__file__}), flush=True)
+reg = ClearMLRegistry(project_root=config["root"])
+records = find_models(project="p", registry=reg)
+print(json.dumps({"records": [[r.name, r.state.value, r.key] for r in records]}), flush=True)
+try:
+    load_checkpoint(next(r for r in records if r.state.value == "live"), {"model": torch.nn.Linear(4, 2)}, registry=reg)
+except Exception as exc:
+    print(json.dumps({"error": type(exc).__name__, "message": str(exc)}), flush=True)
+else:
+    print(json.dumps({"loaded": True}), flush=True)
+"""
+
+
+@pytest.mark.clearml
+@pytest.mark.parametrize("release", released(), ids=lambda r: r.version)
+def test_an_earlier_release_lists_the_clearml_records_this_code_wrote_without_their_slot_and_loads_none(
+    release: Any, clearml_project: str, tmp_path: Path
+) -> None:
+    """The ClearML downgrade: this code keeps a record's slot key under metadata ``slot_key``
+    (clearml-server 2.0 refuses the key ``key``, which 0.1.0 wrote and reads). 0.1.0 lists every
+    record, with its name and state, but with no key, and refuses to load the live one with a
+    message that contradicts itself ("is live: … use a live record"): no wrong bytes are loaded,
+    and none load. (Its own saves are refused by the server, as before.) docs/migration.md says so."""
+    target = Target(str(tmp_path / "out"), registry=f"clearml:{clearml_project}")
+    saver = target.saver()
+    trainer = trainer_engine(net := model())
+    attach(trainer, saver, {"model": net}, n_saved=1)
+    trainer.run([0], max_epochs=2)
+    saver.close()
+    written = [[r.name, r.state.value] for r in find_models(project="p", registry=shared_registry(target.registry))]
+
+    package = _export(release.commit, tmp_path / "package")
+    env = {k: v for k, v in os.environ.items() if not k.startswith("TRACKER_SAVER_")}
+    config = {"package": package, "root": clearml_project}
+    said = _said(forkserver.run("-c", [CLEARML_READ_CHILD, json.dumps(config)], env=env, timeout=300), package)
+    assert said[0]["version"] == release.version
+    listed = said[1]["records"]
+    assert sorted(name_state for *name_state, _ in listed) == sorted(written)
+    if release.version != "0.1.0":  # a later release reads slot_key
+        assert said[-1] == {"loaded": True}
+        return
+    assert [key for *_, key in listed] == [None, None]
+    assert said[-1]["error"] == "RegistryError"
+    assert "('model_2.pt') is live: its slot may hold other bytes" in said[-1]["message"]
