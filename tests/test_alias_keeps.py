@@ -12,8 +12,8 @@ import pytest
 from tests.helpers import SCORES, Target, attach, model, trainer_engine
 from tracker_saver import PromotionRefusedError, RecordState, find_models, get_model, resolve_model, set_alias
 from tracker_saver.cli.main import main
+from tracker_saver.lifecycle.gates import better
 from tracker_saver.registry.base import Registry
-from tracker_saver.registry.history import better
 
 
 def _cli(*argv: str) -> str:

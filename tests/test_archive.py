@@ -23,10 +23,10 @@ from tracker_saver import (
 )
 from tracker_saver.find import run_stats
 from tracker_saver.fsck import check
-from tracker_saver.lifecycle.keep import unalias_note
+from tracker_saver.lifecycle.aliases import unalias_note
+from tracker_saver.lifecycle.schedule import KeepEvery
 from tracker_saver.registry.base import Registry
 from tracker_saver.registry.shared import shared_registry
-from tracker_saver.save.schedule import KeepEvery
 
 
 def _archive(target: Target) -> list[tuple[int | float, str]]:

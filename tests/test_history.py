@@ -27,8 +27,11 @@ from tracker_saver import (
 )
 from tracker_saver.cli.main import main
 from tracker_saver.fsck import check
+from tracker_saver.lifecycle.events import follow
+from tracker_saver.lifecycle.gates import better, move_alias
+from tracker_saver.lifecycle.retention import Retention
 from tracker_saver.registry import Query, open_registry
-from tracker_saver.registry.history import EVENT_TYPES, Retention, better, follow, history_of, move_alias
+from tracker_saver.registry.events import EVENT_TYPES, history_of
 
 
 def train(target: Target, epochs: int, *, scored: bool = True) -> None:
