@@ -27,8 +27,9 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from tracker_saver.core.records import UploadInfo  # noqa: E402
+from tracker_saver.lifecycle.retention import Retention  # noqa: E402
 from tracker_saver.registry import Query, open_registry  # noqa: E402
-from tracker_saver.registry.history import Retention, history_of  # noqa: E402
+from tracker_saver.registry.events import history_of  # noqa: E402
 from tracker_saver.registry.sqlite import SQLiteRegistry  # noqa: E402
 
 

@@ -10,10 +10,8 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import SCORES, Target, attach, model, trainer_engine
-from tracker_saver import PromotionRefusedError, RecordState, find_models, get_model, resolve_model, set_alias
+from tracker_saver import RecordState, find_models, get_model, set_alias
 from tracker_saver.cli.main import main
-from tracker_saver.registry.base import Registry
-from tracker_saver.registry.history import better
 
 
 def _cli(*argv: str) -> str:
@@ -86,51 +84,3 @@ def test_an_alias_on_a_pinned_record_is_just_set_and_a_persons_pin_is_reused(loc
     remove_alias("p", "production", registry=reg)
     assert remove_alias("p", "staging", registry=reg) == get_model(pinned.id, registry=reg)
     assert get_model(second.id, registry=reg).aliases == ("best", "latest")
-
-
-def _alias_on_a_slot_survives_eviction(target: Target) -> None:
-    """Train 2 epochs (n_saved=1), alias the live record, train on: the alias names a pinned copy that loads."""
-    saver = target.saver()
-    trainer = trainer_engine(model())
-    attach(trainer, saver, {"model": model()}, n_saved=1)
-    trainer.run([0], max_epochs=2)
-    live = find_models(project="p", live=True, registry=target.registry)[0]
-    named = set_alias(live.id, "production", registry=target.registry, storage_options=target.storage_options)
-    assert named.state is RecordState.PINNED and named.metadata["kept_by"] == "alias production"
-    trainer.run([0], max_epochs=4)
-    saver.close()
-    assert get_model(live.id, registry=target.registry).state is RecordState.EVICTED
-    production = resolve_model("p@production", registry=target.registry)
-    assert production.id == named.id and production.sha256 == live.sha256
-    assert target.storage().digest(production.key) == (live.size, live.sha256)
-    _gated_alias_on_a_slot(target, production.id)
-
-
-def _gated_alias_on_a_slot(target: Target, held: str) -> None:
-    """A gate that refuses the live record (its global_step 4 against the holder's 2, lower winning) pins
-    nothing; one that lets it pass moves the alias to a pin of it (here the holder: the same bytes)."""
-    latest = find_models(project="p", states=["live"], registry=target.registry)[0]
-    gate = better("global_step", lower=True)
-    with pytest.raises(PromotionRefusedError, match=f"record {latest.id} .* has global_step 4, which does not beat"):
-        set_alias(latest.id, "production", registry=target.registry, require=gate)
-    assert [r.id for r in find_models(project="p", states=["pinned"], registry=target.registry)] == [held]
-    moved = set_alias(latest.id, "production", registry=target.registry, require=lambda record, holder: None,
-                      storage_options=target.storage_options)  # fmt: skip
-    assert moved.state is RecordState.PINNED and moved.sha256 == latest.sha256  # a pin of the same bytes is reused
-    assert resolve_model("p@production", registry=target.registry).id == moved.id
-
-
-@pytest.mark.mlflow
-def test_on_mlflow_an_alias_set_on_a_slot_record_names_a_pin_that_outlives_eviction(
-    mlflow_registry: Registry, tmp_path: Path
-) -> None:
-    _alias_on_a_slot_survives_eviction(Target(output_uri=str(tmp_path / "output"), registry=mlflow_registry))
-
-
-@pytest.mark.clearml
-def test_on_clearml_an_alias_set_on_a_slot_record_names_a_pin_that_outlives_eviction(
-    clearml_server: object, clearml_project: str, tmp_path: Path
-) -> None:
-    _alias_on_a_slot_survives_eviction(
-        Target(output_uri=str(tmp_path / "output"), registry=f"clearml:{clearml_project}")
-    )

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import re
 import threading
 from pathlib import Path
 
@@ -10,6 +9,7 @@ import pytest
 from ignite.engine import Engine
 from ignite.handlers import Checkpoint
 
+from tests.contracts.lifecycle import archived, entries_intact, untokened
 from tests.helpers import SCORES, Target, attach, model, trainer_engine
 from tracker_saver import (
     ConfigError,
@@ -23,29 +23,9 @@ from tracker_saver import (
 )
 from tracker_saver.find import run_stats
 from tracker_saver.fsck import check
-from tracker_saver.lifecycle.keep import unalias_note
-from tracker_saver.registry.base import Registry
+from tracker_saver.lifecycle.aliases import unalias_note
+from tracker_saver.lifecycle.schedule import KeepEvery
 from tracker_saver.registry.shared import shared_registry
-from tracker_saver.save.schedule import KeepEvery
-
-
-def _archive(target: Target) -> list[tuple[int | float, str]]:
-    """``(kept_at, kept_by)`` of the run's archive entries, oldest first."""
-    pinned = find_models(project="p", states=["pinned"], order_by="created_at", registry=target.registry)
-    return [(r.metadata["kept_at"], r.metadata["kept_by"]) for r in pinned if "kept_at" in r.metadata]  # type: ignore[misc]
-
-
-def _untokened(key: str) -> str:
-    """A pin key without its fresh token (``p/r/+pinned/<token>-model_2.pt`` is ``p/r/+pinned/model_2.pt``)."""
-    return re.sub(r"\+pinned/[0-9a-f]{16}-", "+pinned/", key)
-
-
-def _entries_intact(target: Target) -> None:
-    """Each pinned object is its record's bytes; an archive entry's, those of the slot record it was kept from."""
-    for entry in find_models(project="p", states=["pinned"], registry=target.registry):
-        assert target.storage().digest(entry.key) == (entry.size, entry.sha256)
-        source = get_model(str(entry.metadata["pinned_from"]), registry=target.registry)
-        assert source.sha256 == entry.sha256 and (source.slot is not None or "kept_at" not in entry.metadata)
 
 
 @pytest.mark.parametrize("async_upload", [False, True], ids=["sync", "async"])
@@ -63,11 +43,11 @@ def test_every_two_epochs_a_save_is_also_kept_outside_the_slots(local_target: Ta
     attach(trainer, saver, {"model": model()}, n_saved=1)
     trainer.run([0], max_epochs=5)
     saver.close()
-    assert _archive(local_target) == [(2, "every 2 epochs"), (4, "every 2 epochs")]
+    assert archived(local_target) == [(2, "every 2 epochs"), (4, "every 2 epochs")]
     assert copied_on == [not async_upload] * 2  # with async_upload, the worker copies: the training thread never
-    keys = sorted(_untokened(o.key) for o in local_target.storage().list("p/r/"))
+    keys = sorted(untokened(o.key) for o in local_target.storage().list("p/r/"))
     assert keys == ["p/r/+pinned/model_2.pt", "p/r/+pinned/model_4.pt", "p/r/model.slot0.pt"]
-    _entries_intact(local_target)
+    entries_intact(local_target)
     assert check(shared_registry(local_target.registry), project="p", deep=True).problems == []
     (row, _) = run_stats("p", "r", registry=local_target.registry)
     assert (row.count, row.slots, row.archive, row.pinned, row.objects) == (5, 1, 2, 0, 3)
@@ -86,11 +66,11 @@ def test_keep_every_max_deletes_the_oldest_entry_never_a_persons_pin_or_an_alias
     assert aliased.id == first_entry.id  # an archive entry is pinned: the alias goes on it as it is
     trainer.run([0], max_epochs=6)
     saver.close()
-    kept = [at for at, _ in _archive(local_target)]
+    kept = [at for at, _ in archived(local_target)]
     assert kept == [1, 5, 6]  # 1 holds an alias, so it stays and is not counted; 2, 3 and 4 went oldest first
     assert get_model(persons.id, registry=local_target.registry).state is RecordState.PINNED
     assert len(local_target.storage().list("p/r/+pinned/")) == 4  # 3 entries + the person's pin, nothing left over
-    _entries_intact(local_target)
+    entries_intact(local_target)
     unaliased = remove_alias("p", "production", registry=local_target.registry)
     assert unalias_note("p", "production", unaliased) == (
         f"alias p@production removed; record {first_entry.id} ('model_1.pt') is an archive entry with no alias "
@@ -104,7 +84,7 @@ def test_a_restarted_saver_continues_the_schedule_from_the_registry(local_target
     attach(trainer, saver, {"model": model()}, n_saved=1)
     trainer.run([0], max_epochs=4)
     saver.close()
-    assert _archive(local_target) == [(3, "every 3 epochs")]
+    assert archived(local_target) == [(3, "every 3 epochs")]
     # A new process resumes the trainer at epoch 4: the next keep is at 6, not at 5 (as from zero).
     again = local_target.saver(keep_every="3 epochs")
     trainer2 = trainer_engine(model())
@@ -112,7 +92,7 @@ def test_a_restarted_saver_continues_the_schedule_from_the_registry(local_target
     trainer2.load_state_dict({"epoch": 4, "epoch_length": 1, "max_epochs": 4})
     trainer2.run([0], max_epochs=8)
     again.close()
-    assert _archive(local_target) == [(3, "every 3 epochs"), (6, "every 3 epochs")]
+    assert archived(local_target) == [(3, "every 3 epochs"), (6, "every 3 epochs")]
 
 
 def test_every_30_minutes_of_an_injected_clock_across_a_restart(local_target: Target) -> None:
@@ -126,7 +106,7 @@ def test_every_30_minutes_of_an_injected_clock_across_a_restart(local_target: Ta
         engine.state.iteration = minute
         handler(engine)
     saver.close()
-    assert _archive(local_target) == [(31 * 60.0, "every 30 min")]
+    assert archived(local_target) == [(31 * 60.0, "every 30 min")]
     again = local_target.saver(keep_every=every)
     handler = Checkpoint({"model": model()}, again, n_saved=1, global_step_transform=lambda e, _: e.state.iteration)
     for minute in (50, 62):  # the schedule goes on from the entry at minute 31
@@ -134,7 +114,7 @@ def test_every_30_minutes_of_an_injected_clock_across_a_restart(local_target: Ta
         engine.state.iteration = minute
         handler(engine)
     again.close()
-    assert [at for at, _ in _archive(local_target)] == [31 * 60.0, 62 * 60.0]
+    assert [at for at, _ in archived(local_target)] == [31 * 60.0, 62 * 60.0]
 
 
 def test_keep_every_in_epochs_without_an_attached_trainer_names_the_fix_before_saving(local_target: Target) -> None:
@@ -162,7 +142,7 @@ def test_a_score_stream_keeps_the_first_save_in_each_block(local_target: Target)
     attach(trainer, saver, {"model": model()}, n_saved=2, prefix="best", scores=SCORES)
     trainer.run([0], max_epochs=10)  # scores 0.5 0.7 0.6 0.9 0.4 0.95 0.8 0.8 0.97 0.3: saves at 1 2 4 6 7 9
     saver.close()
-    assert [at for at, _ in _archive(local_target)] == [4, 9]
+    assert [at for at, _ in archived(local_target)] == [4, 9]
 
 
 @pytest.mark.ceph
@@ -173,38 +153,9 @@ def test_on_s3_the_archive_is_a_server_side_copy_of_the_slot(s3_output_uri: str,
     attach(trainer, saver, {"model": model()}, n_saved=1)
     trainer.run([0], max_epochs=4)
     saver.close()
-    assert _archive(target) == [(4, "every 2 epochs")]
-    assert sorted(_untokened(o.key) for o in target.storage().list("p/r/")) == [
+    assert archived(target) == [(4, "every 2 epochs")]
+    assert sorted(untokened(o.key) for o in target.storage().list("p/r/")) == [
         "p/r/+pinned/model_4.pt",
         "p/r/model.slot0.pt",
     ]
-    _entries_intact(target)
-
-
-def _archive_with_a_limit(target: Target) -> None:
-    """Every epoch kept, at most 2: the tracker stores kept_by and kept_at typed, and deletes the oldest entry."""
-    saver = target.saver(keep_every="1 epoch", keep_every_max=2)
-    trainer = trainer_engine(model())
-    attach(trainer, saver, {"model": model()}, n_saved=1)
-    trainer.run([0], max_epochs=3)
-    saver.close()
-    assert _archive(target) == [(2, "every 1 epoch"), (3, "every 1 epoch")]
-    assert sorted(_untokened(o.key) for o in target.storage().list("p/r/+pinned/")) == [
-        "p/r/+pinned/model_2.pt",
-        "p/r/+pinned/model_3.pt",
-    ]
-    _entries_intact(target)
-
-
-@pytest.mark.clearml
-def test_on_clearml_archive_entries_are_pinned_models_and_the_limit_deletes_the_oldest(
-    clearml_server: object, clearml_project: str, tmp_path: Path
-) -> None:
-    _archive_with_a_limit(Target(output_uri=str(tmp_path / "output"), registry=f"clearml:{clearml_project}"))
-
-
-@pytest.mark.mlflow
-def test_on_mlflow_archive_entries_are_pinned_models_and_the_limit_deletes_the_oldest(
-    mlflow_registry: Registry, tmp_path: Path
-) -> None:
-    _archive_with_a_limit(Target(output_uri=str(tmp_path / "output"), registry=mlflow_registry))
+    entries_intact(target)

@@ -18,7 +18,6 @@ from tracker_saver import (
     ConfigError,
     PromotionRefusedError,
     RecordState,
-    RegistryError,
     find_models,
     pin_model,
     rename_model,
@@ -27,8 +26,11 @@ from tracker_saver import (
 )
 from tracker_saver.cli.main import main
 from tracker_saver.fsck import check
+from tracker_saver.lifecycle.events import follow
+from tracker_saver.lifecycle.gates import better, move_alias
+from tracker_saver.lifecycle.retention import Retention
 from tracker_saver.registry import Query, open_registry
-from tracker_saver.registry.history import EVENT_TYPES, Retention, better, follow, history_of, move_alias
+from tracker_saver.registry.events import EVENT_TYPES, history_of
 
 
 def train(target: Target, epochs: int, *, scored: bool = True) -> None:
@@ -129,13 +131,6 @@ def test_the_events_command_prints_a_line_or_a_json_object_per_event(local_targe
         "record.pinned",
         "alias.moved",
     ]
-
-
-@pytest.mark.mlflow
-def test_a_registry_without_events_says_so_and_names_the_fix(mlflow_uri) -> None:
-    registry = open_registry(f"mlflow:{mlflow_uri}")
-    with pytest.raises(RegistryError, match="tracker-saver events is not available on .*use a SQLite registry"):
-        history_of(registry, "tracker-saver events")
 
 
 # -- promotion gates ------------------------------------------------------------------------------
@@ -320,19 +315,6 @@ def test_the_prune_command_refuses_a_rule_it_cannot_read(local_target, capsys, a
 def test_a_retention_rule_refuses_an_age_it_cannot_read() -> None:
     with pytest.raises(ConfigError, match="older_than must be seconds, 0 or more, got -5"):
         Retention(older_than=-5)
-
-
-def test_a_saver_with_history_prunes_its_run_when_it_closes(local_target) -> None:
-    saver = local_target.saver(history=Retention(keep_last=1))
-    trainer = trainer_engine(model())
-    attach(trainer, saver, {"model": model()}, n_saved=2, prefix="best")
-    trainer.run([0], max_epochs=6)
-    registry = open_registry(local_target.registry)
-    assert registry.count(Query(project="p", states=(RecordState.EVICTED,))) == 4
-    saver.close()
-    evicted = registry.query(Query(project="p", states=(RecordState.EVICTED,)))
-    assert sorted(r.metadata["global_step"] for r in evicted) == [3, 4]  # each slot's newest evicted record
-    assert not check(registry).problems
 
 
 def test_a_saver_refuses_a_history_rule_it_cannot_use(local_target) -> None:

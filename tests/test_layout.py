@@ -7,12 +7,14 @@ breaks the drawing fails here with the module that broke it.
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 from pathlib import Path
 
 import pytest
 
-from tests.test_structure import PACKAGE, _graph, _modules
+from tests.test_structure import PACKAGE, _modules
+from tests.test_structure import _graph as _read_graph
 from tracker_saver import registry, storage
 
 #: The floors, lowest first: a module imports only from its own floor or below.
@@ -20,15 +22,25 @@ FLOORS = {
     "core": 0,
     "storage": 1,
     "registry": 1,
-    "save": 2,
-    **dict.fromkeys(("find", "models", "resuming", "fsck", "logs", "lifecycle", "saver"), 3),
-    "integrations": 4,
-    **dict.fromkeys(("clearml", "cli", "ui", "__main__"), 5),
+    "lifecycle": 2,
+    "save": 3,
+    **dict.fromkeys(("find", "models", "resuming", "fsck", "logs", "saver"), 4),
+    "integrations": 5,
+    **dict.fromkeys(("clearml", "cli", "ui", "__main__"), 6),
 }
+#: Modules kept only so that an import path of an earlier release keeps working: each re-exports the
+#: names from their new home (which may be a floor up), and nothing in the package imports them.
+OLD_PATHS = {"tracker_saver.registry.history", "tracker_saver.registry.webhooks"}
 #: Top-level modules kept only so that today's imports keep working (``from tracker_saver.saver import …``).
 STUBS = {"saver.py"}
 #: The most entries tracker_saver/ may hold besides py.typed and the stubs.
 MAX_TOP = 16
+
+
+@functools.cache
+def _graph() -> dict[str, set[str]]:
+    """The package's imports, read once for all the tests here (reading them costs most of a CPU second)."""
+    return _read_graph()
 
 
 def _room(module: str) -> str:
@@ -40,8 +52,8 @@ def _room(module: str) -> str:
 def _upward(graph: dict[str, set[str]]) -> list[str]:
     arrows = []
     for module, deps in graph.items():
-        if not _room(module):
-            continue  # the package's __init__ re-exports from every floor
+        if not _room(module) or module in OLD_PATHS:
+            continue  # the package's __init__ re-exports from every floor; an old path, from its names' new home
         for dep in deps:
             if _room(dep) and FLOORS[_room(dep)] > FLOORS[_room(module)]:
                 arrows.append(f"{module} -> {dep}")
@@ -64,6 +76,23 @@ def test_every_folder_says_its_job_in_its_init() -> None:
 
 def test_no_import_runs_up_a_floor() -> None:
     assert _upward(_graph()) == []
+
+
+def test_the_lifecycle_sits_above_the_registry_and_storage_and_below_the_saver() -> None:
+    assert FLOORS["registry"] == FLOORS["storage"] < FLOORS["lifecycle"] < FLOORS["save"] < FLOORS["cli"]
+    graph = _graph()
+    lifecycle = {dep for module, deps in graph.items() if _room(module) == "lifecycle" for dep in deps}
+    assert {_room(dep) for dep in lifecycle} <= {"core", "storage", "registry", "lifecycle"}
+    assert any(_room(dep) == "lifecycle" for dep in graph["tracker_saver.save.pipeline"])
+
+
+def test_an_old_import_path_only_re_exports_and_nothing_imports_it() -> None:
+    graph = _graph()
+    for old in OLD_PATHS:
+        tree = ast.parse(_modules()[old].read_text())
+        kinds = {type(node).__name__ for node in tree.body}
+        assert kinds <= {"Expr", "ImportFrom", "Assign"}, old  # a docstring, the imports, __all__
+        assert [m for m, deps in graph.items() if old in deps] == [], old
 
 
 def test_storage_and_the_registry_never_import_each_other() -> None:

@@ -20,8 +20,8 @@ from tests.test_webhooks import SECRET, serve, stop
 from tracker_saver import StreamOwnedError, TrackerSaver, find_models, rename_model, set_alias
 from tracker_saver.cli.main import main
 from tracker_saver.core.records import StreamId
+from tracker_saver.lifecycle.webhooks import Webhook
 from tracker_saver.registry import open_registry
-from tracker_saver.registry.webhooks import Webhook
 from tracker_saver.save.ownership import read_owner, take_over_run
 from tracker_saver.storage import open_storage
 

@@ -23,9 +23,9 @@ import pytest
 from tracker_saver import ConfigError
 from tracker_saver.cli.main import main
 from tracker_saver.core.records import UploadInfo
+from tracker_saver.lifecycle.webhooks import Relay, Webhook
 from tracker_saver.registry import open_registry
 from tracker_saver.registry.sqlite import SQLiteRegistry
-from tracker_saver.registry.webhooks import Relay, Webhook
 
 SECRET = "whsec_test_never_shown_0123"
 TOKEN = "tok_test_never_shown_4567"

@@ -25,10 +25,10 @@ from tests.helpers import Target, attach, model, trainer_engine
 from tracker_saver.cli.main import main
 from tracker_saver.core.jsonout import as_float, dumps
 from tracker_saver.core.records import RecordState, UploadInfo
+from tracker_saver.lifecycle.retention import Retention
+from tracker_saver.lifecycle.webhooks import DEAD_AFTER, Relay, Webhook
 from tracker_saver.registry import Query, open_registry
-from tracker_saver.registry.history import Retention
 from tracker_saver.registry.sqlite import SQLiteRegistry
-from tracker_saver.registry.webhooks import DEAD_AFTER, Relay, Webhook
 from tracker_saver.ui.app import create_app
 
 #: What the training's score_function returns, epoch by epoch.
@@ -208,10 +208,10 @@ def test_a_webhook_body_is_standard_json_and_a_refused_event_lets_later_ones_thr
     registry = open_registry(local_target.registry)
     relay = Relay(registry.history, Webhook(receiver.url, SECRET))
     train(local_target)
-    with caplog.at_level(logging.WARNING, logger="tracker_saver.registry.webhooks"):
+    with caplog.at_level(logging.WARNING, logger="tracker_saver.lifecycle.webhooks"):
         assert relay.pump() == 2
         assert relay.pump() == 0  # nothing left, and the set-aside event is not warned about again
-    (warning,) = [r.getMessage() for r in caplog.records if r.name == "tracker_saver.registry.webhooks"]
+    (warning,) = [r.getMessage() for r in caplog.records if r.name == "tracker_saver.lifecycle.webhooks"]
     assert "seq 1, record.live) set aside after HTTP 400" in warning and "/events" not in warning
     bodies = [strict(b.decode()) for b in receiver.bodies]
     assert [as_float(b["after"]["score"]) for b in bodies] == KEPT[1:]

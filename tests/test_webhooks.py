@@ -21,9 +21,9 @@ from tests.helpers import attach, model, trainer_engine
 from tracker_saver import ConfigError, RecordState
 from tracker_saver.cli.main import main
 from tracker_saver.core.records import UploadInfo
+from tracker_saver.lifecycle.webhooks import Relay, Webhook, _post
 from tracker_saver.registry import Query, open_registry
 from tracker_saver.registry.sqlite import SQLiteRegistry
-from tracker_saver.registry.webhooks import Relay, Webhook, _post
 
 SECRET = "whsec_test_0123456789"
 _spec = importlib.util.spec_from_file_location(

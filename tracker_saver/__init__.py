@@ -29,6 +29,8 @@ from tracker_saver.core.errors import (
 )
 from tracker_saver.core.records import Record, RecordState, UploadInfo
 from tracker_saver.core.timings import SaveStats
+from tracker_saver.lifecycle.retention import Retention
+from tracker_saver.lifecycle.webhooks import Webhook
 from tracker_saver.logs import LogUploader, download_logs, list_logs
 from tracker_saver.models import (
     add_tags,
@@ -48,8 +50,6 @@ from tracker_saver.models import (
     unpin_model,
 )
 from tracker_saver.registry import Query, Registry, open_registry
-from tracker_saver.registry.history import Retention
-from tracker_saver.registry.webhooks import Webhook
 from tracker_saver.save.callbacks import CallbackChain, PostUploadCallback, PreUploadCallback
 from tracker_saver.storage import Storage, open_storage
 

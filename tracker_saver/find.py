@@ -21,9 +21,9 @@ from tracker_saver.core.query import RECORD_FIELDS, SAVED_KEYS, check_key, parse
 from tracker_saver.core.records import DERIVED_ALIASES, LOADABLE, LOADABLE_OR_PINNED, Record, RecordState
 from tracker_saver.core.text import check_filters, check_text
 from tracker_saver.core.timings import SaveStats, save_stats
+from tracker_saver.lifecycle.pins import is_archived
 from tracker_saver.registry import Query, Registry
 from tracker_saver.registry.shared import shared_registry
-from tracker_saver.save.keep import is_archived
 from tracker_saver.storage import canonical_uri
 
 __all__ = [

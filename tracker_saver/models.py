@@ -22,17 +22,19 @@ from tracker_saver.core.records import (
     MAX_NAME_LENGTH,
     Record,
     RecordState,
+    check_alias,
     check_display_name,
     check_tags,
 )
 from tracker_saver.core.text import check_text
 from tracker_saver.find import RegistryArg, count_models, find_models, get_model, resolve_model, run_stats
-from tracker_saver.lifecycle.keep import drop_alias, keep_alias
+from tracker_saver.lifecycle.aliases import drop_alias, keep_alias
+from tracker_saver.lifecycle.gates import Check, better
+from tracker_saver.lifecycle.pins import drop_pin, is_archived, keep_copy
 from tracker_saver.registry import Query
-from tracker_saver.registry.history import Check, better
 from tracker_saver.registry.shared import shared_registry
-from tracker_saver.save.keep import drop_pin, is_archived, keep_copy
 from tracker_saver.save.locate import locate
+from tracker_saver.save.ownership import ensure_owner
 from tracker_saver.storage import Storage
 from tracker_saver.storage.verify import Digest, check, copy_checked, digest
 
@@ -111,10 +113,10 @@ def set_alias(
     derived from record states and cannot be set. An alias never dangles: set on a live slot
     record, which a later save would evict, it pins the checkpoint first (as :func:`pin_model`,
     with ``kept_by="alias <name>"``) and goes on the pinned record, which is returned. Set on a
-    pinned record, it is just set. See :mod:`tracker_saver.lifecycle.keep`.
+    pinned record, it is just set. See :mod:`tracker_saver.lifecycle.aliases`.
 
     ``require``, a promotion gate: a metadata key (``"score"``: higher than the holder's wins) or a
-    ``registry.history.Check`` (``better("loss", lower=True)``). The record named is checked before
+    ``lifecycle.gates.Check`` (``better("loss", lower=True)``). The record named is checked before
     a slot record is pinned (a refused gate copies nothing); the move itself is a compare-and-set
     (on SQLite, checked again and moved in one transaction).
 
@@ -130,7 +132,16 @@ def set_alias(
         tracker_saver.core.errors.RecordNotFoundError: record 1 does not exist
     """
     check = better(require) if isinstance(require, str) else require
-    return keep_alias(record_id, alias, registry=registry, storage_options=storage_options, check=check)
+    check_alias(alias)  # before the registry is opened: a bad alias needs no registry to be refused
+    reg = shared_registry(registry, create=False)
+    return keep_alias(
+        reg,
+        reg.get(str(record_id)),
+        alias,
+        locate=lambda record: locate(record, storage_options=storage_options)[0],
+        owner=ensure_owner,
+        check=check,
+    )
 
 
 def remove_alias(project: str, alias: str, *, registry: RegistryArg = None) -> Record | None:
@@ -146,7 +157,8 @@ def remove_alias(project: str, alias: str, *, registry: RegistryArg = None) -> R
         Traceback (most recent call last):
         tracker_saver.core.errors.RecordNotFoundError: project 'mnist' has no alias 'production'
     """
-    return drop_alias(check_name("project", project), check_text("alias", alias), registry=registry)
+    project, alias = check_name("project", project), check_text("alias", alias)
+    return drop_alias(shared_registry(registry, create=False), project, alias)
 
 
 def slot_history(record: Record, *, registry: RegistryArg = None) -> list[Record]:
@@ -287,7 +299,7 @@ def pin_model(
         return source
     _check_loadable(source, LOADABLE_OR_PINNED if is_archived(source) else LOADABLE)
     storage, _ = locate(source, storage_options=storage_options)
-    return keep_copy(storage, reg, source)
+    return keep_copy(storage, reg, source, owner=ensure_owner)
 
 
 def unpin_model(
@@ -297,7 +309,7 @@ def unpin_model(
 
     The object stays when another record still names it (two pins an earlier release made at
     once share one) or when its key, an earlier release's, may be another stream's slot
-    (:func:`~tracker_saver.save.keep.drop_pin`). Returns whether the object was deleted.
+    (:func:`~tracker_saver.lifecycle.pins.drop_pin`). Returns whether the object was deleted.
 
     Raises:
         RegistryError: the record is not pinned (slot records are history, never deleted).

@@ -14,9 +14,9 @@ from tests.contracts.records import SHA, live
 from tracker_saver.core.errors import ConfigError, PromotionRefusedError, RecordNotFoundError, RegistryError
 from tracker_saver.core.query import parse_order, parse_where
 from tracker_saver.core.records import RecordState, UploadInfo
+from tracker_saver.lifecycle.gates import better, move_alias
 from tracker_saver.registry import Query, Registry
 from tracker_saver.registry.base import select
-from tracker_saver.registry.history import better, move_alias
 
 
 class LabelsContract:

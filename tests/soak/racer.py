@@ -182,7 +182,8 @@ class Racer:
         raise ValueError(f"unknown operation {op.op!r}")
 
     def prune(self) -> list[str]:
-        from tracker_saver.registry.history import Retention, history_of
+        from tracker_saver.lifecycle.retention import Retention
+        from tracker_saver.registry.events import history_of
 
         log = history_of(self.registry, "the race soak")
         return [p.record_id for p in log.prune(Query(project=self.project, run=self.run), Retention(keep_last=1))]

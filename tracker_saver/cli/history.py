@@ -1,6 +1,6 @@
 """The CLI's history commands, ``events`` and ``prune``: a registry's events, webhooks, old records deleted.
 
-A thin face over :mod:`tracker_saver.registry.history`; ``cli.main`` registers both with
+A thin face over :mod:`tracker_saver.lifecycle`; ``cli.main`` registers both with
 :func:`add_history_commands`. Standard library and the pure core only at module level: each
 command imports the API it calls when it runs.
 
@@ -62,7 +62,8 @@ def add_history_commands(commands: Any, command: Callable[..., argparse.Argument
 
 
 def _cmd_events(args: argparse.Namespace) -> int:
-    from tracker_saver.registry.history import follow, history_of
+    from tracker_saver.lifecycle.events import follow
+    from tracker_saver.registry.events import history_of
 
     log = history_of(open_cli_registry(args), "tracker-saver events")
     if args.dead:
@@ -93,7 +94,7 @@ def _cmd_events(args: argparse.Namespace) -> int:
 
 def _relay(args: argparse.Namespace, log: Any) -> Any:
     """The relay to the webhook that ``--webhook`` and its secret options name."""
-    from tracker_saver.registry.webhooks import Relay
+    from tracker_saver.lifecycle.webhooks import Relay
 
     return Relay(log, webhook_of(args))
 
@@ -149,8 +150,9 @@ def _change(before: dict[str, Any] | None, after: dict[str, Any] | None) -> str:
 
 
 def _cmd_prune(args: argparse.Namespace) -> int:
+    from tracker_saver.lifecycle.retention import Retention, parse_age
     from tracker_saver.registry import Query
-    from tracker_saver.registry.history import Retention, history_of, parse_age
+    from tracker_saver.registry.events import history_of
 
     if args.keep_last is None and args.older_than is None:  # Retention's own words are a Python caller's
         raise ConfigError(

@@ -136,9 +136,9 @@ def _cmd_models_edit(args: argparse.Namespace) -> int:
 def _cmd_models_alias(args: argparse.Namespace) -> int:
     """``models alias REF NAME [--if-better KEY]``: a slot record is pinned first (once the gate let the
     record named pass), and the alias goes on the pin (it says so)."""
-    from tracker_saver.lifecycle.keep import alias_note
+    from tracker_saver.lifecycle.aliases import alias_note
+    from tracker_saver.lifecycle.gates import better
     from tracker_saver.models import set_alias
-    from tracker_saver.registry.history import better
 
     registry = open_cli_registry(args)
     source = resolve(args, registry)
@@ -165,7 +165,7 @@ def _check_gate_key(key: str, record: Record) -> None:
 
 def _cmd_models_unalias(args: argparse.Namespace) -> int:
     """``models unalias PROJECT NAME``: says whether a copy that the alias made stays pinned."""
-    from tracker_saver.lifecycle.keep import unalias_note
+    from tracker_saver.lifecycle.aliases import unalias_note
     from tracker_saver.models import remove_alias
 
     named = remove_alias(args.project_name, args.alias_name, registry=open_cli_registry(args))

@@ -29,7 +29,7 @@ from tracker_saver.core.errors import ConfigError
 from tracker_saver.core.text import escape
 
 if TYPE_CHECKING:
-    from tracker_saver.registry.webhooks import Webhook
+    from tracker_saver.lifecycle.webhooks import Webhook
 
 __all__ = ["MAX_SECRET_BYTES", "add_webhook_options", "read_secret_file", "webhook_of"]
 
@@ -111,7 +111,7 @@ def webhook_of(args: argparse.Namespace) -> Webhook:
     The URL: ``--webhook URL``, else ``$TRACKER_SAVER_WEBHOOK_URL``. The secret: ``--secret-file``,
     else ``--secret``, else ``$TRACKER_SAVER_WEBHOOK_SECRET`` (giving both options is an error).
     """
-    from tracker_saver.registry.webhooks import Webhook
+    from tracker_saver.lifecycle.webhooks import Webhook
 
     if args.secret is not None and args.secret_file is not None:
         raise ConfigError("the webhook secret is given twice: keep --secret-file PATH and drop --secret")

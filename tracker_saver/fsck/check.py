@@ -48,9 +48,9 @@ from tracker_saver.fsck.report import (
     unreachable_finding,
 )
 from tracker_saver.fsck.special import not_regular, not_regular_finding
+from tracker_saver.lifecycle.pins import KEPT_BY, is_archived
 from tracker_saver.registry.base import Query, Registry
 from tracker_saver.registry.sqlite_check import damage, sqlite_file
-from tracker_saver.save.keep import KEPT_BY, is_archived
 from tracker_saver.save.locate import misplaced
 from tracker_saver.save.ownership import owner_key
 from tracker_saver.save.recovery import owner_of, plan_slot

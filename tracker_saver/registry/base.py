@@ -438,7 +438,7 @@ class Registry(RecordStore, Labels, StreamClaims):
     def user_aliases(self, record: Record) -> tuple[str, ...]:
         """The aliases people set on ``record`` (never ``best`` or ``latest``), as the registry holds them now.
 
-        A save asks it of each record it evicts (:mod:`tracker_saver.save.alias_keep`); a backend
+        A save asks it of each record it evicts (:mod:`tracker_saver.lifecycle.aliases`); a backend
         whose ``get`` costs several requests answers it more cheaply.
         """
         return tuple(a for a in self.get(record.id).aliases if a not in DERIVED_ALIASES)

@@ -64,7 +64,7 @@ class SQLiteRegistry(Registry):
         self._db = SQLiteConnection(path, timeout=timeout)
         self.path = self._db.path
         self.uri = self._db.uri
-        #: Events, gated alias moves and pruning (:class:`~tracker_saver.registry.history.HistoryLog`).
+        #: Events, gated alias moves and pruning (:class:`~tracker_saver.registry.events.HistoryLog`).
         self.history = SQLiteHistory(self._db, self)
 
     def atomic(self) -> contextlib.AbstractContextManager[sqlite3.Connection]:

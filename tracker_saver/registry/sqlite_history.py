@@ -19,7 +19,7 @@ from tracker_saver.core.jsonout import as_float, dumps
 from tracker_saver.core.records import Record, RecordState, StreamId
 from tracker_saver.core.text import check_filters
 from tracker_saver.registry.base import Query, Registry
-from tracker_saver.registry.history import Check, DeadEvent, Event, Outbox, Pruned, Retention, refused
+from tracker_saver.registry.events import Check, DeadEvent, Event, Outbox, Pruned, PruneRule, refused
 from tracker_saver.registry.sqlite_connection import SQLiteConnection
 
 __all__ = ["SQLiteHistory", "add_event", "view"]
@@ -55,7 +55,7 @@ def add_event(
     before: dict[str, Any] | None = None,
     after: dict[str, Any] | None = None,
 ) -> None:
-    """Record an event in the caller's transaction (``kind``: one of ``history.EVENT_TYPES``)."""
+    """Record an event in the caller's transaction (``kind``: one of ``events.EVENT_TYPES``)."""
     conn.execute(
         "INSERT INTO events (id, time, type, project, record_id, alias, before, after) VALUES (?, ?, ?, ?, ?, ?, ?, ?)",
         (
@@ -202,7 +202,7 @@ class SQLiteHistory:
                 raise refused(record, alias, reason)
             return self._registry.set_alias(record_id, alias)
 
-    def prune(self, scope: Query, rule: Retention, *, dry_run: bool = False, batch: int = 500) -> list[Pruned]:
+    def prune(self, scope: Query, rule: PruneRule, *, dry_run: bool = False, batch: int = 500) -> list[Pruned]:
         """Delete the history records of ``scope``'s streams that ``rule`` names, ``batch`` records a
         transaction (each checked again there: one renamed or aliased meanwhile stays), with their
         metadata, tags and ``record.live`` events (those every webhook took); the records deleted (``dry_run``: that would be),
@@ -229,7 +229,7 @@ class SQLiteHistory:
             gone.update(str(i) for i in deleted)
         return [p for p in chosen if p.record_id in gone]
 
-    def _candidates(self, scope: Query, rule: Retention) -> list[Pruned]:
+    def _candidates(self, scope: Query, rule: PruneRule) -> list[Pruned]:
         fields = [(k, getattr(scope, k)) for k in ("output_uri", "project", "run", "stream")]
         where = "".join(f" AND {k} = ?" for k, v in fields if v is not None)
         rows = self._db.read(

@@ -4,7 +4,7 @@ A second process with the same output_uri, project and run continues the earlier
 its saves reuse their slots (DESIGN, "Slots across restarts"), so the earlier live checkpoints
 are replaced, oldest first. That is the point of a resume, and a surprise to someone who reran a
 script: so the saver says it once, at INFO, with what it will keep. An aliased record is kept as
-a pin when its slot is reused (:mod:`tracker_saver.save.alias_keep`); a renamed record is not:
+a pin when its slot is reused (:mod:`tracker_saver.lifecycle.aliases`); a renamed record is not:
 its name is kept on the evicted record, its bytes are replaced, so the line names it and the
 command that keeps it.
 

@@ -35,8 +35,8 @@ from tracker_saver.core.errors import (
 from tracker_saver.core.naming import key_ext, run_prefix, slot_key
 from tracker_saver.core.records import LOADABLE, Record, RecordState, StreamId, UploadInfo
 from tracker_saver.core.timings import SaveClock
+from tracker_saver.lifecycle.aliases import keep_aliased
 from tracker_saver.registry.base import Query, Registry, stream_query
-from tracker_saver.save.alias_keep import keep_aliased
 from tracker_saver.save.callbacks import CallbackChain
 from tracker_saver.save.hashing import HashingWriter, hash_alongside
 from tracker_saver.save.interrupts import interrupt_behind
@@ -268,7 +268,7 @@ class Pipeline:
             digest = writer.sha256  # waits for the hash that ran alongside the writes
             clock.lap("hash")
             if choice.replaces is not None:  # an alias on the record it evicts moves to a pin of its bytes first
-                keep_aliased(self.storage, self.registry, choice.replaces)
+                keep_aliased(self.storage, self.registry, choice.replaces, owner=ensure_owner)
             self.registry.supersede(record.id, sha256=digest, size=writer.size, replaces=replaces)  # step 6
             superseded = True
             clock.lap("supersede")

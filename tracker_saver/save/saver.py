@@ -18,10 +18,14 @@ from tracker_saver.core.masking import redact_url
 from tracker_saver.core.outage import DEFAULT_TIMEOUT_S
 from tracker_saver.core.records import LOADABLE, MetaValue, Record, RecordState, StreamId, UploadInfo
 from tracker_saver.core.timings import SaveClock
+from tracker_saver.lifecycle.after_save import AfterSave
+from tracker_saver.lifecycle.archive import Archive
+from tracker_saver.lifecycle.retention import Retention
+from tracker_saver.lifecycle.schedule import KeepEvery
+from tracker_saver.lifecycle.webhooks import Webhook
 from tracker_saver.registry import Query, Registry, RegistrySpec, check_registry_path, open_registry
 from tracker_saver.registry.context import RunContext
 from tracker_saver.save import preemption
-from tracker_saver.save.archive import Archive
 from tracker_saver.save.background import Background
 from tracker_saver.save.callbacks import CallbackChain, PostUploadCallback, PreUploadCallback
 from tracker_saver.save.continues import continued
@@ -29,12 +33,11 @@ from tracker_saver.save.distributed import check_save_on_rank, check_world, open
 from tracker_saver.save.interrupts import interrupt_behind
 from tracker_saver.save.lineage import lineage as compute_lineage
 from tracker_saver.save.local_view import LocalView, default_dirname
+from tracker_saver.save.ownership import ensure_owner
 from tracker_saver.save.pipeline import Pipeline, check_save_kwargs, is_writing
 from tracker_saver.save.preemption import DEFAULT_GRACE_S
-from tracker_saver.save.schedule import KeepEvery
 from tracker_saver.save.setup import check_options, check_registry_outside, open_targets, upload_info
 from tracker_saver.save.snapshot import BufferPool, take_snapshot
-from tracker_saver.save.upkeep import Retention, Upkeep, Webhook
 
 __all__ = ["RunContext", "TrackerSaver"]
 
@@ -148,7 +151,8 @@ class TrackerSaver(DiskSaver):
         webhook: Webhook | None = None,
     ) -> None:
         self.kwargs = check_save_kwargs(save_kwargs)
-        self._upkeep = Upkeep(history=history, webhook=webhook, archive=Archive.of(keep_every, keep_every_max))
+        archive = Archive.of(keep_every, keep_every_max, owner=ensure_owner)
+        self._after_save = AfterSave(history=history, webhook=webhook, archive=archive)
         self.callbacks = CallbackChain(pre_upload, post_upload)
         timeout = check_options(max_pending=max_pending, timeout=timeout, lineage=lineage)
         self.save_on_rank = check_save_on_rank(save_on_rank)
@@ -210,7 +214,7 @@ class TrackerSaver(DiskSaver):
         # Once, after recovery settled the earlier process's records: a rerun script would replace them unannounced.
         if (continuing := continued(registry, self.storage.uri, self.project, self.run)) is not None:
             log.info("%s", continuing)
-        self._upkeep.open(registry, Query(output_uri=self.storage.uri, project=self.project, run=self.run))
+        self._after_save.open(registry, Query(output_uri=self.storage.uri, project=self.project, run=self.run))
 
     @property
     def registry(self) -> Registry:
@@ -251,7 +255,7 @@ class TrackerSaver(DiskSaver):
         if self._removed is not None:  # the remove Ignite made just before this save failed
             error, self._removed = self._removed, None
             raise error
-        at = self._upkeep.now()  # where training is, for keep_every
+        at = self._after_save.now()  # where training is, for keep_every
         info = upload_info(
             filename, metadata, project=self.project, run=self.run, lineage=self._lineage, output_uri=self.storage.uri
         )
@@ -277,7 +281,7 @@ class TrackerSaver(DiskSaver):
         except TypeError as exc:
             # Ignite retries save_handler(checkpoint, filename) on TypeError: never let one out.
             raise SerializationError(f"saving {info.filename!r} failed: {exc!r}") from exc
-        self._upkeep.saved(self.storage, self.registry, live, at)
+        self._after_save.saved(self.storage, self.registry, live, at)
 
     def remove(self, filename: str) -> None:
         """Ignite dropped ``filename``: the next save of its stream replaces its slot.
@@ -432,7 +436,7 @@ class TrackerSaver(DiskSaver):
             preemption.save_on_sigterm(
                 engine, save_on_sigterm, flush=self.flush, durable=lambda: self.records(live=True), grace=sigterm_grace
             )
-        self._upkeep.attach(engine)  # keep_every's epochs and iterations are this engine's
+        self._after_save.attach(engine)  # keep_every's epochs and iterations are this engine's
         engine.add_event_handler(Events.COMPLETED, lambda _: self.flush())
         engine.add_event_handler(Events.EXCEPTION_RAISED, self._flush_then_reraise)
 
@@ -459,7 +463,7 @@ class TrackerSaver(DiskSaver):
             try:
                 if self._pipeline is not None:
                     self._pipeline.close()
-                self._upkeep.close()
+                self._after_save.close()
             finally:
                 release_local(self._holder)
                 if self._registry is not None:

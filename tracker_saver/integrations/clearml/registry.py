@@ -168,7 +168,7 @@ class ClearMLRegistry(Registry):
         self, info: UploadInfo, *, uri: str, sha256: str, size: int, fingerprint: str | None = None, once: bool = False
     ) -> Record:
         # No transaction to check ``once`` in: two pins made at once are two models, each naming its own bytes
-        # (a fresh key per pin, tracker_saver.save.keep), and keep_copy looked for an earlier pin before copying.
+        # (a fresh key per pin, tracker_saver.lifecycle.pins), and keep_copy looked for an earlier pin before copying.
         return self._labels.create_pinned(info, uri=uri, sha256=sha256, size=size, fingerprint=fingerprint)
 
     def delete_pinned(self, record_id: str, *, unless_aliased: bool = False) -> bool:

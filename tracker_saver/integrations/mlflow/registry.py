@@ -233,7 +233,7 @@ class MLflowRegistry(Registry):
         self, info: UploadInfo, *, uri: str, sha256: str, size: int, fingerprint: str | None = None, once: bool = False
     ) -> Record:
         # No transaction to check ``once`` in: two pins made at once are two models, each naming its own bytes
-        # (a fresh key per pin, tracker_saver.save.keep), and keep_copy looked for an earlier pin before copying.
+        # (a fresh key per pin, tracker_saver.lifecycle.pins), and keep_copy looked for an earlier pin before copying.
         extra = {"sha256": sha256, "size": int(size), "fingerprint": fingerprint}
         return self._create(info, uri=uri, state=RecordState.PINNED, extra=extra)
 

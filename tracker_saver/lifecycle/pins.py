@@ -17,16 +17,21 @@ Examples:
 from __future__ import annotations
 
 import secrets
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 
 from tracker_saver.core.naming import may_be_slot_key, pinned_key
-from tracker_saver.core.records import TIMING_KEYS, MetaValue, Record, RecordState, UploadInfo
+from tracker_saver.core.records import TIMING_KEYS, MetaValue, Record, RecordState, StreamId, UploadInfo
 from tracker_saver.registry.base import Query, Registry
-from tracker_saver.save.ownership import ensure_owner
 from tracker_saver.storage import Storage
 from tracker_saver.storage.verify import Digest, check
 
-__all__ = ["KEPT_BY", "alias_reason", "drop_pin", "is_archived", "keep_copy", "kept_for_alias"]
+__all__ = ["KEPT_BY", "OwnerCheck", "alias_reason", "drop_pin", "is_archived", "keep_copy", "kept_for_alias"]
+
+#: Makes sure a registry owns a stream at a storage before anything of it is written, claiming it
+#: if nobody does; raises ``StreamOwnedError`` otherwise. The callers pass
+#: :func:`tracker_saver.save.ownership.ensure_owner`: who owns a stream is the save's to say, a
+#: floor above the lifecycle.
+OwnerCheck = Callable[[Storage, Registry, StreamId], object]
 
 #: The metadata key that says why a pinned record exists (absent: a person pinned it).
 KEPT_BY = "kept_by"
@@ -68,6 +73,7 @@ def keep_copy(
     registry: Registry,
     source: Record,
     *,
+    owner: OwnerCheck,
     extra: Mapping[str, MetaValue] | None = None,
     reuse: bool = True,
     verify: bool = True,
@@ -77,7 +83,7 @@ def keep_copy(
     The key is new for each pin (:func:`~tracker_saver.core.naming.pinned_key`: a fresh token
     under the run's ``+pinned/`` folder), and the copy never replaces an object
     (``Storage.copy``), so two pins never share bytes, whoever makes them at once. The stream's
-    owner is checked first, as a save checks it: a registry that does not own the stream writes
+    owner is checked first (``owner``), as a save checks it: a registry that does not own the stream writes
     nothing. The pinned record keeps the source's name, tags and metadata, plus ``pinned_from``
     (the source id) and ``extra`` (``kept_by``, ``kept_at``). ``storage`` is the source's
     (:func:`~tracker_saver.save.locate.locate` found it); the caller checked the source is loadable.
@@ -86,6 +92,7 @@ def keep_copy(
         storage: the source's storage.
         registry: where the pinned record goes.
         source: a live, revived or pinned record.
+        owner: checks (or claims) the stream's owner before the copy is written.
         extra: metadata the copy adds (why it was kept).
         reuse: return a pin of the same record made before (not an archive entry) instead of copying
             again; two processes that copy at once get one pin where the registry has transactions
@@ -103,7 +110,7 @@ def keep_copy(
     before = _reusable(registry, source) if reuse else None
     if before is not None:
         return before
-    ensure_owner(storage, registry, source.stream_id)
+    owner(storage, registry, source.stream_id)
     key = pinned_key(source.project, source.run, source.filename, secrets.token_hex(8))
     storage.copy(source.key, key)
     expected = Digest(source.size or 0, source.sha256 or "")

@@ -1,6 +1,6 @@
 """Archival keeps: a save that ``keep_every`` makes due is also kept outside its stream's slots.
 
-The entry is a pinned copy of the save's object (:func:`~tracker_saver.save.keep.keep_copy`:
+The entry is a pinned copy of the save's object (:func:`~tracker_saver.lifecycle.pins.keep_copy`:
 server-side on S3, read back from the slot just written locally), recorded with ``kept_by``
 (``"every 10 epochs"``) and ``kept_at`` (the epoch, iteration or wall time it was kept at). The
 schedule of each stream continues from its newest entry in the registry, so a restarted
@@ -8,8 +8,8 @@ training keeps at 20, 30… rather than starting over. ``keep_every_max`` delete
 oldest entries past the limit: never a pin a person made, nor an entry that holds an alias.
 
 Examples:
-    >>> from tracker_saver.save.schedule import KeepEvery, check_keep_every
-    >>> Archive(KeepEvery(epochs=10), None).needs_engine
+    >>> from tracker_saver.lifecycle.schedule import KeepEvery
+    >>> Archive(KeepEvery(epochs=10), None, owner=lambda storage, registry, stream: None).needs_engine
     True
 """
 
@@ -21,9 +21,9 @@ from typing import TYPE_CHECKING
 from tracker_saver.core.errors import ConfigError, RecordNotFoundError
 from tracker_saver.core.query import Order
 from tracker_saver.core.records import Record, RecordState, StreamId
+from tracker_saver.lifecycle.pins import KEPT_BY, OwnerCheck, drop_pin, is_archived, keep_copy
+from tracker_saver.lifecycle.schedule import KeepEvery, check_keep_every
 from tracker_saver.registry.base import Registry, stream_query
-from tracker_saver.save.keep import KEPT_BY, drop_pin, is_archived, keep_copy
-from tracker_saver.save.schedule import KeepEvery, check_keep_every
 from tracker_saver.storage import Storage
 
 if TYPE_CHECKING:
@@ -49,23 +49,25 @@ class Archive:
     Args:
         every: when a keep is due.
         limit: how many archive entries a stream keeps at most (``None``: all).
+        owner: checks the stream's owner before a copy is written (the saver's ``ensure_owner``).
     """
 
-    def __init__(self, every: KeepEvery, limit: int | None) -> None:
+    def __init__(self, every: KeepEvery, limit: int | None, *, owner: OwnerCheck) -> None:
         self.every = every
         self.limit = limit
+        self.owner = owner
         self.engine: Engine | None = None  # the trainer, for epochs and iterations (TrackerSaver.attach)
         self._last: dict[StreamId, float] = {}  # stream -> when its newest entry was kept
 
     @classmethod
-    def of(cls, keep_every: KeepEvery | str | None, keep_every_max: int | None) -> Archive | None:
+    def of(cls, keep_every: KeepEvery | str | None, keep_every_max: int | None, *, owner: OwnerCheck) -> Archive | None:
         """The archive that ``TrackerSaver(keep_every=..., keep_every_max=...)`` asks for; ``None`` for none.
 
         Raises:
-            ConfigError: see :func:`~tracker_saver.save.schedule.check_keep_every`.
+            ConfigError: see :func:`~tracker_saver.lifecycle.schedule.check_keep_every`.
         """
         every = check_keep_every(keep_every, keep_every_max)
-        return cls(every, keep_every_max) if every is not None else None
+        return cls(every, keep_every_max, owner=owner) if every is not None else None
 
     @property
     def needs_engine(self) -> bool:
@@ -103,9 +105,8 @@ class Archive:
         if not self.every.due(last=self._last[stream], now=at):
             return None
         kept_at = at if self.every.unit == "minutes" else int(at)
-        entry = keep_copy(
-            storage, registry, live, extra={KEPT_BY: self.every.label, KEPT_AT: kept_at}, reuse=False, verify=False
-        )
+        extra = {KEPT_BY: self.every.label, KEPT_AT: kept_at}
+        entry = keep_copy(storage, registry, live, owner=self.owner, extra=extra, reuse=False, verify=False)
         self._last[stream] = at
         if self.limit is not None:
             self._trim(storage, registry, stream)

@@ -1,7 +1,8 @@
-"""What a saver does beside saving: keep archive copies, prune its run's history, relay its events to a webhook.
+"""What follows each save: its archive keep, a wake-up of the webhook relay; at close, the history prune.
 
-``TrackerSaver(keep_every=..., history=Retention(...), webhook=Webhook(url, secret))``. A due save's
-archive copy (:mod:`tracker_saver.save.archive`) is made right after the save, before the relay
+``TrackerSaver(keep_every=..., history=Retention(...), webhook=Webhook(url, secret))`` holds one
+:class:`AfterSave` (formerly ``Upkeep``; the saver calls it, the lifecycle's modules do
+the work). A due save's archive copy (:mod:`tracker_saver.lifecycle.archive`) is made right after the save, before the relay
 is woken. The prune runs when the saver closes, on the run's own streams (a run that never
 closed is pruned by the next one's close); the webhook's relay is a daemon thread that a save
 only wakes: training never waits on it, and a dead webhook never fails a save (its events wait
@@ -18,25 +19,26 @@ from typing import TYPE_CHECKING
 from tracker_saver.core.errors import ConfigError, RegistryError
 from tracker_saver.core.records import Record
 from tracker_saver.core.wording import plural
+from tracker_saver.lifecycle.archive import Archive
+from tracker_saver.lifecycle.retention import Retention
+from tracker_saver.lifecycle.webhooks import Relay, Webhook
 from tracker_saver.registry import Query, Registry
-from tracker_saver.registry.history import Retention, history_of
-from tracker_saver.registry.webhooks import Relay, Webhook
-from tracker_saver.save.archive import Archive
+from tracker_saver.registry.events import history_of
 from tracker_saver.storage import Storage
 
 if TYPE_CHECKING:
     from ignite.engine import Engine
 
-__all__ = ["Retention", "Upkeep", "Webhook"]  # the first and last: for the saver's signature
+__all__ = ["AfterSave"]
 
 log = logging.getLogger(__name__)
 
 
-class Upkeep:
+class AfterSave:
     """A saver's ``keep_every=``, ``history=``, ``webhook=``: checked at once, started with the registry, ended by close.
 
     Examples:
-        >>> Upkeep(history=1000, webhook=None, archive=None)
+        >>> AfterSave(history=1000, webhook=None, archive=None)
         Traceback (most recent call last):
         tracker_saver.core.errors.ConfigError: history=1000: pass a Retention, e.g. history=Retention(keep_last=1000, older_than=30 * 86400), or None
     """
