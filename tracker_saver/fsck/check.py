@@ -9,7 +9,7 @@ that cannot be opened or read (an endpoint down, refused credentials) makes each
 streams an ``unreachable`` finding, and the check goes on with the other output_uris.
 
 ``repair`` fixes what it can without losing a valid checkpoint, through the start-up recovery
-code (:func:`tracker_saver.save.recovery.recover_slot`), holding each stream's claim. A stream
+code (:func:`tracker_saver.save.recovery.settle_stream`), holding each stream's claim. A stream
 that a live process writes is reported and left alone.
 
 Examples:

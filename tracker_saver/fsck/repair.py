@@ -21,7 +21,7 @@ from tracker_saver.fsck.report import (
     Report,
 )
 from tracker_saver.registry.base import Query, Registry, busy, stream_query
-from tracker_saver.save.recovery import plan_slot, recover_slot
+from tracker_saver.save.recovery import plan_slot, settle_stream
 from tracker_saver.storage import Storage
 from tracker_saver.storage.base import Staged
 
@@ -114,7 +114,7 @@ def _repair_place(
     dry_run: bool,
 ) -> None:
     storage, sid = place.storage, place.stream
-    settled = {f.key for f in findings if f.kind in ("lie", "pending", "revivable")}  # recover_slot's keys
+    settled = {f.key for f in findings if f.kind in ("lie", "pending", "revivable")}  # settle_stream's keys
     if sid is not None:
         for f in findings:
             if f.kind == "lie" and f.record_id is not None:
@@ -128,7 +128,7 @@ def _repair_place(
             if dry_run:
                 _plan_slot(registry, storage, sid, slot, demoted, act)
             else:
-                for action in recover_slot(storage, registry, sid, slot, restored=RecordState.REVIVED):
+                for action in settle_stream(storage, registry, sid, slot=slot, restored=RecordState.REVIVED).actions:
                     act(f"{action} in {sid.label}")
     now = time.time()
     for f in findings:
@@ -137,7 +137,7 @@ def _repair_place(
                 act(f"delete orphan {storage.url(f.key)} ({f.detail})", lambda key=f.key: storage.delete(key))
             else:
                 act(f"keep orphan {storage.url(f.key)}: pass --delete-orphans to delete it")
-        elif f.kind == "staged" and f.key in settled and f.key is not None:  # recover_slot removes it, claim held
+        elif f.kind == "staged" and f.key in settled and f.key is not None:  # settle_stream removes it, claim held
             act(f"remove {f.detail} to {storage.url(f.key)} with the settling of its slot")
         elif f.kind == "staged" and f.key and f.ref and f.started is not None and now - f.started >= stale_after_s:
             item = Staged(f.key, f.ref, f.started)
@@ -151,7 +151,7 @@ _WOULD = {"promoted": "promote", "restored": "revive", "failed": "fail"}
 def _plan_slot(
     registry: Registry, storage: Storage, sid: StreamId, slot: int, demoted: set[str | None], act: Callable[..., None]
 ) -> None:
-    """A dry run of :func:`recover_slot` on one slot, as it runs after the demotions of the slot's lies."""
+    """A dry run of :func:`settle_stream` on one slot, as it runs after the demotions of the slot's lies."""
     records = registry.query(stream_query(sid, slot=slot))
     records = [replace(r, state=RecordState.EVICTED) if r.id in demoted else r for r in records]
     plan = plan_slot(storage, records)
