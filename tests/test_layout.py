@@ -21,7 +21,7 @@ FLOORS = {
     "storage": 1,
     "registry": 1,
     "save": 2,
-    **dict.fromkeys(("find", "models", "resuming", "fsck", "logs", "lifecycle", "saver"), 3),
+    **dict.fromkeys(("find", "models", "resume_run", "fsck", "logs", "lifecycle", "saver"), 3),
     "integrations": 4,
     **dict.fromkeys(("clearml", "cli", "ui", "__main__"), 5),
 }

@@ -12,12 +12,12 @@ from tracker_saver.core.claims import new_holder, release_local
 from tracker_saver.core.errors import StreamBusyError
 from tracker_saver.core.records import LOADABLE, RecordState, StreamId
 from tracker_saver.core.text import check_filters
-from tracker_saver.fsck.check import check_places
+from tracker_saver.fsck.check import check_streams
 from tracker_saver.fsck.report import (
     REPORTED_ONLY,
     STALE_AFTER_S,
+    CheckedStream,
     Finding,
-    Place,
     Report,
 )
 from tracker_saver.registry.base import Query, Registry, busy, stream_query
@@ -62,7 +62,7 @@ def repair(
     """
     check_filters(project=project, run=run, stream=stream)
     query = Query(project=project, run=run, stream=stream, details=False)
-    before, places = check_places(registry, query, deep, storage_options or {}, stale_after_s)
+    before, checked = check_streams(registry, query, deep, storage_options or {}, stale_after_s)
     actions: list[str] = []
 
     def act(text: str, do: Callable[[], object] | None = None) -> None:
@@ -80,40 +80,40 @@ def repair(
         else:
             todo[finding.stream].append(finding)
     for label, findings in todo.items():
-        place = places[label]
-        holder = new_holder(place)  # alive while this repair runs
+        where = checked[label]
+        holder = new_holder(where)  # alive while this repair runs
         try:
-            if place.stream is not None and not dry_run:
-                registry.claim(place.stream, holder)
-            elif place.stream is not None and (writer := registry.holder(place.stream)) is not None:
-                raise busy(place.stream, writer)  # what the claim would say
+            if where.stream is not None and not dry_run:
+                registry.claim(where.stream, holder)
+            elif where.stream is not None and (writer := registry.holder(where.stream)) is not None:
+                raise busy(where.stream, writer)  # what the claim would say
         except StreamBusyError as exc:
             act(f"skip {label}: {exc}")
             continue
         try:
-            _repair_place(registry, place, findings, delete_orphans, stale_after_s, act, dry_run)
+            _repair_stream(registry, where, findings, delete_orphans, stale_after_s, act, dry_run)
         finally:
-            if place.stream is not None and not dry_run:
-                registry.release(place.stream, holder)
+            if where.stream is not None and not dry_run:
+                registry.release(where.stream, holder)
             release_local(holder)
     if dry_run:
         before.actions = actions
         return before
-    after = check_places(registry, query, deep, storage_options or {}, stale_after_s)[0]
+    after = check_streams(registry, query, deep, storage_options or {}, stale_after_s)[0]
     after.actions = actions
     return after
 
 
-def _repair_place(
+def _repair_stream(
     registry: Registry,
-    place: Place,
+    where: CheckedStream,
     findings: list[Finding],
     delete_orphans: bool,
     stale_after_s: float,
     act: Callable[..., None],
     dry_run: bool,
 ) -> None:
-    storage, sid = place.storage, place.stream
+    storage, sid = where.storage, where.stream
     settled = {f.key for f in findings if f.kind in ("lie", "pending", "revivable")}  # settle_stream's keys
     if sid is not None:
         for f in findings:

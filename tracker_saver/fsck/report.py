@@ -21,7 +21,7 @@ __all__ = [
     "REPORTED_ONLY",
     "STALE_AFTER_S",
     "Finding",
-    "Place",
+    "CheckedStream",
     "Report",
     "damaged_finding",
     "foreign_finding",
@@ -91,8 +91,11 @@ class Report:
 
 
 @dataclass
-class Place:
-    """Where findings were made: a storage, and the stream (``None``: no known stream)."""
+class CheckedStream:
+    """A stream fsck checked, the unit ``repair`` settles under one claim: its storage and its id.
+
+    ``stream`` is ``None`` for objects at a storage that no known stream claims (orphans).
+    """
 
     storage: Storage
     stream: StreamId | None
