@@ -3,9 +3,10 @@
 Save: claim the stream → slot allocator → pre-upload callbacks → record ``pending`` →
 serialize and hash into the staged write → at the commit point, the digest is noted and the
 slot's previous record leaves live, in one registry transaction → commit → post-upload
-callbacks → record ``live``. A failure before the commit point puts nothing in the slot and
-leaves the previous record live; one after it is settled by what the slot holds
-(``recovery``). Remove: Ignite's ``remove`` only marks the slot as the next to replace.
+callbacks → record ``live`` → the after-save step (``keep_every``'s archive keep). A failure
+before the commit point puts nothing in the slot and leaves the previous record live; one after
+it is settled by what the slot holds (``recovery``). Remove: Ignite's ``remove`` only marks the
+slot as the next to replace.
 """
 
 from __future__ import annotations
