@@ -102,3 +102,21 @@ def test_a_callback_may_change_name_metadata_and_tags(local_target) -> None:
     (record,) = find_models(live=True, registry=local_target.registry)
     assert (record.name, record.metadata["lr"], record.tags) == ("run-a model_2.pt", 0.1, ("baseline",))
     assert local_target.counts() == {"model": 1}
+
+
+def test_the_info_a_pre_upload_callback_returned_is_not_changed_after_it(local_target) -> None:
+    """The saver builds a new ``UploadInfo`` for each later step (the written digest, the post-upload chain)."""
+    returned: list[tuple[UploadInfo, dict]] = []
+    seen_after: list[dict] = []
+
+    def keep(info: UploadInfo) -> UploadInfo:
+        returned.append((info, dict(info.metadata)))
+        return info
+
+    saver = local_target.saver(pre_upload=[keep], post_upload=[lambda info: seen_after.append(dict(info.metadata))])
+    trainer = trainer_engine(model())
+    attach(trainer, saver, {"model": model()}, n_saved=1)
+    trainer.run([0], max_epochs=1)
+    ((info, as_returned),) = returned
+    assert info.metadata == as_returned and "sha256" not in info.metadata
+    assert seen_after[0]["sha256"] == find_models(registry=local_target.registry)[0].sha256

@@ -384,7 +384,7 @@ def test_registry_down_after_the_storage_commit_leaves_a_pending_record_that_is_
     ``registry.make_live``. The bytes of model_3 are in slot 0 and its record, staged with their
     digest, stays ``pending`` while the registry is down: not loadable, never a lie. Once the
     registry is back it becomes live by
-    * ``next save``: the stream's next save (its ``open()`` re-runs ``recover_stream``);
+    * ``next save``: the stream's next save (its ``open()`` re-runs ``settle_stream``);
     * ``repair``: ``fsck.check`` reports it (kind ``pending``, fix "promote it") once the saver
       closed, and ``fsck.repair`` promotes it;
     * ``start-up``: a new ``TrackerSaver`` on the run promotes it (start-up recovery).

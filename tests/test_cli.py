@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import argparse
 import hashlib
 import json
 import os
@@ -17,7 +18,7 @@ import torch
 
 import tracker_saver
 from tests.helpers import ROOT, SCORES, attach, model, trainer_engine
-from tracker_saver.cli.argparse_walk import actions
+from tracker_saver.cli.argparse_walk import LazySubcommands, actions
 from tracker_saver.cli.console import LINEAGE_KEYS, TIME_FORMAT
 from tracker_saver.cli.main import build_parser, main
 from tracker_saver.cli.reference import reference_markdown, walk_commands
@@ -82,17 +83,29 @@ def test_the_reference_page_is_the_generated_one() -> None:
         assert f"## `tracker-saver {' '.join(path)}`" in page
 
 
-def test_help_and_listing_import_neither_torch_nor_ignite_nor_rich(trained) -> None:
+def test_help_and_listing_import_neither_torch_nor_ignite_nor_rich_nor_fsck(trained) -> None:
     probe = (
         "import sys, contextlib, io\n"
         "from tracker_saver.cli.main import main\n"
         "with contextlib.redirect_stdout(io.StringIO()):\n"
         f"    assert main(['models', 'list', '--registry', {trained!r}, '--json']) == 0\n"
-        "print(sorted(m for m in ('torch', 'ignite', 'rich') if m in sys.modules))\n"
+        "print(sorted(m for m in ('torch', 'ignite', 'rich', 'tracker_saver.fsck') if m in sys.modules))\n"
     )
     done = subprocess.run([sys.executable, "-c", probe], capture_output=True, text=True, cwd=ROOT)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == "[]"
+
+
+def test_models_list_builds_only_its_own_parsers() -> None:
+    parser = build_parser()
+    assert parser.parse_args(["models", "list", "--limit", "2"]).limit == 2
+
+    def built(parser: argparse.ArgumentParser) -> dict[str, argparse.ArgumentParser]:
+        (group,) = [a for a in actions(parser) if isinstance(a, LazySubcommands)]
+        return {name: sub for name, sub in group.choices.items() if sub is not None}
+
+    assert list(built(parser)) == ["models"]
+    assert list(built(built(parser)["models"])) == ["list"]
 
 
 def test_version_prints_the_package_version(capsys: pytest.CaptureFixture[str]) -> None:

@@ -24,7 +24,7 @@ FLOORS = {
     "registry": 1,
     "lifecycle": 2,
     "save": 3,
-    **dict.fromkeys(("find", "models", "resuming", "fsck", "logs", "saver"), 4),
+    **dict.fromkeys(("find", "models", "resume_run", "fsck", "logs", "saver"), 4),
     "integrations": 5,
     **dict.fromkeys(("clearml", "cli", "ui", "__main__"), 6),
 }

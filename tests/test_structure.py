@@ -100,7 +100,7 @@ def test_every_module_says_its_one_job_in_one_line(name: str) -> None:
 
 GENERIC = ("tracker_saver.save.saver", "tracker_saver.save.pipeline", "tracker_saver.save.slots", "tracker_saver.core.records",
            "tracker_saver.core.naming", "tracker_saver.save.recovery", "tracker_saver.registry.base",
-           "tracker_saver.storage.base", "tracker_saver.models", "tracker_saver.find", "tracker_saver.resuming",
+           "tracker_saver.storage.base", "tracker_saver.models", "tracker_saver.find", "tracker_saver.resume_run",
            "tracker_saver.registry.sqlite_query", "tracker_saver.registry.sqlite_connection",
            "tracker_saver.registry.sqlite_check")  # fmt: skip
 

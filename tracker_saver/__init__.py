@@ -54,11 +54,11 @@ from tracker_saver.save.callbacks import CallbackChain, PostUploadCallback, PreU
 from tracker_saver.storage import Storage, open_storage
 
 if typing.TYPE_CHECKING:
-    from tracker_saver.resuming import resume
+    from tracker_saver.resume_run import resume
     from tracker_saver.save.saver import TrackerSaver
 
 #: Exports imported on first use (they import torch and ignite): name -> module.
-_LAZY = {"TrackerSaver": "tracker_saver.save.saver", "resume": "tracker_saver.resuming"}
+_LAZY = {"TrackerSaver": "tracker_saver.save.saver", "resume": "tracker_saver.resume_run"}
 
 #: The one source of the version (pyproject reads it; docs/releases.md: the policy and the releases table).
 __version__ = "0.2.0.dev0"

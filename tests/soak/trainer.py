@@ -53,7 +53,7 @@ from tests.soak.plan import N_SAVED, parse_crash, score_of
 from tracker_saver import TrackerSaver, resume
 from tracker_saver.core.records import Record, RecordState, UploadInfo
 from tracker_saver.registry.base import Registry
-from tracker_saver.save import pipeline, slots
+from tracker_saver.save import pipeline, recovery, slots
 from tracker_saver.storage.base import StagedWrite, Storage
 
 __all__ = ["MUTANTS", "Crash", "Net", "Pad", "main", "zygote"]
@@ -232,7 +232,7 @@ MUTANTS = {
 def _mutate(mutant: str) -> None:
     if mutant == "no-startup-recovery":
         pipeline.Pipeline.recover = lambda self, project, run: []  # type: ignore[method-assign]
-        pipeline.recover_stream = lambda *args, **kwargs: []  # type: ignore[assignment]
+        pipeline.settle_stream = lambda *args, **kwargs: recovery.Settled([], [])  # type: ignore[assignment]
     elif mutant == "forget-kept":
         slots.SlotAllocator.adopt = lambda self, stream, filenames: None  # type: ignore[method-assign]
         slots.SlotAllocator.committed = _committed_forgetting  # type: ignore[method-assign]

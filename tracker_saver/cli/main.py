@@ -2,7 +2,9 @@
 
 Start-up cost is the point of this module's shape: at module level it imports only the
 standard library and the error classes, and each command imports the API it calls when it
-runs. So ``--help`` and ``models list`` never import torch or ignite (only ``demo`` does), and
+runs. So ``--help`` and ``models list`` never import torch or ignite (only ``demo`` does);
+each command's parser is built only when the command line names it (``LazySubcommands``), with
+the module that adds it, so ``models list`` builds its own and not the other commands'; and
 tables are drawn by :mod:`tracker_saver.cli.console` without rich (the fsck report uses it).
 """
 
@@ -16,12 +18,11 @@ import shlex
 import sys
 import traceback
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn, cast
 
-from tracker_saver.cli.history import add_history_commands
-from tracker_saver.cli.models import add_models_commands
+from tracker_saver.cli.argparse_walk import LazySubcommands
 from tracker_saver.cli.shared import URI_HELP, add_filters, dump, open_cli_registry, wants_json
-from tracker_saver.cli.streams import add_streams_commands
+from tracker_saver.core.claims import STALE_AFTER_S
 from tracker_saver.core.errors import ConfigError, PromotionRefusedError, RecordNotFoundError, TrackerSaverError
 from tracker_saver.core.extras import missing_extra
 from tracker_saver.core.text import escape
@@ -330,6 +331,10 @@ def _global_options() -> tuple[_Parser, _Parser]:
 def build_parser() -> argparse.ArgumentParser:
     """The argument parser (every command has help; a test checks it).
 
+    Each command's parser, and the module that adds it, comes when the command line names it
+    (or when ``--help`` lists the commands, or :func:`~tracker_saver.cli.argparse_walk.subcommands`
+    walks them).
+
     Examples:
         >>> build_parser().parse_args(["models", "list", "--registry", "r.db", "--limit", "5"]).registry
         'r.db'
@@ -343,8 +348,16 @@ def build_parser() -> argparse.ArgumentParser:
         epilog="--registry and --json go before or after the command. Docs: docs/cli.md",
     )
     parser.add_argument("--version", action=_Version, help="print the version of tracker-saver and exit")
-    commands = parser.add_subparsers(
-        dest="command", required=True, metavar="COMMAND", parser_class=_Parser, help="what to work on"
+    commands = cast(
+        LazySubcommands,
+        parser.add_subparsers(
+            action=LazySubcommands,
+            dest="command",
+            required=True,
+            metavar="COMMAND",
+            parser_class=_Parser,
+            help="what to work on",
+        ),
     )
 
     def command(
@@ -354,8 +367,51 @@ def build_parser() -> argparse.ArgumentParser:
         sub.set_defaults(func=func)
         return sub
 
-    add_models_commands(commands, command, both)
+    def models() -> None:
+        from tracker_saver.cli.models import add_models_commands
 
+        add_models_commands(commands, command, both)
+
+    def streams() -> None:
+        from tracker_saver.cli.streams import add_streams_commands
+
+        add_streams_commands(commands, command, both)
+
+    def history() -> None:
+        from tracker_saver.cli.history import add_history_commands
+
+        add_history_commands(commands, command, both)
+
+    def sync() -> None:
+        from tracker_saver.cli.sync import SYNC_HELP, add_sync_arguments, cmd_sync  # clearml loads when it runs
+
+        add_sync_arguments(command(commands, "sync", SYNC_HELP, cmd_sync, [as_json]))
+
+    # In the order `--help` lists them; a function adds a command's parser once it is chosen.
+    for name, build in (
+        ("models", models),
+        ("runs", lambda: _add_runs(commands, command, both)),
+        ("fsck", lambda: _add_fsck_repair(commands, command, both)),
+        ("repair", lambda: _add_fsck_repair(commands, command, both)),
+        ("demo", lambda: _add_demo(command(commands, "demo", _DEMO_HELP, _cmd_demo, [registry]))),
+        ("streams", streams),
+        ("events", history),
+        ("prune", history),
+        ("sync", sync),
+        ("ui", lambda: _add_ui(command(commands, "ui", _UI_HELP, _cmd_ui, [registry]))),
+    ):
+        commands.add_lazy(name, build)
+    return parser
+
+
+#: How a command is added: ``command(group, name, help, func, parents)`` (in :func:`build_parser`).
+_Command = Callable[[Any, str, str, Callable[[argparse.Namespace], int], list[Any]], argparse.ArgumentParser]
+
+_DEMO_HELP = "train a small CNN on synthetic data and show what was saved"
+_UI_HELP = "serve the web UI for browsing records (the ui extra)"
+
+
+def _add_runs(commands: Any, command: _Command, both: list[Any]) -> None:
     runs = commands.add_parser("runs", help="list runs, their save costs and logs", description="Runs.", parents=both)
     run_cmds = runs.add_subparsers(dest="runs_command", required=True, metavar="SUBCOMMAND", help="what to do")
     runs_ls = command(
@@ -373,6 +429,8 @@ def build_parser() -> argparse.ArgumentParser:
         "--output-uri", metavar="URI", help="where the run's logs are (default: its checkpoints' output_uri)"
     )
 
+
+def _add_fsck_repair(commands: Any, command: _Command, both: list[Any]) -> None:
     fsck = command(
         commands, "fsck", "check records against output_uri: lies, orphans, unfinished saves", _cmd_fsck, both
     )
@@ -382,8 +440,6 @@ def build_parser() -> argparse.ArgumentParser:
         sub.add_argument("--deep", action="store_true", help="hash every live object, not only where sizes agree")
     repair.add_argument("--dry-run", action="store_true", help="print what would be done; change nothing")
     repair.add_argument("--delete-orphans", action="store_true", help="also delete slot objects no record claims")
-    from tracker_saver.fsck import STALE_AFTER_S  # light: no torch, no storage backend
-
     repair.add_argument(
         "--stale-after",
         type=float,
@@ -392,9 +448,8 @@ def build_parser() -> argparse.ArgumentParser:
         help=f"remove temp files and multipart uploads older than this (default: {STALE_AFTER_S:.0f})",
     )
 
-    demo = command(
-        commands, "demo", "train a small CNN on synthetic data and show what was saved", _cmd_demo, [registry]
-    )
+
+def _add_demo(demo: argparse.ArgumentParser) -> None:
     demo.add_argument(
         "--output-dir",
         default="demo-output",
@@ -402,12 +457,8 @@ def build_parser() -> argparse.ArgumentParser:
     )
     demo.add_argument("--epochs", type=int, default=6, help="epochs to train (default: 6)")
 
-    add_streams_commands(commands, command, both)
-    add_history_commands(commands, command, both)
-    from tracker_saver.cli.sync import SYNC_HELP, add_sync_arguments, cmd_sync  # light: clearml loads when it runs
 
-    add_sync_arguments(command(commands, "sync", SYNC_HELP, cmd_sync, [as_json]))
-    ui = command(commands, "ui", "serve the web UI for browsing records (the ui extra)", _cmd_ui, [registry])
+def _add_ui(ui: argparse.ArgumentParser) -> None:
     ui.add_argument("--host", default="127.0.0.1", help="address to listen on (default: 127.0.0.1, this machine only)")
     ui.add_argument("--port", type=_port, default=8765, help="port to listen on (default: 8765)")
     ui.add_argument(
@@ -417,7 +468,6 @@ def build_parser() -> argparse.ArgumentParser:
         help="also answer requests for this host name, e.g. a reverse proxy's (repeatable; the names --host "
         "binds are always answered, any other gets 400)",
     )
-    return parser
 
 
 # -- main --------------------------------------------------------------------------------------

@@ -13,10 +13,12 @@ from __future__ import annotations
 
 import argparse
 import difflib
+import functools
 import itertools
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any
 
+from tracker_saver.cli.argparse_walk import LazySubcommands
 from tracker_saver.cli.shared import (
     URI_HELP,
     add_filters,
@@ -218,14 +220,37 @@ def _cmd_models_history(args: argparse.Namespace) -> int:
 
 
 def add_models_commands(commands: Any, command: AddCommand, both: list[Any]) -> None:
-    """Add ``models`` and its subcommands to the CLI's subparsers ``commands``."""
+    """Add ``models`` and its subcommands to the CLI's subparsers ``commands``; each subcommand's parser
+    is built when the command line names it (:class:`~tracker_saver.cli.argparse_walk.LazySubcommands`)."""
     models = commands.add_parser(
         "models", help="list, show, download and manage model records", description="Model records.", parents=both
     )
     model_cmds = models.add_subparsers(
-        dest="models_command", required=True, metavar="SUBCOMMAND", help="what to do with records"
+        action=LazySubcommands,
+        dest="models_command",
+        required=True,
+        metavar="SUBCOMMAND",
+        help="what to do with records",
     )
+    # In the order `models --help` lists them; one function adds the subcommands named with it.
+    for names, add in (
+        (("list",), _add_list),
+        (("show", "get"), _add_show_get),
+        (("rename",), _add_rename),
+        (("tag", "untag"), _add_tag_untag),
+        (("alias", "unalias"), _add_alias_unalias),
+        (("pin", "unpin"), _add_pin_unpin),
+        (("history",), _add_history),
+    ):
+        for name in names:
+            model_cmds.add_lazy(name, functools.partial(add, model_cmds, command, both))
 
+
+#: A record reference, as the subcommands that take one say it.
+_REF_HELP = "a record id, PROJECT/RUN/STREAM[@ALIAS] (e.g. mnist/r1/best_model@best) or PROJECT@ALIAS"
+
+
+def _add_list(model_cmds: Any, command: AddCommand, both: list[Any]) -> None:
     ls = command(model_cmds, "list", "list records, filtered and sorted by metadata", _cmd_models_list, both)
     add_filters(ls)
     ls.add_argument("--filename", help="only records with this Ignite filename (e.g. best_model_6_val_acc=0.9500.pt)")
@@ -252,11 +277,12 @@ def add_models_commands(commands: Any, command: AddCommand, both: list[Any]) -> 
         "--offset", type=count, default=0, metavar="N", help="skip the first N records (with --limit: a page)"
     )
 
-    ref_help = "a record id, PROJECT/RUN/STREAM[@ALIAS] (e.g. mnist/r1/best_model@best) or PROJECT@ALIAS"
+
+def _add_show_get(model_cmds: Any, command: AddCommand, both: list[Any]) -> None:
     show = command(model_cmds, "show", "show one record: fields, aliases, lineage, metadata", _cmd_models_show, both)
     get = command(model_cmds, "get", "download a record's checkpoint, verifying its sha256", _cmd_models_get, both)
     for sub in (show, get):
-        sub.add_argument("ref", metavar="REF", help=ref_help)
+        sub.add_argument("ref", metavar="REF", help=_REF_HELP)
         sub.add_argument("--output-uri", metavar="URI", help=f"the record REF names at this output_uri {URI_HELP}")
     get.add_argument(
         "dest",
@@ -265,16 +291,22 @@ def add_models_commands(commands: Any, command: AddCommand, both: list[Any]) -> 
         "with the checkpoint's extension (the one we ship -> the_one_we_ship.pt)",
     )
 
+
+def _add_rename(model_cmds: Any, command: AddCommand, both: list[Any]) -> None:
     rename = command(model_cmds, "rename", "give a record a name that later saves keep", _cmd_models_edit, both)
-    rename.add_argument("ref", metavar="REF", help=ref_help)
+    rename.add_argument("ref", metavar="REF", help=_REF_HELP)
     rename.add_argument("name", metavar="NAME", help="the new display name")
 
+
+def _add_tag_untag(model_cmds: Any, command: AddCommand, both: list[Any]) -> None:
     tag = command(model_cmds, "tag", "add tags to a record", _cmd_models_edit, both)
     untag = command(model_cmds, "untag", "remove tags from a record", _cmd_models_edit, both)
     for sub in (tag, untag):
-        sub.add_argument("ref", metavar="REF", help=ref_help)
+        sub.add_argument("ref", metavar="REF", help=_REF_HELP)
         sub.add_argument("tags", nargs="+", metavar="TAG", help="tags")
 
+
+def _add_alias_unalias(model_cmds: Any, command: AddCommand, both: list[Any]) -> None:
     alias = command(
         model_cmds,
         "alias",
@@ -282,7 +314,7 @@ def add_models_commands(commands: Any, command: AddCommand, both: list[Any]) -> 
         _cmd_models_alias,
         both,
     )
-    alias.add_argument("ref", metavar="REF", help=ref_help)
+    alias.add_argument("ref", metavar="REF", help=_REF_HELP)
     alias.add_argument("alias_name", metavar="NAME", help="the alias: letters, digits, '_.-'; not latest or best")
     alias.add_argument(
         "--if-better",
@@ -295,12 +327,16 @@ def add_models_commands(commands: Any, command: AddCommand, both: list[Any]) -> 
     unalias.add_argument("project_name", metavar="PROJECT", help="the project")
     unalias.add_argument("alias_name", metavar="NAME", help="the alias")
 
+
+def _add_pin_unpin(model_cmds: Any, command: AddCommand, both: list[Any]) -> None:
     pin = command(model_cmds, "pin", "copy a record to a stable key that eviction never touches", _cmd_models_pin, both)
-    pin.add_argument("ref", metavar="REF", help=ref_help)
+    pin.add_argument("ref", metavar="REF", help=_REF_HELP)
     unpin = command(model_cmds, "unpin", "delete a pinned record and its object", _cmd_models_unpin, both)
     unpin.add_argument("ref", metavar="REF", help="a pinned record's id or reference")
 
+
+def _add_history(model_cmds: Any, command: AddCommand, both: list[Any]) -> None:
     history = command(
         model_cmds, "history", "every record that used a record's slot, oldest first", _cmd_models_history, both
     )
-    history.add_argument("ref", metavar="REF", help=ref_help)
+    history.add_argument("ref", metavar="REF", help=_REF_HELP)

@@ -22,10 +22,15 @@ import uuid
 import weakref
 from dataclasses import dataclass
 
-__all__ = ["LEASE_S", "Holder", "is_alive", "new_holder", "release_local"]
+__all__ = ["LEASE_S", "STALE_AFTER_S", "Holder", "is_alive", "new_holder", "release_local"]
 
 #: Seconds a holder on another host keeps a claim without a heartbeat (each save renews it).
 LEASE_S = 600.0
+
+#: ``repair`` leaves a temp file or multipart upload younger than this alone (unless its slot is
+#: settled under the stream's claim, as at start-up): an hour is six claim leases, so no live
+#: writer on any host still owns it. Here, not in fsck, so the CLI reads it without importing fsck.
+STALE_AFTER_S = 6 * LEASE_S
 
 _local: dict[str, weakref.ref[object]] = {}
 _local_lock = threading.Lock()

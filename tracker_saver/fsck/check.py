@@ -9,7 +9,7 @@ that cannot be opened or read (an endpoint down, refused credentials) makes each
 streams an ``unreachable`` finding, and the check goes on with the other output_uris.
 
 ``repair`` fixes what it can without losing a valid checkpoint, through the start-up recovery
-code (:func:`tracker_saver.save.recovery.recover_slot`), holding each stream's claim. A stream
+code (:func:`tracker_saver.save.recovery.settle_stream`), holding each stream's claim. A stream
 that a live process writes is reported and left alone.
 
 Examples:
@@ -36,8 +36,8 @@ from tracker_saver.core.wording import plural
 from tracker_saver.fsck.report import (
     PLANNED,
     STALE_AFTER_S,
+    CheckedStream,
     Finding,
-    Place,
     Report,
     damaged_finding,
     foreign_finding,
@@ -57,7 +57,7 @@ from tracker_saver.save.recovery import owner_of, plan_slot
 from tracker_saver.storage import Storage, open_storage
 from tracker_saver.storage.base import ObjectStat, listed
 
-__all__ = ["check", "check_places", "check_registry_file"]
+__all__ = ["check", "check_registry_file", "check_streams"]
 
 
 def _check_stream(
@@ -237,9 +237,9 @@ def _shared_pins(records: list[Record]) -> list[Finding]:
     return out
 
 
-def check_places(
+def check_streams(
     registry: Registry, query: Query, deep: bool, options: Mapping[str, Any], stale_after_s: float = STALE_AFTER_S
-) -> tuple[Report, dict[str, Place]]:
+) -> tuple[Report, dict[str, CheckedStream]]:
     """:func:`check`'s report, and where each finding's stream was found (what ``repair`` acts on).
 
     A SQLite registry's own check (:func:`~tracker_saver.registry.sqlite_check.damage`) reads
@@ -264,10 +264,10 @@ def check_places(
 
 def _check_records(
     registry: Registry, query: Query, deep: bool, options: Mapping[str, Any], stale_after_s: float
-) -> tuple[Report, dict[str, Place]]:
-    """What :func:`check_places` finds in the records and at their output_uris."""
+) -> tuple[Report, dict[str, CheckedStream]]:
+    """What :func:`check_streams` finds in the records and at their output_uris."""
     grouped: dict[tuple[str, str, str], dict[StreamId, list[Record]]] = defaultdict(lambda: defaultdict(list))
-    report, places, now, placed = Report(), dict[str, Place](), time.time(), []
+    report, checked, now, placed = Report(), dict[str, CheckedStream](), time.time(), []
     for record in registry.query(query):
         if (problem := misplaced(record)) is not None:
             report.findings.append(misplaced_finding(record, problem))
@@ -296,7 +296,7 @@ def _check_records(
             why = storage
         else:
             try:
-                found, found_places = _check_run(
+                found, found_streams = _check_run(
                     registry, storage, project, run, streams, query, deep, now, stale_after_s
                 )
             except StorageError as exc:  # an endpoint down, refused credentials: the other runs still get checked
@@ -308,11 +308,11 @@ def _check_records(
             else:
                 report.streams += found.streams
                 report.findings += found.findings
-                places.update(found_places)
+                checked.update(found_streams)
                 continue
         for sid in sorted(streams, key=lambda s: s.label):
             report.findings.append(unreachable_finding(sid.label, uri, why))
-    return report, places
+    return report, checked
 
 
 def _open(registry: Registry, uri: str, options: Mapping[str, Any]) -> Storage | str:
@@ -334,9 +334,9 @@ def _check_run(
     deep: bool,
     now: float,
     stale_after_s: float,
-) -> tuple[Report, dict[str, Place]]:
+) -> tuple[Report, dict[str, CheckedStream]]:
     """One run's folder at one output_uri: its streams, and what no stream claims."""
-    report, places = Report(), {}
+    report, checked = Report(), {}
     prefix = run_prefix(project, run)
     listing = {o.key: o for o in storage.list(prefix)}
     # Only the run's own folder: a project "a/b" lives under project "a"'s folder.
@@ -345,7 +345,7 @@ def _check_run(
     staged = [s for s in storage.staged(prefix) if in_folder(s.key, prefix)]
     paths = {r.key for rs in streams.values() for r in rs if r.key} | set(
         objects
-    )  # check_places left out misplaced ones
+    )  # check_streams left out misplaced ones
     folders: dict[str, str | None] = {}
     special = {key: why for key in sorted(paths) if (why := not_regular(storage, key, folders)) is not None}
     known: set[str] = set()
@@ -363,7 +363,7 @@ def _check_run(
         report.findings += [misplaced_finding(r, misplaced(r, storage) or "") for r in wrong]
         records = [r for r in records if r not in wrong]
         holder = registry.holder(sid)
-        places[sid.label] = Place(storage, sid)
+        checked[sid.label] = CheckedStream(storage, sid)
         if holder is not None:
             detail = f"written by {holder.describe()} now: its unfinished saves are not checked"
             report.findings.append(Finding("busy", sid.label, detail, "none: run repair when it has stopped"))
@@ -376,7 +376,7 @@ def _check_run(
                 report.findings.append(staged_finding(sid.label, item, now, stale_after_s))
     if query.stream is None:  # slot objects and staged writes of no stream the registry knows
         where = f"{storage.uri}/{prefix}"
-        places[where] = Place(storage, None)
+        checked[where] = CheckedStream(storage, None)
         for key in sorted(set(objects) - known):
             if key in special:
                 report.findings.append(not_regular_finding(where, key, special[key], ()))
@@ -393,7 +393,7 @@ def _check_run(
         for item in staged:
             if owner_of(item.key, streams) is None:
                 report.findings.append(staged_finding(where, item, now, stale_after_s))
-    return report, places
+    return report, checked
 
 
 def check(
@@ -415,7 +415,7 @@ def check(
     """
     check_filters(project=project, run=run, stream=stream)
     query = Query(project=project, run=run, stream=stream, details=False)
-    return check_places(registry, query, deep, storage_options or {})[0]
+    return check_streams(registry, query, deep, storage_options or {})[0]
 
 
 def check_registry_file(path: str, *, deep: bool = False) -> Report:

@@ -12,16 +12,16 @@ from tracker_saver.core.claims import new_holder, release_local
 from tracker_saver.core.errors import StreamBusyError
 from tracker_saver.core.records import LOADABLE, RecordState, StreamId
 from tracker_saver.core.text import check_filters
-from tracker_saver.fsck.check import check_places
+from tracker_saver.fsck.check import check_streams
 from tracker_saver.fsck.report import (
     REPORTED_ONLY,
     STALE_AFTER_S,
+    CheckedStream,
     Finding,
-    Place,
     Report,
 )
 from tracker_saver.registry.base import Query, Registry, busy, stream_query
-from tracker_saver.save.recovery import plan_slot, recover_slot
+from tracker_saver.save.recovery import plan_slot, settle_stream
 from tracker_saver.storage import Storage
 from tracker_saver.storage.base import Staged
 
@@ -62,7 +62,7 @@ def repair(
     """
     check_filters(project=project, run=run, stream=stream)
     query = Query(project=project, run=run, stream=stream, details=False)
-    before, places = check_places(registry, query, deep, storage_options or {}, stale_after_s)
+    before, checked = check_streams(registry, query, deep, storage_options or {}, stale_after_s)
     actions: list[str] = []
 
     def act(text: str, do: Callable[[], object] | None = None) -> None:
@@ -80,41 +80,41 @@ def repair(
         else:
             todo[finding.stream].append(finding)
     for label, findings in todo.items():
-        place = places[label]
-        holder = new_holder(place)  # alive while this repair runs
+        where = checked[label]
+        holder = new_holder(where)  # alive while this repair runs
         try:
-            if place.stream is not None and not dry_run:
-                registry.claim(place.stream, holder)
-            elif place.stream is not None and (writer := registry.holder(place.stream)) is not None:
-                raise busy(place.stream, writer)  # what the claim would say
+            if where.stream is not None and not dry_run:
+                registry.claim(where.stream, holder)
+            elif where.stream is not None and (writer := registry.holder(where.stream)) is not None:
+                raise busy(where.stream, writer)  # what the claim would say
         except StreamBusyError as exc:
             act(f"skip {label}: {exc}")
             continue
         try:
-            _repair_place(registry, place, findings, delete_orphans, stale_after_s, act, dry_run)
+            _repair_stream(registry, where, findings, delete_orphans, stale_after_s, act, dry_run)
         finally:
-            if place.stream is not None and not dry_run:
-                registry.release(place.stream, holder)
+            if where.stream is not None and not dry_run:
+                registry.release(where.stream, holder)
             release_local(holder)
     if dry_run:
         before.actions = actions
         return before
-    after = check_places(registry, query, deep, storage_options or {}, stale_after_s)[0]
+    after = check_streams(registry, query, deep, storage_options or {}, stale_after_s)[0]
     after.actions = actions
     return after
 
 
-def _repair_place(
+def _repair_stream(
     registry: Registry,
-    place: Place,
+    where: CheckedStream,
     findings: list[Finding],
     delete_orphans: bool,
     stale_after_s: float,
     act: Callable[..., None],
     dry_run: bool,
 ) -> None:
-    storage, sid = place.storage, place.stream
-    settled = {f.key for f in findings if f.kind in ("lie", "pending", "revivable")}  # recover_slot's keys
+    storage, sid = where.storage, where.stream
+    settled = {f.key for f in findings if f.kind in ("lie", "pending", "revivable")}  # settle_stream's keys
     if sid is not None:
         for f in findings:
             if f.kind == "lie" and f.record_id is not None:
@@ -128,7 +128,7 @@ def _repair_place(
             if dry_run:
                 _plan_slot(registry, storage, sid, slot, demoted, act)
             else:
-                for action in recover_slot(storage, registry, sid, slot, restored=RecordState.REVIVED):
+                for action in settle_stream(storage, registry, sid, slot=slot, restored=RecordState.REVIVED).actions:
                     act(f"{action} in {sid.label}")
     now = time.time()
     for f in findings:
@@ -137,7 +137,7 @@ def _repair_place(
                 act(f"delete orphan {storage.url(f.key)} ({f.detail})", lambda key=f.key: storage.delete(key))
             else:
                 act(f"keep orphan {storage.url(f.key)}: pass --delete-orphans to delete it")
-        elif f.kind == "staged" and f.key in settled and f.key is not None:  # recover_slot removes it, claim held
+        elif f.kind == "staged" and f.key in settled and f.key is not None:  # settle_stream removes it, claim held
             act(f"remove {f.detail} to {storage.url(f.key)} with the settling of its slot")
         elif f.kind == "staged" and f.key and f.ref and f.started is not None and now - f.started >= stale_after_s:
             item = Staged(f.key, f.ref, f.started)
@@ -151,7 +151,7 @@ _WOULD = {"promoted": "promote", "restored": "revive", "failed": "fail"}
 def _plan_slot(
     registry: Registry, storage: Storage, sid: StreamId, slot: int, demoted: set[str | None], act: Callable[..., None]
 ) -> None:
-    """A dry run of :func:`recover_slot` on one slot, as it runs after the demotions of the slot's lies."""
+    """A dry run of :func:`settle_stream` on one slot, as it runs after the demotions of the slot's lies."""
     records = registry.query(stream_query(sid, slot=slot))
     records = [replace(r, state=RecordState.EVICTED) if r.id in demoted else r for r in records]
     plan = plan_slot(storage, records)

@@ -6,6 +6,7 @@ import shlex
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
+from tracker_saver.core.claims import STALE_AFTER_S
 from tracker_saver.core.errors import StreamOwnedError
 from tracker_saver.core.masking import strip_userinfo
 from tracker_saver.core.records import Record, StreamId
@@ -20,7 +21,7 @@ __all__ = [
     "REPORTED_ONLY",
     "STALE_AFTER_S",
     "Finding",
-    "Place",
+    "CheckedStream",
     "Report",
     "damaged_finding",
     "foreign_finding",
@@ -30,12 +31,6 @@ __all__ = [
     "staged_finding",
     "unreachable_finding",
 ]
-
-
-#: ``repair`` leaves a temp file or multipart upload younger than this alone (unless its slot is
-#: settled under the stream's claim, as at start-up): an hour is six claim leases, so no live
-#: writer on any host still owns it.
-STALE_AFTER_S = 3600.0
 
 
 #: Finding kinds that ``repair`` reports and never acts on: what they name is someone else's, or
@@ -96,8 +91,11 @@ class Report:
 
 
 @dataclass
-class Place:
-    """Where findings were made: a storage, and the stream (``None``: no known stream)."""
+class CheckedStream:
+    """A stream fsck checked, the unit ``repair`` settles under one claim: its storage and its id.
+
+    ``stream`` is ``None`` for objects at a storage that no known stream claims (orphans).
+    """
 
     storage: Storage
     stream: StreamId | None

@@ -3,9 +3,10 @@
 Save: claim the stream → slot allocator → pre-upload callbacks → record ``pending`` →
 serialize and hash into the staged write → at the commit point, the digest is noted and the
 slot's previous record leaves live, in one registry transaction → commit → post-upload
-callbacks → record ``live``. A failure before the commit point puts nothing in the slot and
-leaves the previous record live; one after it is settled by what the slot holds
-(``recovery``). Remove: Ignite's ``remove`` only marks the slot as the next to replace.
+callbacks → record ``live`` → the after-save step (``keep_every``'s archive keep). A failure
+before the commit point puts nothing in the slot and leaves the previous record live; one after
+it is settled by what the slot holds (``recovery``). Remove: Ignite's ``remove`` only marks the
+slot as the next to replace.
 """
 
 from __future__ import annotations
@@ -17,6 +18,7 @@ import logging
 import threading
 import time
 from collections.abc import Iterator, Mapping
+from dataclasses import replace
 from typing import Any
 
 import torch
@@ -33,8 +35,9 @@ from tracker_saver.core.errors import (
     TrackerSaverError,
 )
 from tracker_saver.core.naming import key_ext, run_prefix, slot_key
-from tracker_saver.core.records import LOADABLE, Record, RecordState, StreamId, UploadInfo
+from tracker_saver.core.records import LOADABLE, MetaValue, Record, RecordState, StreamId, UploadInfo
 from tracker_saver.core.timings import SaveClock
+from tracker_saver.lifecycle.after_save import AfterSave
 from tracker_saver.lifecycle.aliases import keep_aliased
 from tracker_saver.registry.base import Query, Registry, stream_query
 from tracker_saver.save.callbacks import CallbackChain
@@ -43,7 +46,7 @@ from tracker_saver.save.interrupts import interrupt_behind
 from tracker_saver.save.local_view import LocalView
 from tracker_saver.save.memory import StableMemory
 from tracker_saver.save.ownership import Owner, claim_stream, ensure_owner, owned, release_owner
-from tracker_saver.save.recovery import Action, leftovers, owner_of, recover_slot, recover_stream
+from tracker_saver.save.recovery import Action, owner_of, settle_stream
 from tracker_saver.save.slots import Choice, SlotAllocator
 from tracker_saver.storage.base import StagedWrite, Storage
 
@@ -121,6 +124,7 @@ class Pipeline:
         holder: this saver's claim on the streams it writes.
         save_kwargs: keywords for ``torch.save`` (``pickle_protocol``, …), as ``DiskSaver(**kwargs)``.
         view: the saver's ``dirname``, which follows each save once its record is live.
+        after_save: the last step of each save that did not fail: ``keep_every``'s archive keep.
     """
 
     def __init__(
@@ -132,6 +136,7 @@ class Pipeline:
         *,
         save_kwargs: Mapping[str, Any] | None = None,
         view: LocalView | None = None,
+        after_save: AfterSave | None = None,
     ) -> None:
         self.storage = storage
         self.registry = registry
@@ -139,6 +144,7 @@ class Pipeline:
         self.holder = holder
         self.save_kwargs = dict(save_kwargs or {})
         self.view = view
+        self.after_save = after_save
         self.slots = SlotAllocator()
         self._claimed: dict[StreamId, float] = {}  # stream -> when the claim was last renewed
         self._owned: set[StreamId] = set()  # streams whose owner object names this registry
@@ -147,34 +153,60 @@ class Pipeline:
         self._lock = threading.RLock()
 
     def open(self, stream: StreamId) -> None:
-        """Claim ``stream`` (renewed every quarter lease) and, on first use, settle and load it.
+        """Be ``stream``'s one writer and, on its first use, settle and load it.
+
+        Its steps: renew the writer's claim → decide whose stream it is → settle what an earlier
+        writer left → load the slots.
 
         Raises:
             StreamBusyError: another live saver writes the stream.
+            StreamOwnedError: another registry owns the stream.
         """
         with self._lock:
-            now = time.monotonic()
-            if now - self._claimed.get(stream, -LEASE_S) >= LEASE_S / 4:
-                self.registry.claim(stream, self.holder)
-                self._claimed[stream] = now
-            # Whose objects these are, before any byte of the stream is written or deleted. A stream
-            # this registry has no record of is claimed by its first save (`save`), after its checks.
-            if stream not in self._owned and owned(self.storage, self.registry, stream):
-                self._owned.add(stream)
-            elif stream not in self._owned and self.registry.query(stream_query(stream, limit=1)):
-                ensure_owner(self.storage, self.registry, stream)  # written before owners were recorded
-                self._owned.add(stream)
+            self._renew_claim(stream)
+            self._own(stream)
             if not self.slots.loaded(stream):
-                if stream in self._owned:
-                    # We hold the claim: every pending record of the stream is a dead writer's (or ours,
-                    # from a save that failed), and every unfinished write to its slots is one that an
-                    # outage or a kill left (a retried CreateMultipartUpload the server ran late, say).
-                    for action in recover_stream(self.storage, self.registry, stream):
-                        log.warning("%s: %s", stream.label, action)
-                    for item in leftovers(self.storage, stream):
-                        self.storage.abort_staged(item)
-                        log.warning("%s: removed unfinished write %s", stream.label, item.ref)
+                self._settle(stream)
                 self.slots.load(stream, self.registry.query(stream_query(stream, states=LOADABLE)))
+
+    def _renew_claim(self, stream: StreamId) -> None:
+        """Claim ``stream`` for this writer, renewed every quarter lease (a killed holder's lease runs out)."""
+        now = time.monotonic()
+        if now - self._claimed.get(stream, -LEASE_S) >= LEASE_S / 4:
+            self.registry.claim(stream, self.holder)
+            self._claimed[stream] = now
+
+    def _own(self, stream: StreamId, *, first_save: bool = False) -> Owner | None:
+        """Decide whose ``stream`` is, before any byte of it is written or deleted: the one place that does.
+
+        Ours when its owner object names this registry, or when this registry has records of it
+        from before owners were recorded (claimed now). A stream new to this registry is claimed
+        by its first save, once that save is checked (``first_save``); the owner object that call
+        wrote is returned, for :meth:`_unclaim` if the save is refused.
+
+        Raises:
+            StreamOwnedError: another registry owns the stream.
+        """
+        if stream in self._owned:
+            return None
+        if owned(self.storage, self.registry, stream):
+            self._owned.add(stream)
+            return None
+        if not first_save and not self.registry.query(stream_query(stream, limit=1)):
+            return None  # new to this registry: its first save claims it
+        claim = claim_stream(self.storage, self.registry, stream)
+        self._owned.add(stream)
+        return claim
+
+    def _settle(self, stream: StreamId) -> None:
+        """Settle what a dead writer, or a save of ours that failed, left in a stream we own."""
+        if stream not in self._owned:
+            return  # nobody owns it: nothing of ours to settle, and nothing to delete
+        # We hold the claim: every pending record of the stream is a dead writer's (or ours, from a
+        # save that failed), and every unfinished write to its slots is one that an outage or a kill
+        # left (a retried CreateMultipartUpload the server ran late, say).
+        for line in settle_stream(self.storage, self.registry, stream).lines():
+            log.warning("%s: %s", stream.label, line)
 
     def recover(self, project: str, run: str) -> list[Action]:
         """Start-up recovery: settle what killed writers left in this run at this output_uri.
@@ -198,9 +230,9 @@ class Pipeline:
                 continue
             try:
                 ensure_owner(self.storage, self.registry, stream)
-                actions += recover_stream(self.storage, self.registry, stream)
-                for item in leftovers(self.storage, stream):  # we hold the claim: no one else writes it
-                    self.storage.abort_staged(item)
+                settled = settle_stream(self.storage, self.registry, stream)  # we hold the claim
+                actions += settled.actions
+                for item in settled.removed:
                     log.warning("start-up recovery in %s: removed unfinished write %s", stream.label, item.ref)
             except StreamOwnedError as exc:  # its owner settles it; this saver refuses to save there
                 log.warning("start-up recovery left %s alone: %s", stream.label, exc)
@@ -219,36 +251,43 @@ class Pipeline:
                 self.registry.release(stream, self.holder)
                 del self._claimed[stream]
 
-    def save(self, checkpoint: Mapping[str, Any], info: UploadInfo, clock: SaveClock | None = None) -> Record | None:
+    def save(
+        self,
+        checkpoint: Mapping[str, Any],
+        info: UploadInfo,
+        clock: SaveClock | None = None,
+        *,
+        at: float | None = None,
+    ) -> Record | None:
         """Write ``checkpoint`` into the slot chosen for ``info``; return its live record.
 
-        DESIGN's steps: choose the slot → pre-upload callbacks → record ``pending`` → serialize,
-        hash and stage the bytes → at the commit point, note the digest and take the slot's
-        previous record out of live → commit → post-upload callbacks → record ``live``, with
-        what the save cost (``clock``'s :data:`~tracker_saver.core.records.TIMING_KEYS`; a clock
-        started here when none is given) in the metadata of that one commit.
+        DESIGN's steps: open the stream → choose the slot → pre-upload callbacks → claim a stream
+        new to this registry → record ``pending`` → serialize, hash and stage the bytes → at the
+        commit point, note the digest and take the slot's previous record out of live → commit →
+        post-upload callbacks → record ``live``, with what the save cost (``clock``'s
+        :data:`~tracker_saver.core.records.TIMING_KEYS`; a clock started here when none is given)
+        in the metadata of that one commit → the after-save step (``keep_every``'s archive keep,
+        due or not by ``at``, where training was when Ignite called).
         A failure before the commit point leaves the previous record live and raises.
         """
         clock = clock or SaveClock.start()
         clock.lap("begin")
         stream = info.stream_id
         self.open(stream)
-        self.slots.adopt(stream, [f for f in kept_filenames(checkpoint) if f != info.filename])
-        choice = self.slots.choose(stream, info.filename)
-        info.slot = choice.slot
-        info.key = slot_key(info.project, info.run, info.stream, choice.slot, key_ext(info.filename))
+        choice = self._choose_slot(stream, checkpoint, info.filename)
+        key = slot_key(info.project, info.run, info.stream, choice.slot, key_ext(info.filename))
         claim: Owner | None = None
         try:
-            final = self.callbacks.run_pre(info)  # every value checked (ConfigError) before anything is claimed
+            # every value checked (ConfigError) before anything is claimed
+            final = self.callbacks.run_pre(replace(info, slot=choice.slot, key=key))
             if final is None:
                 self.slots.abandon(stream, choice)
                 log.debug("upload of %s skipped by a pre-upload callback", info.filename)
+                self._after_save(None, at)
                 return None
-            if stream not in self._owned:  # a stream new to this registry: claimed once the save is checked
-                claim = claim_stream(self.storage, self.registry, stream)
-                self._owned.add(stream)
+            claim = self._own(stream, first_save=True)
             clock.lap("open")
-            record = self.registry.create_pending(final, uri=self.storage.url(info.key))
+            record = self.registry.create_pending(final, uri=self.storage.url(key))
             clock.lap("pending")
         except BaseException:
             self.slots.abandon(stream, choice)
@@ -262,7 +301,7 @@ class Pipeline:
         superseded = False
         writing_since = time.perf_counter()
         try:
-            staged = self.storage.stage(info.key, stable=stable)
+            staged = self.storage.stage(key, stable=stable)
             self._serialize(checkpoint, staged, writer, clock)  # step 5: the bytes are staged
             replaces = choice.replaces.id if choice.replaces is not None else None
             digest = writer.sha256  # waits for the hash that ran alongside the writes
@@ -273,24 +312,25 @@ class Pipeline:
             superseded = True
             clock.lap("supersede")
             staged.commit()  # step 7: the commit point
-            fingerprint = self._committed(info.key, writer.size)
+            fingerprint = self._committed(key, writer.size)
             clock.lap("commit")
         except BaseException as exc:
             reached = staged.abort() if staged is not None else False
             self._undo(stream, choice, record, exc, superseded=superseded, reached=reached)
             raise
         write_s = time.perf_counter() - writing_since
-        final.metadata.update(sha256=writer.sha256, size=writer.size, uri=record.uri)
+        written: dict[str, MetaValue] = {"sha256": writer.sha256, "size": writer.size, "uri": record.uri}
+        done = replace(final, metadata={**final.metadata, **written})
         post_error: CallbackError | None = None
         try:
             try:
-                self.callbacks.run_post(final)  # step 8
+                self.callbacks.run_post(done)  # step 8
             except CallbackError as exc:
                 post_error = exc  # the bytes are committed: the record still becomes live
             # Last, so no callback can forge them; durable ends here, before the commit's round-trip.
-            final.metadata.update(clock.metadata(size=writer.size, write_s=write_s))
+            metadata = {**done.metadata, **clock.metadata(size=writer.size, write_s=write_s)}
             live = self.registry.make_live(  # step 9
-                record.id, sha256=writer.sha256, size=writer.size, metadata=final.metadata, fingerprint=fingerprint
+                record.id, sha256=writer.sha256, size=writer.size, metadata=metadata, fingerprint=fingerprint
             )
         except BaseException:
             # The bytes are in the slot, the record is pending with their digest: start-up
@@ -306,7 +346,22 @@ class Pipeline:
         log.debug("saved %s, seconds by step: %s", info.filename, clock.laps)
         if post_error is not None:
             raise post_error
+        self._after_save(live, at)
         return live
+
+    def _choose_slot(self, stream: StreamId, checkpoint: Mapping[str, Any], filename: str) -> Choice:
+        """The slot allocator's choice for ``filename``, told first which filenames Ignite keeps."""
+        self.slots.adopt(stream, [f for f in kept_filenames(checkpoint) if f != filename])
+        return self.slots.choose(stream, filename)
+
+    def _after_save(self, live: Record | None, at: float | None) -> None:
+        """The last step: ``keep_every`` keeps ``live`` outside the slots if it is due at ``at``.
+
+        Raises:
+            StorageError, IntegrityError: the archive copy failed; the save stays live.
+        """
+        if self.after_save is not None:
+            self.after_save.saved(self.storage, self.registry, live, at)
 
     def _unclaim(self, stream: StreamId, claim: Owner) -> None:
         """After a save refused before its first byte: the owner object it wrote goes, so the stream is as before."""
@@ -340,8 +395,9 @@ class Pipeline:
                 return
             # The commit may have reached the store: what the slot holds now decides.
             self.slots.forget(stream)
-            for action in recover_slot(self.storage, self.registry, stream, choice.slot, restored=RecordState.LIVE):
-                log.info("%s after a failed save: %s", stream.label, action)
+            settled = settle_stream(self.storage, self.registry, stream, slot=choice.slot, restored=RecordState.LIVE)
+            for line in settled.lines():
+                log.info("%s after a failed save: %s", stream.label, line)
         except TrackerSaverError:
             # The original error is raised; the next save's recovery (or start-up's) settles the records.
             self.slots.forget(stream)

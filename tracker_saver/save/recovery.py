@@ -24,7 +24,7 @@ from tracker_saver.core.records import LOADABLE, Record, RecordState, StreamId
 from tracker_saver.registry.base import Registry, stream_query
 from tracker_saver.storage.base import Staged, Storage
 
-__all__ = ["Action", "leftovers", "owner_of", "plan_slot", "recover_slot", "recover_stream"]
+__all__ = ["Action", "Settled", "leftovers", "owner_of", "plan_slot", "settle_stream"]
 
 
 @dataclass(frozen=True)
@@ -62,19 +62,51 @@ def leftovers(storage: Storage, stream: StreamId, slot: int | None = None) -> li
     return found
 
 
-def recover_stream(
-    storage: Storage, registry: Registry, stream: StreamId, *, restored: RecordState = RecordState.REVIVED
-) -> list[Action]:
-    """Recover every slot of ``stream`` that has a pending record; the caller holds the claim."""
-    pending = registry.query(stream_query(stream, states=(RecordState.PENDING,)))
+@dataclass(frozen=True)
+class Settled:
+    """What :func:`settle_stream` changed: records it settled, unfinished writes it removed."""
+
+    actions: list[Action]
+    removed: list[Staged]
+
+    def lines(self) -> list[str]:
+        """One line per change, for the log."""
+        return [str(a) for a in self.actions] + [f"removed unfinished write {item.ref}" for item in self.removed]
+
+
+def settle_stream(
+    storage: Storage,
+    registry: Registry,
+    stream: StreamId,
+    *,
+    slot: int | None = None,
+    restored: RecordState = RecordState.REVIVED,
+) -> Settled:
+    """Settle ``stream``'s unfinished saves (or one ``slot``'s), then remove its unfinished writes.
+
+    The one place where unfinished writes are aborted: the caller holds the stream's claim, so
+    every pending record is stale and nothing else writes the slots (a save's open, start-up
+    recovery, a failed save's clean-up, repair). Each slot with a pending record (or ``slot``)
+    is settled against the bytes it holds (:func:`plan_slot`); ``restored`` is the state an
+    evicted record whose bytes the slot still holds gets back (``live`` after a failed save in
+    this process, else ``revived``).
+    """
+    if slot is None:
+        pending = registry.query(stream_query(stream, states=(RecordState.PENDING,)))
+        slots = sorted({r.slot for r in pending if r.slot is not None})
+    else:
+        slots = [slot]
     actions: list[Action] = []
-    for slot in sorted({r.slot for r in pending if r.slot is not None}):
-        actions += recover_slot(storage, registry, stream, slot, restored=restored)
-    return actions
+    for each in slots:
+        actions += _settle_slot(storage, registry, stream, each, restored)
+    removed = leftovers(storage, stream, slot)
+    for item in removed:
+        storage.abort_staged(item)
+    return Settled(actions, removed)
 
 
-def recover_slot(
-    storage: Storage, registry: Registry, stream: StreamId, slot: int, *, restored: RecordState = RecordState.REVIVED
+def _settle_slot(
+    storage: Storage, registry: Registry, stream: StreamId, slot: int, restored: RecordState
 ) -> list[Action]:
     """Settle one slot's pending and evicted records against the bytes the slot holds."""
     records = registry.query(stream_query(stream, slot=slot))
@@ -93,15 +125,13 @@ def recover_slot(
             registry.restore(record.id, restored)
         else:
             registry.fail(record.id, "its bytes never reached the slot (settled by recovery)")
-    for item in leftovers(storage, stream, slot):  # we hold the claim: nothing else writes the slot
-        storage.abort_staged(item)
     return [Action(record.id, record.filename, slot, change) for record, change in plan]
 
 
 def plan_slot(storage: Storage, records: list[Record]) -> list[tuple[Record, str]]:
     """What recovery does to one slot's records (``promoted``, ``restored`` or ``failed``); changes nothing.
 
-    ``fsck`` reports this plan and ``repair`` runs it through :func:`recover_slot`. A record whose
+    ``fsck`` reports this plan and ``repair`` runs it through :func:`settle_stream`. A record whose
     key is not its stream's slot key (:func:`~tracker_saver.core.naming.key_problem`: someone else
     wrote it) is left out: its key is never read.
     """

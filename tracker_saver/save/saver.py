@@ -208,7 +208,13 @@ class TrackerSaver(DiskSaver):
             # A tracker may have patched torch.save (ClearML's Task.init does): skip our slot writes.
             registry.guard_writes(is_writing)
         self._pipeline = Pipeline(
-            self.storage, registry, self.callbacks, self._holder, save_kwargs=self.kwargs, view=self._view
+            self.storage,
+            registry,
+            self.callbacks,
+            self._holder,
+            save_kwargs=self.kwargs,
+            view=self._view,
+            after_save=self._after_save,  # keep_every's archive keep: the save's last step
         )
         self._pipeline.recover(self.project, self.run)
         # Once, after recovery settled the earlier process's records: a rerun script would replace them unannounced.
@@ -255,7 +261,8 @@ class TrackerSaver(DiskSaver):
         if self._removed is not None:  # the remove Ignite made just before this save failed
             error, self._removed = self._removed, None
             raise error
-        at = self._after_save.now()  # where training is, for keep_every
+        # Where training is, for keep_every: read at Ignite's call, as a background save runs after training moved on.
+        at = self._after_save.now()
         info = upload_info(
             filename, metadata, project=self.project, run=self.run, lineage=self._lineage, output_uri=self.storage.uri
         )
@@ -277,11 +284,10 @@ class TrackerSaver(DiskSaver):
 
     def _save(self, checkpoint: Mapping[str, Any], info: UploadInfo, clock: SaveClock, at: float | None) -> None:
         try:
-            live = self._pipeline_of_saving_rank().save(checkpoint, info, clock)
+            self._pipeline_of_saving_rank().save(checkpoint, info, clock, at=at)
         except TypeError as exc:
             # Ignite retries save_handler(checkpoint, filename) on TypeError: never let one out.
             raise SerializationError(f"saving {info.filename!r} failed: {exc!r}") from exc
-        self._after_save.saved(self.storage, self.registry, live, at)
 
     def remove(self, filename: str) -> None:
         """Ignite dropped ``filename``: the next save of its stream replaces its slot.
