@@ -26,8 +26,8 @@ def _another_tools_alias_survives_the_slots_next_save(target: Target) -> None:
     trainer.run([0], max_epochs=2)
     reg = shared_registry(target.registry, create=False)
     (live,) = find_models(project="p", live=True, registry=reg)
-    reg.set_alias(live.id, "production")  # no pin: the alias sits on the slot record
-    reg.set_alias(live.id, "staging")
+    reg.labels.set_alias(live.id, "production")  # no pin: the alias sits on the slot record
+    reg.labels.set_alias(live.id, "staging")
     assert get_model(live.id, registry=reg).state is RecordState.LIVE
     trainer.run([0], max_epochs=3)  # epoch 3's save reuses the only slot: the aliased record is evicted
     saver.close()

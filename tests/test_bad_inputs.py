@@ -1262,7 +1262,7 @@ def test_rename_to_nothing(row: Row, world: World) -> None:
     (record,) = saver.records(live=True)
     with raises(row):
         rename_model(record.id, "  ", registry=world.db)
-    assert saver.registry.get(record.id).name == "model_1.pt"
+    assert saver.registry.records.get(record.id).name == "model_1.pt"
 
 
 @case(
@@ -1718,7 +1718,7 @@ def test_tag_with_an_osc_8_link(row: Row, world: World) -> None:
     (record,) = saver.records(live=True)
     with raises(row):
         add_tags(record.id, ["ok\x1b]8;;http://evil.example/\x1b\\"], registry=world.db)
-    assert saver.registry.get(record.id).tags == ()
+    assert saver.registry.records.get(record.id).tags == ()
 
 
 @case(

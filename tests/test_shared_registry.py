@@ -46,9 +46,9 @@ def test_threads_racing_for_one_location_get_one_registry(tmp_path: Path) -> Non
 def test_a_registry_a_caller_holds_stays_open_past_the_lru(tmp_path: Path) -> None:
     held = shared_registry(str(tmp_path / "held.db"))
     others = [shared_registry(str(tmp_path / f"other{i}.db")) for i in range(MAX_OPEN + 2)]
-    assert held.query(Query()) == []  # the old LRU closed it here: "Cannot operate on a closed database"
+    assert held.records.query(Query()) == []  # the old LRU closed it here: "Cannot operate on a closed database"
     assert shared_registry(str(tmp_path / "held.db")) is held  # handed out again, not a second connection
-    assert all(r.query(Query()) == [] for r in others)
+    assert all(r.records.query(Query()) == [] for r in others)
 
 
 def test_a_registry_nobody_holds_is_let_go(tmp_path: Path) -> None:

@@ -60,16 +60,20 @@ def keep_alias(
     """
     check_alias(alias)
     reg = shared_registry(registry, create=False)
-    source = reg.get(str(record_id))
+    source = reg.records.get(str(record_id))
     if check is not None:
         _gate(reg, source, alias, check)
     if source.state not in LOADABLE or source.slot is None:
-        return reg.set_alias(source.id, alias) if check is None else move_alias(reg, source.id, alias, check=check)
+        return (
+            reg.labels.set_alias(source.id, alias) if check is None else move_alias(reg, source.id, alias, check=check)
+        )
     storage, _ = locate(source, storage_options=storage_options)
-    before = {r.id for r in reg.query(Query(project=source.project, run=source.run, states=(RecordState.PINNED,)))}
+    before = {
+        r.id for r in reg.records.query(Query(project=source.project, run=source.run, states=(RecordState.PINNED,)))
+    }
     target = keep_copy(storage, reg, source, extra={KEPT_BY: alias_reason(alias)})
     if check is None:
-        return reg.set_alias(target.id, alias)
+        return reg.labels.set_alias(target.id, alias)
     try:
         return move_alias(reg, target.id, alias, check=check)
     except PromotionRefusedError:
@@ -82,7 +86,7 @@ def keep_alias(
 def _gate(registry: Registry, source: Record, alias: str, check: Check) -> None:
     """Refuse before any copy when ``check`` refuses ``source`` against the alias's holder (unless the
     holder is ``source`` or a pin of it: setting the alias again is no move)."""
-    found = registry.query(Query(project=source.project, alias=alias, limit=1))
+    found = registry.records.query(Query(project=source.project, alias=alias, limit=1))
     holder = found[0] if found else None
     if holder is not None and source.id in (holder.id, str(holder.metadata.get("pinned_from"))):
         return
@@ -98,10 +102,10 @@ def drop_alias(project: str, alias: str, *, registry: RegistryArg = None) -> Rec
         RecordNotFoundError: the project has no such alias.
     """
     reg = shared_registry(registry, create=False)
-    named = reg.query(Query(project=project, alias=alias)) if ALIAS_PATTERN.fullmatch(alias) else []
-    reg.remove_alias(project, alias)
+    named = reg.records.query(Query(project=project, alias=alias)) if ALIAS_PATTERN.fullmatch(alias) else []
+    reg.labels.remove_alias(project, alias)
     try:
-        return reg.get(named[0].id) if named else None
+        return reg.records.get(named[0].id) if named else None
     except RecordNotFoundError:
         return None
 

@@ -17,7 +17,7 @@ Examples:
     >>> from tracker_saver.registry import open_registry
     >>> reg = open_registry(":memory:")
     >>> info = UploadInfo("p", "r", "best", "best_3.pt", slot=0, key="p/r/best.slot0.pt")
-    >>> record = reg.create_pending(info, uri="file:///o/p/r/best.slot0.pt")
+    >>> record = reg.records.create_pending(info, uri="file:///o/p/r/best.slot0.pt")
     >>> keep_aliased(None, reg, record) is None  # no alias on it: nothing to keep
     True
 """
@@ -63,10 +63,10 @@ def keep_aliased(storage: Storage, registry: Registry, replaced: Record) -> Reco
         Runs where the save's step 6 runs: on the upload worker with ``async_upload``.
     """
     try:
-        aliases = registry.user_aliases(replaced)
+        aliases = registry.labels.user_aliases(replaced)
         if not aliases:
             return None
-        current = registry.get(replaced.id)
+        current = registry.records.get(replaced.id)
     except RecordNotFoundError:  # deleted behind our back (a tracker's UI): it holds no alias; the save goes on
         return None
     if current.state not in LOADABLE or current.slot is None:
@@ -74,7 +74,7 @@ def keep_aliased(storage: Storage, registry: Registry, replaced: Record) -> Reco
     pin = current
     for alias in aliases:  # the first alias makes the copy; the others find it (reuse)
         pin = keep_copy(storage, registry, current, extra={KEPT_BY: alias_reason(alias)}, verify=False)
-        pin = registry.set_alias(pin.id, alias)
+        pin = registry.labels.set_alias(pin.id, alias)
     what = "record %s (%r) holds alias %s and its slot is saved over: pinned as record %s, which the alias now names"
     log.info(what, current.id, current.name, ", ".join(aliases), pin.id)
     return pin

@@ -66,7 +66,7 @@ def recover_stream(
     storage: Storage, registry: Registry, stream: StreamId, *, restored: RecordState = RecordState.REVIVED
 ) -> list[Action]:
     """Recover every slot of ``stream`` that has a pending record; the caller holds the claim."""
-    pending = registry.query(stream_query(stream, states=(RecordState.PENDING,)))
+    pending = registry.records.query(stream_query(stream, states=(RecordState.PENDING,)))
     actions: list[Action] = []
     for slot in sorted({r.slot for r in pending if r.slot is not None}):
         actions += recover_slot(storage, registry, stream, slot, restored=restored)
@@ -77,22 +77,22 @@ def recover_slot(
     storage: Storage, registry: Registry, stream: StreamId, slot: int, *, restored: RecordState = RecordState.REVIVED
 ) -> list[Action]:
     """Settle one slot's pending and evicted records against the bytes the slot holds."""
-    records = registry.query(stream_query(stream, slot=slot))
+    records = registry.records.query(stream_query(stream, slot=slot))
     plan = plan_slot(storage, records)
     for record, change in plan:
         if change == "promoted":
             assert record.sha256 is not None and record.size is not None and record.key is not None
             found = storage.stat(record.key)
-            registry.make_live(
+            registry.records.make_live(
                 record.id,
                 sha256=record.sha256,
                 size=record.size,
                 fingerprint=found.fingerprint if found is not None else None,
             )
         elif change == "restored":
-            registry.restore(record.id, restored)
+            registry.records.restore(record.id, restored)
         else:
-            registry.fail(record.id, "its bytes never reached the slot (settled by recovery)")
+            registry.records.fail(record.id, "its bytes never reached the slot (settled by recovery)")
     for item in leftovers(storage, stream, slot):  # we hold the claim: nothing else writes the slot
         storage.abort_staged(item)
     return [Action(record.id, record.filename, slot, change) for record, change in plan]
