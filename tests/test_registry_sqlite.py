@@ -201,3 +201,14 @@ def test_a_page_sorted_by_a_metadata_key_walks_its_index_or_starts_from_a_rare_c
 
     assert plan().startswith("SEARCH o0 USING INDEX metadata_order (key=?)") and "RIGHT PART OF ORDER BY" in plan()
     assert plan(query.where[0]).startswith("SEARCH d USING INDEX metadata_text (key=? AND text=?)")
+
+
+def test_a_flat_registry_call_of_0_1_0_still_answers_and_warns_which_part_to_name(tmp_path) -> None:
+    registry = SQLiteRegistry(tmp_path / "r.db")
+    record = live(registry, "a_1.pt")
+    with pytest.warns(DeprecationWarning, match=r"Registry.get\(\) is deprecated: use registry.records.get\(\)"):
+        assert registry.get(record.id) == registry.records.get(record.id)
+    with pytest.warns(DeprecationWarning, match=r"use registry.labels.rename\(\); it goes in 0.3.0"):
+        assert registry.rename(record.id, "first").name == "first"
+    with pytest.raises(AttributeError, match="has no attribute 'gte'"):
+        registry.gte(record.id)

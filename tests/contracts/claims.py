@@ -12,11 +12,11 @@ import pytest
 from tracker_saver.core.claims import new_holder, release_local
 from tracker_saver.core.errors import StreamBusyError
 from tracker_saver.core.records import StreamId
-from tracker_saver.registry import StreamClaims
+from tracker_saver.registry import Registry
 
 
 class StreamClaimsContract:
-    def test_a_stream_has_one_live_claim_holder(self, registry: StreamClaims) -> None:
+    def test_a_stream_has_one_live_claim_holder(self, registry: Registry) -> None:
         class Owner: ...
 
         first, second = Owner(), Owner()
@@ -34,7 +34,7 @@ class StreamClaimsContract:
         registry.claims.release(stream, a)
         registry.claims.release(StreamId("file:///out", "p", "r", "checkpoint"), b)
 
-    def test_holder_names_the_live_claim_holder_and_changes_nothing(self, registry: StreamClaims) -> None:
+    def test_holder_names_the_live_claim_holder_and_changes_nothing(self, registry: Registry) -> None:
         class Owner: ...
 
         owner = Owner()

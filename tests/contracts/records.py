@@ -2,7 +2,7 @@
 
 A backend opts in with ``class TestX(RecordStoreContract, LabelsContract, StreamClaimsContract)``
 and a ``registry`` fixture that yields an empty registry in which project ``p`` and run ``r``
-may be used. This part calls only ``RecordStore``'s methods; ``pending`` and ``live`` make the
+may be used. This part calls only the registry's ``records``; ``pending`` and ``live`` make the
 records every registry contract starts from.
 """
 
@@ -15,14 +15,14 @@ import pytest
 from tracker_saver.core.errors import RecordNotFoundError, RegistryError
 from tracker_saver.core.query import parse_order, parse_where
 from tracker_saver.core.records import Record, RecordState, UploadInfo
-from tracker_saver.registry import Query, RecordStore
+from tracker_saver.registry import Query, Registry
 from tracker_saver.registry.base import select
 
 SHA = "ab" * 32
 
 
 def pending(
-    registry: RecordStore, filename: str, *, stream: str = "best_model", slot: int = 0, run: str = "r", **meta
+    registry: Registry, filename: str, *, stream: str = "best_model", slot: int = 0, run: str = "r", **meta
 ) -> Record:
     """A pending record of ``filename`` in project ``p`` (its metadata: ``basename`` and ``meta``)."""
     info = UploadInfo(
@@ -37,14 +37,14 @@ def pending(
     return registry.records.create_pending(info, uri=f"file:///out/p/{run}/{stream}.slot{slot}.pt")
 
 
-def live(registry: RecordStore, filename: str, **kwargs) -> Record:
+def live(registry: Registry, filename: str, **kwargs) -> Record:
     """A live record of ``filename``: :func:`pending`, then made live with ``SHA`` and size 10."""
     record = pending(registry, filename, **kwargs)
     return registry.records.make_live(record.id, sha256=SHA, size=10)
 
 
 class RecordStoreContract:
-    def test_a_new_record_is_pending_with_its_slot_and_uri(self, registry: RecordStore) -> None:
+    def test_a_new_record_is_pending_with_its_slot_and_uri(self, registry: Registry) -> None:
         record = pending(registry, "best_model_1_val_acc=0.5000.pt", slot=1, global_step=1)
         assert record.state is RecordState.PENDING
         assert record.name == record.filename == "best_model_1_val_acc=0.5000.pt"
@@ -52,7 +52,7 @@ class RecordStoreContract:
         assert record.uri == "file:///out/p/r/best_model.slot1.pt"
         assert record.sha256 is None and record.size is None
 
-    def test_commit_makes_it_live_with_sha256_size_and_typed_metadata(self, registry: RecordStore) -> None:
+    def test_commit_makes_it_live_with_sha256_size_and_typed_metadata(self, registry: Registry) -> None:
         record = pending(registry, "best_model_3_val_acc=0.9312.pt", global_step=3, score=0.93121, score_name="val_acc")
         done = registry.records.make_live(record.id, sha256=SHA, size=1234, metadata={"priority": 0.93121})
         assert done.state is RecordState.LIVE
@@ -64,12 +64,12 @@ class RecordStoreContract:
         assert got.metadata["score_name"] == "val_acc"
         assert got.metadata["size"] == 1234 and got.metadata["sha256"] == SHA
 
-    def test_absent_score_stays_absent(self, registry: RecordStore) -> None:
+    def test_absent_score_stays_absent(self, registry: Registry) -> None:
         record = live(registry, "checkpoint_4.pt", stream="checkpoint", global_step=4, score=None)
         assert registry.records.get(record.id).metadata.get("score") is None
         assert registry.records.get(record.id).score is None
 
-    def test_an_evicted_record_is_never_live(self, registry: RecordStore) -> None:
+    def test_an_evicted_record_is_never_live(self, registry: Registry) -> None:
         record = live(registry, "a_1.pt")
         evicted = registry.records.evict(record.id)
         assert evicted.state is RecordState.EVICTED
@@ -80,26 +80,26 @@ class RecordStoreContract:
         assert registry.records.get(record.id).state is RecordState.EVICTED
         assert registry.records.query(Query(project="p", states=(RecordState.LIVE,))) == []
 
-    def test_a_pending_record_cannot_be_evicted_and_can_fail(self, registry: RecordStore) -> None:
+    def test_a_pending_record_cannot_be_evicted_and_can_fail(self, registry: Registry) -> None:
         record = pending(registry, "a_1.pt")
         with pytest.raises(RegistryError):
             registry.records.evict(record.id)
         failed = registry.records.fail(record.id, "OSError: disk full")
         assert failed.state is RecordState.FAILED and "disk full" in (failed.error or "")
 
-    def test_revive_moves_evicted_back_to_loadable(self, registry: RecordStore) -> None:
+    def test_revive_moves_evicted_back_to_loadable(self, registry: Registry) -> None:
         record = live(registry, "a_1.pt")
         registry.records.evict(record.id)
         revived = registry.records.set_state(record.id, RecordState.REVIVED, expected=(RecordState.EVICTED,))
         assert revived.state is RecordState.REVIVED and revived.state.loadable
 
-    def test_unknown_id_raises_record_not_found_naming_it(self, registry: RecordStore) -> None:
+    def test_unknown_id_raises_record_not_found_naming_it(self, registry: Registry) -> None:
         with pytest.raises(RecordNotFoundError, match="424242"):
             registry.records.get("424242")
         with pytest.raises(RecordNotFoundError, match="9223372036854775808"):
             registry.records.get("9223372036854775808")  # beyond a 64-bit integer (SQLite's ids): not found either
 
-    def test_query_by_stream_run_and_state(self, registry: RecordStore) -> None:
+    def test_query_by_stream_run_and_state(self, registry: Registry) -> None:
         a = live(registry, "best_model_1_val_acc=0.5000.pt")
         live(registry, "checkpoint_1.pt", stream="checkpoint")
         live(registry, "best_model_1_val_acc=0.7000.pt", run="other")
@@ -114,7 +114,7 @@ class RecordStoreContract:
             "checkpoint_1.pt"
         ]
 
-    def test_where_range_equality_and_membership_match_the_reference(self, registry: RecordStore) -> None:
+    def test_where_range_equality_and_membership_match_the_reference(self, registry: Registry) -> None:
         scores = [0.5, 0.93, None, 0.91, 0.2]
         for step, score in enumerate(scores):
             live(registry, f"best_model_{step}.pt", slot=step, global_step=step, score=score, prefix="best")
@@ -137,7 +137,7 @@ class RecordStoreContract:
             3,
         ]
 
-    def test_order_by_any_key_puts_absent_last(self, registry: RecordStore) -> None:
+    def test_order_by_any_key_puts_absent_last(self, registry: Registry) -> None:
         for step, score in enumerate([0.5, 0.93, None, 0.91]):
             live(registry, f"best_model_{step}.pt", slot=step, global_step=step, score=score)
         desc = registry.records.query(Query(project="p", order_by=parse_order("-score")))
@@ -147,7 +147,7 @@ class RecordStoreContract:
         limited = registry.records.query(Query(project="p", order_by=parse_order("-global_step"), limit=2))
         assert [r.global_step for r in limited] == [3, 2]
 
-    def test_query_values_are_data_not_code(self, registry: RecordStore) -> None:
+    def test_query_values_are_data_not_code(self, registry: Registry) -> None:
         live(registry, "a_1.pt", note="x")
         evil = "x' OR '1'='1"
         assert registry.records.query(Query(project="p", where=parse_where({"note": evil}))) == []
@@ -155,7 +155,7 @@ class RecordStoreContract:
         assert len(registry.records.query(Query(project="p"))) == 1
 
     # -- the commit point: supersede at step 6, restore and fail when the write fails --------------
-    def test_supersede_notes_the_digest_and_evicts_the_replaced_record_in_one_step(self, registry: RecordStore) -> None:
+    def test_supersede_notes_the_digest_and_evicts_the_replaced_record_in_one_step(self, registry: Registry) -> None:
         old = live(registry, "a_1.pt")
         new = pending(registry, "a_2.pt")
         registry.records.supersede(new.id, sha256=SHA, size=7, replaces=old.id)
@@ -163,7 +163,7 @@ class RecordStoreContract:
         staged = registry.records.get(new.id)
         assert (staged.state, staged.sha256, staged.size) == (RecordState.PENDING, SHA, 7)
 
-    def test_supersede_changes_nothing_when_the_replaced_record_is_no_longer_live(self, registry: RecordStore) -> None:
+    def test_supersede_changes_nothing_when_the_replaced_record_is_no_longer_live(self, registry: Registry) -> None:
         old = live(registry, "a_1.pt")
         registry.records.evict(old.id)  # another writer took the slot
         new = pending(registry, "a_2.pt")
@@ -171,7 +171,7 @@ class RecordStoreContract:
             registry.records.supersede(new.id, sha256=SHA, size=7, replaces=old.id)
         assert registry.records.get(new.id).sha256 is None and registry.records.get(new.id).state is RecordState.PENDING
 
-    def test_a_failed_replacement_puts_the_previous_record_back(self, registry: RecordStore) -> None:
+    def test_a_failed_replacement_puts_the_previous_record_back(self, registry: Registry) -> None:
         old = live(registry, "a_1.pt")
         new = pending(registry, "a_2.pt")
         registry.records.supersede(new.id, sha256=SHA, size=7, replaces=old.id)
@@ -181,7 +181,7 @@ class RecordStoreContract:
             registry.records.restore(new.id)  # only an evicted record can come back
 
     # -- derived aliases: computed from the states when records are read ------------------------
-    def test_latest_and_best_name_the_loadable_records_of_each_stream(self, registry: RecordStore) -> None:
+    def test_latest_and_best_name_the_loadable_records_of_each_stream(self, registry: Registry) -> None:
         a = live(registry, "best_model_1_val_acc=0.9000.pt", slot=0, score=0.9)
         b = live(registry, "best_model_2_val_acc=0.5000.pt", slot=1, score=0.5)
         other = live(registry, "checkpoint_2.pt", stream="checkpoint", slot=0)
@@ -196,7 +196,7 @@ class RecordStoreContract:
         assert [r.id for r in registry.records.query(Query(project="p", alias="best"))] == [b.id]
         assert [r.id for r in registry.records.query(Query(project="p", alias="latest"))] == [b.id, other.id]
 
-    def test_best_ties_go_to_the_later_record_and_a_failed_save_names_nothing(self, registry: RecordStore) -> None:
+    def test_best_ties_go_to_the_later_record_and_a_failed_save_names_nothing(self, registry: Registry) -> None:
         a = live(registry, "best_model_1_val_acc=0.8000.pt", slot=0, score=0.8)
         b = live(registry, "best_model_2_val_acc=0.8000.pt", slot=1, score=0.8)
         c = pending(registry, "best_model_3_val_acc=0.9900.pt", slot=0, score=0.99)
@@ -205,7 +205,7 @@ class RecordStoreContract:
         assert registry.records.get(a.id).aliases == () and registry.records.get(c.id).aliases == ()
 
     # -- pages and keys ---------------------------------------------------------------------------
-    def test_offset_count_and_record_field_conditions(self, registry: RecordStore) -> None:
+    def test_offset_count_and_record_field_conditions(self, registry: Registry) -> None:
         ids = [live(registry, f"best_model_{i}_val_acc=0.{i}000.pt", slot=i, score=i / 10).id for i in range(1, 5)]
         registry.records.evict(ids[0])
         query = Query(project="p", order_by=parse_order("created_at"))
@@ -226,7 +226,7 @@ class RecordStoreContract:
             assert registry.records.count(q) == len(expected), where
             assert [r.id for r in select(registry.records.query(query), q)] == expected, where
 
-    def test_output_uri_narrows_a_query_and_metadata_keys_lists_every_key(self, registry: RecordStore) -> None:
+    def test_output_uri_narrows_a_query_and_metadata_keys_lists_every_key(self, registry: Registry) -> None:
         assert registry.records.metadata_keys() == set()
         a = live(registry, "model_1.pt", stream="model", lr=0.1)
         info = UploadInfo("p", "r", "model", "model_1.pt", metadata={"basename": "model", "lr (warm-up)": 2},

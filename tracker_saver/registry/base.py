@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tracker_saver.core.claims import Holder
 from tracker_saver.core.errors import ConfigError, RegistryError, StreamBusyError
@@ -24,6 +25,7 @@ from tracker_saver.core.records import (
 __all__ = [
     "Candidate",
     "Labels",
+    "MOVED",
     "Query",
     "RECORD_FIELDS",
     "RecordStore",
@@ -409,6 +411,23 @@ class StreamClaims(ABC):
         """
 
 
+#: 0.1.0's flat ``Registry`` methods and the part each is now on: ``registry.query(q)`` is
+#: ``registry.records.query(q)``. The flat names work, with a ``DeprecationWarning``, until 0.3.0.
+MOVED: dict[str, str] = {
+    **dict.fromkeys(
+        ("create_pending", "make_live", "supersede", "set_state", "get", "query", "pages", "count")
+        + ("metadata_keys", "evict", "restore", "fail"),
+        "records",
+    ),
+    **dict.fromkeys(
+        ("rename", "add_tags", "remove_tags", "set_alias", "remove_alias", "create_pinned", "delete_pinned")
+        + ("user_aliases",),
+        "labels",
+    ),
+    **dict.fromkeys(("claim", "holder", "release", "registry_id"), "claims"),
+}
+
+
 class Registry(ABC):
     """Records of checkpoints, made of its parts: ``records`` (:class:`RecordStore`), ``labels``
     (:class:`Labels`) and ``claims`` (:class:`StreamClaims`).
@@ -463,3 +482,17 @@ class Registry(ABC):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.uri!r})"
+
+    if not TYPE_CHECKING:  # mypy sees no flat method, so the package always names the part it uses
+
+        def __getattr__(self, name: str) -> Any:
+            """0.1.0's flat methods (:data:`MOVED`), deprecated: each warns and answers from its part."""
+            part = MOVED.get(name)
+            if part is None:
+                raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+            warnings.warn(
+                f"Registry.{name}() is deprecated: use registry.{part}.{name}(); it goes in 0.3.0",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return getattr(getattr(self, part), name)
