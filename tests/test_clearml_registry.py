@@ -596,13 +596,13 @@ def test_two_savers_claiming_at_once_leave_one_claim_the_oldest(clearml_standin,
     first_owner, second_owner = _Saver(), _Saver()
     first, second = new_holder(first_owner), new_holder(second_owner)
     claim_registry.claims.claim(_stream(), first)
-    real, looks = claim_registry._claims._stream_claims, []
+    real, looks = claim_registry.claims._stream_claims, []
 
     def claims(*args: Any) -> Any:  # the second saver's first look came before the first saver's claim
         looks.append(args)
         return [] if len(looks) == 1 else real(*args)
 
-    monkeypatch.setattr(claim_registry._claims, "_stream_claims", claims)
+    monkeypatch.setattr(claim_registry.claims, "_stream_claims", claims)
     with clearml_standin.count() as calls, pytest.raises(StreamBusyError) as err:
         claim_registry.claims.claim(_stream(), second)
     assert [c.endpoint for c in calls if c.endpoint.startswith("models.")] == [

@@ -213,7 +213,7 @@ def test_an_eviction_cut_short_never_leaves_mlflow_offering_the_evicted_record(
         raise MlflowException("refused by the test", error_code="INVALID_STATE")
 
     if refused == "set_logged_model_tags":  # the registry writes tags through the tracking client underneath
-        monkeypatch.setattr(reg, "_write_tags", refuse)
+        monkeypatch.setattr(reg.records, "_write_tags", refuse)
     else:
         monkeypatch.setattr(reg._transport.client, refused, refuse)
     with pytest.raises(RegistryError):
