@@ -40,7 +40,7 @@ def test_threads_racing_for_one_location_get_one_registry(tmp_path: Path) -> Non
     for attempt in range(5):  # the race is a window: several rounds on fresh files widen it
         got = _race(str(tmp_path / f"race{attempt}.db"))
         assert len({id(r) for r in got}) == 1, f"round {attempt}: {len({id(r) for r in got})} registries, not 1"
-        assert got[0].query(Query()) == []
+        assert got[0].records.query(Query()) == []
 
 
 def test_a_registry_a_caller_holds_stays_open_past_the_lru(tmp_path: Path) -> None:
