@@ -145,10 +145,10 @@ def fill_through_registry(uri: str, project: str, records: int) -> int:
                                   stream=stream, slot=step % N_SAVED, key=f"{project}/r{r}/{stream}.slot{step % N_SAVED}.pt",
                                   metadata={"global_step": step, "score": score, "priority": score},
                                   output_uri="file:///bench")  # fmt: skip
-                record = reg.create_pending(info, uri=f"file:///bench/{info.key}")
-                record = reg.make_live(record.id, sha256="0" * 64, size=10)
+                record = reg.records.create_pending(info, uri=f"file:///bench/{info.key}")
+                record = reg.records.make_live(record.id, sha256="0" * 64, size=10)
                 if step <= per_stream - N_SAVED:
-                    reg.evict(record.id)
+                    reg.records.evict(record.id)
     return 2 * len(STREAMS) * per_stream
 
 
@@ -225,14 +225,14 @@ def child_query(uri: str, project: str, where: str, repeats: int) -> dict[str, A
 
     reg = MLflowRegistry(uri, timeout=600)
     query = Query(project=project, where=parse_where(where))
-    reg.query(Query(project=project, run="none"))  # the experiment looked up, the connection open
+    reg.records.query(Query(project=project, run="none"))  # the experiment looked up, the connection open
     pushed, plain = [], []
     for _ in range(repeats):
         started = time.perf_counter()
-        found = reg.query(query)
+        found = reg.records.query(query)
         pushed.append(time.perf_counter() - started)
         started = time.perf_counter()
-        everything = select(reg.query(Query(project=project)), query)
+        everything = select(reg.records.query(Query(project=project)), query)
         plain.append(time.perf_counter() - started)
         if [r.id for r in found] != [r.id for r in everything]:
             raise SystemExit(f"pushed down, {where!r} found {len(found)} records, not the same {len(everything)}")

@@ -47,10 +47,10 @@ def build(path: Path, records: int, streams: int) -> SQLiteRegistry:
                     "bench", "r", stream, f"{stream}_{n}.pt", slot=slot, key=f"bench/r/{stream}.slot{slot}.pt",
                     output_uri="file:///bench", metadata={"score": n / records, "epoch": n, "global_step": n, "lr": 1e-3},
                 )  # fmt: skip
-                record = registry.create_pending(info, uri=f"file:///bench/{info.key}")
+                record = registry.records.create_pending(info, uri=f"file:///bench/{info.key}")
                 replaces = live[stream][-2] if len(live[stream]) >= 2 else None
-                registry.supersede(record.id, sha256="0" * 64, size=1 << 20, replaces=replaces)
-                registry.make_live(record.id, sha256="0" * 64, size=1 << 20)
+                registry.records.supersede(record.id, sha256="0" * 64, size=1 << 20, replaces=replaces)
+                registry.records.make_live(record.id, sha256="0" * 64, size=1 << 20)
                 live[stream].append(record.id)
     now = time.time()
     with registry.atomic() as conn:  # spread the saves back in time, one a minute
@@ -93,7 +93,7 @@ def main() -> None:
         pruned = log.prune(Query(), rule)
         prune_s = time.perf_counter() - started
         unvacuumed = os.path.getsize(registry.path) + os.path.getsize(registry.path + "-wal")
-        left, events_left = registry.count(Query()), len(registry.history.events())
+        left, events_left = registry.records.count(Query()), len(registry.history.events())
         registry.close()
         started = time.perf_counter()
         after = vacuumed_size(str(registry.path))

@@ -159,7 +159,7 @@ class Queries:
                 if own is None:  # the shared per-location connection, as the CLI and scripts use it
                     find_models(project=PROJECT, run=run, order_by="-global_step", limit=3, registry=self.registry)
                 elif n % 2:
-                    own.query(Query(project=PROJECT, states=LOADABLE))
+                    own.records.query(Query(project=PROJECT, states=LOADABLE))
                 else:
                     find_models(project=PROJECT, run=run, where={"global_step": (">", n)}, limit=5, registry=own)
                 with self._lock:

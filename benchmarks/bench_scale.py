@@ -142,23 +142,28 @@ def fill(path: str, output_uri: str, records: int) -> tuple[int, dict[str, float
                 key = slot_key(project, run_name, stream, slot, ".pt")
                 info = UploadInfo(project, run_name, stream, filename, metadata=meta, slot=slot, key=key,
                                   output_uri=storage.uri)  # fmt: skip
-                record = costs.time("pending", registry.create_pending, info, uri=storage.url(key))
+                record = costs.time("pending", registry.records.create_pending, info, uri=storage.url(key))
                 data = f"{project}/{run_name}/{stream} save {step}\n".encode() * 64
                 sha = hashlib.sha256(data).hexdigest()
                 stays = step > SAVES_PER_STREAM - n_saved  # live at the end: its bytes are the slot's
                 if (run * SAVES_PER_STREAM + step) % 200 == 0 and not stays:  # failed: the slot keeps its record
-                    registry.set_state(
+                    registry.records.set_state(
                         record.id, RecordState.FAILED, expected=(RecordState.PENDING,), error="disk full"
                     )
                     continue
                 costs.time(
-                    "supersede", registry.supersede, record.id, sha256=sha, size=len(data), replaces=in_slot.get(slot)
+                    "supersede",
+                    registry.records.supersede,
+                    record.id,
+                    sha256=sha,
+                    size=len(data),
+                    replaces=in_slot.get(slot),
                 )
                 fingerprint = None
                 if stays:
                     storage.put_stream(key, io.BytesIO(data))
                     fingerprint = storage.stat(key).fingerprint  # type: ignore[union-attr]
-                costs.time("live", registry.make_live, record.id, sha256=sha, size=len(data),
+                costs.time("live", registry.records.make_live, record.id, sha256=sha, size=len(data),
                            metadata=_timings(len(data)), fingerprint=fingerprint)  # fmt: skip
                 in_slot[slot] = record.id
                 written += 1
@@ -175,16 +180,16 @@ def fill(path: str, output_uri: str, records: int) -> tuple[int, dict[str, float
 
 def _pin_and_tag(registry: SQLiteRegistry, storage: Any, record_id: str, project: str) -> None:
     """Pin a live record as ``models pin`` does (a copy at its pin key), tag it, alias the copy."""
-    source = registry.get(record_id)
+    source = registry.records.get(record_id)
     key = pinned_key(source.project, source.run, source.filename, f"{int(record_id):08x}")
     storage.copy(source.key, key)
     info = UploadInfo(source.project, source.run, source.stream, source.filename, metadata=dict(source.metadata),
                       key=key, output_uri=source.output_uri or "")  # fmt: skip
     found = storage.stat(key)
-    pinned = registry.create_pinned(info, uri=storage.url(key), sha256=source.sha256 or "", size=source.size or 0,
+    pinned = registry.labels.create_pinned(info, uri=storage.url(key), sha256=source.sha256 or "", size=source.size or 0,
                                     fingerprint=found.fingerprint)  # fmt: skip
-    registry.add_tags(record_id, ["candidate"])
-    registry.set_alias(pinned.id, f"best-{source.run}")
+    registry.labels.add_tags(record_id, ["candidate"])
+    registry.labels.set_alias(pinned.id, f"best-{source.run}")
 
 
 def median_s(fn: Callable[[], Any], repeats: int) -> float:

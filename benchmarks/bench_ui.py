@@ -64,10 +64,10 @@ def fill(path: str, records: int) -> None:
                         "bench", f"run{run}", stream, name, slot=slot, key=key, output_uri=output_uri,
                         metadata={"global_step": step, "score": score, "score_name": "val_acc", "prefix": stream},
                     )  # fmt: skip
-                    record = registry.create_pending(info, uri=f"{output_uri}/{key}")
+                    record = registry.records.create_pending(info, uri=f"{output_uri}/{key}")
                     sha256 = hashlib.sha256(name.encode()).hexdigest()
-                    registry.supersede(record.id, sha256=sha256, size=1 << 20, replaces=previous.get(slot))
-                    registry.make_live(record.id, sha256=sha256, size=1 << 20)
+                    registry.records.supersede(record.id, sha256=sha256, size=1 << 20, replaces=previous.get(slot))
+                    registry.records.make_live(record.id, sha256=sha256, size=1 << 20)
                     previous[slot] = record.id
     registry.close()
 

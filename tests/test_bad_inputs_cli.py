@@ -71,7 +71,7 @@ def test_a_rename_to_blank_text_is_refused_keeping_the_name(row: Row, world: Wor
     (record,) = saver.records(live=True)
     with raises(row):
         rename_model(record.id, "  ", registry=world.db)
-    assert saver.registry.get(record.id).name == "model_1.pt"
+    assert saver.registry.records.get(record.id).name == "model_1.pt"
 
 
 @case(
@@ -91,7 +91,7 @@ def test_a_tag_holding_a_terminal_link_is_refused_keeping_the_tags(row: Row, wor
     (record,) = saver.records(live=True)
     with raises(row):
         add_tags(record.id, ["ok\x1b]8;;http://evil.example/\x1b\\"], registry=world.db)
-    assert saver.registry.get(record.id).tags == ()
+    assert saver.registry.records.get(record.id).tags == ()
 
 
 @case(

@@ -91,13 +91,13 @@ def _offline_session(
     net = _train(ClearMLSaver(output_uri=str(out)), epochs, edit=edit)
     task.close()
     journal = SQLiteRegistry(folder / JOURNAL)
-    records = sorted(journal.query(Query()), key=lambda r: r.created_at)
+    records = sorted(journal.records.query(Query()), key=lambda r: r.created_at)
     journal.close()
     return Path(f"{folder}.zip"), records, net
 
 
 def _pushed(project: str) -> list[Any]:
-    return sorted(ClearMLRegistry().query(Query(project=project)), key=lambda r: r.created_at)
+    return sorted(ClearMLRegistry().records.query(Query(project=project)), key=lambda r: r.created_at)
 
 
 def _session_models(standin: Any, zip_path: Path) -> list[dict[str, Any]]:
@@ -178,10 +178,10 @@ def test_a_session_imported_later_shows_each_checkpoint_as_a_model(offline, clea
     from clearml import Task
 
     def edit(journal: Any) -> None:  # made offline, in the journal: they travel with the records
-        live = [r for r in journal.query(Query()) if r.state is RecordState.LIVE]
-        journal.rename(live[0].id, "the one we ship")
-        journal.add_tags(live[0].id, ["reviewed"])
-        journal.set_alias(live[1].id, "production")
+        live = [r for r in journal.records.query(Query()) if r.state is RecordState.LIVE]
+        journal.labels.rename(live[0].id, "the one we ship")
+        journal.labels.add_tags(live[0].id, ["reviewed"])
+        journal.labels.set_alias(live[1].id, "production")
 
     zip_path, records, trained = _offline_session(clearml_project, tmp_path / "out", edit=edit)
     assert {r.name for r in records} >= {"the one we ship", "model_10.pt"}
@@ -214,7 +214,7 @@ def test_syncing_twice_is_syncing_once(offline, clearml_project, clearml_standin
     zip_path, records, _ = _offline_session(clearml_project, tmp_path / "out")
     Task.set_offline(False)
     first = import_offline_session(zip_path.with_suffix(""))  # the session folder ...
-    ClearMLRegistry().rename(_pushed(clearml_project)[-1].id, "renamed on the server")
+    ClearMLRegistry().labels.rename(_pushed(clearml_project)[-1].id, "renamed on the server")
     models, tasks = len(clearml_standin.models), len(clearml_standin.tasks)
     capsys.readouterr()
     assert main(["sync", str(zip_path), "--json"]) == 0  # ... and its zip, from the command line
@@ -302,6 +302,6 @@ def test_sync_project_root_puts_the_models_under_it(offline, clearml_project, tm
     zip_path, records, _ = _offline_session(clearml_project, tmp_path / "out", epochs=2)
     Task.set_offline(False)
     assert main(["sync", str(zip_path), "--project-root", "team-root"]) == 0
-    under = ClearMLRegistry(project_root="team-root").query(Query(project=clearml_project))
+    under = ClearMLRegistry(project_root="team-root").records.query(Query(project=clearml_project))
     assert sorted(_fields(r) for r in under) == sorted(_fields(r) for r in records)
     assert _pushed(clearml_project) == []  # not in the project itself

@@ -238,7 +238,7 @@ def sha256_of(path: Path) -> str:
 
 def records(root: str) -> list[Record]:
     """This run's records, read by a fresh registry (nothing cached from the saver's)."""
-    return registry_of(root).query(Query(project=PROJECT, run=RUN))
+    return registry_of(root).records.query(Query(project=PROJECT, run=RUN))
 
 
 def by_name(found: list[Record]) -> dict[str, Record]:
@@ -381,7 +381,7 @@ def test_registry_down_after_the_storage_commit_leaves_a_pending_record_that_is_
     server: ClearMLStandIn, make_training: Callable[..., Training], root: str, tmp_path: Path, kind: str, settle: str
 ) -> None:
     """The server goes away in a post-upload callback: after the storage commit point, before
-    ``registry.make_live``. The bytes of model_3 are in slot 0 and its record, staged with their
+    ``registry.records.make_live``. The bytes of model_3 are in slot 0 and its record, staged with their
     digest, stays ``pending`` while the registry is down: not loadable, never a lie. Once the
     registry is back it becomes live by
     * ``next save``: the stream's next save (its ``open()`` re-runs ``settle_stream``);

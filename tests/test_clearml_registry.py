@@ -77,11 +77,11 @@ def _listed(task: Any) -> list[str]:
 
 
 def _commit(registry: ClearMLRegistry, filename: str, **kwargs: Any):
-    record = registry.create_pending(
+    record = registry.records.create_pending(
         _info(_run(registry), filename, **kwargs),
         uri=f"file:///out/ckpts/train-run/best_model.slot{kwargs.get('slot', 0)}.pt",
     )
-    return registry.make_live(record.id, sha256=SHA, size=10)
+    return registry.records.make_live(record.id, sha256=SHA, size=10)
 
 
 # -- ClearML-specific behaviour of the registry ------------------------------------------------------
@@ -107,21 +107,21 @@ def test_a_rename_made_by_another_client_is_kept_by_later_saves(run_task) -> Non
     _, registry = run_task
     first = _commit(registry, "best_model_1_val_acc=0.5000.pt")
     Model(first.id).name = "renamed in the web UI"  # another client, straight through the SDK
-    assert registry.get(first.id).name == "renamed in the web UI"
+    assert registry.records.get(first.id).name == "renamed in the web UI"
     second = _commit(registry, "best_model_2_val_acc=0.6000.pt", slot=1)
-    registry.evict(first.id)
-    registry.add_tags(first.id, ["kept"])
-    got = registry.get(first.id)
+    registry.records.evict(first.id)
+    registry.labels.add_tags(first.id, ["kept"])
+    got = registry.records.get(first.id)
     assert (got.name, got.filename) == ("renamed in the web UI", "best_model_1_val_acc=0.5000.pt")
     assert Model(first.id).name == "renamed in the web UI"
-    assert registry.get(second.id).name == "best_model_2_val_acc=0.6000.pt"
+    assert registry.records.get(second.id).name == "best_model_2_val_acc=0.6000.pt"
 
 
 def test_a_pending_model_does_not_look_usable(run_task) -> None:
     from clearml import Model
 
     task, registry = run_task
-    record = registry.create_pending(
+    record = registry.records.create_pending(
         _info(_run(registry), "checkpoint_7.pt", stream="checkpoint"),
         uri="file:///out/ckpts/train-run/checkpoint.slot0.pt",
     )
@@ -138,14 +138,14 @@ def test_an_evicted_model_is_archived_tagged_and_taken_off_the_task(run_task) ->
     task, registry = run_task
     old = _commit(registry, "best_model_1_val_acc=0.5000.pt")
     new = _commit(registry, "best_model_2_val_acc=0.6000.pt", slot=1)
-    registry.evict(old.id)
+    registry.records.evict(old.id)
     model = Model(old.id)
     assert "evicted" in model.tags and "archived" in model.system_tags
     project = task.get_project_name()
     assert [m.id for m in Model.query_models(project_name=project, tags=["-evicted"])] == [new.id]
     assert {m.id for m in Model.query_models(project_name=project, include_archived=True)} == {old.id, new.id}
     assert _listed(task) == [new.id]
-    revived = registry.set_state(old.id, RecordState.REVIVED, expected=(RecordState.EVICTED,))
+    revived = registry.records.set_state(old.id, RecordState.REVIVED, expected=(RecordState.EVICTED,))
     assert revived.state is RecordState.REVIVED
     assert "archived" not in (Model(old.id).system_tags or []) and "revived" in Model(old.id).tags
 
@@ -154,11 +154,11 @@ def test_repair_can_make_a_pending_record_live_and_list_it(run_task) -> None:
     from clearml import Model
 
     task, registry = run_task
-    record = registry.create_pending(
+    record = registry.records.create_pending(
         _info(_run(registry), "checkpoint_7.pt", stream="checkpoint"),
         uri="file:///out/ckpts/train-run/checkpoint.slot0.pt",
     )
-    done = registry.set_state(record.id, RecordState.LIVE, expected=(RecordState.PENDING,))
+    done = registry.records.set_state(record.id, RecordState.LIVE, expected=(RecordState.PENDING,))
     assert done.state is RecordState.LIVE
     assert Model(record.id).url == "file:///out/ckpts/train-run/checkpoint.slot0.pt"
     assert "archived" not in (Model(record.id).system_tags or []) and _listed(task) == [record.id]
@@ -168,8 +168,10 @@ def test_a_failed_model_is_archived_with_its_error(run_task) -> None:
     from clearml import Model
 
     _, registry = run_task
-    record = registry.create_pending(_info(_run(registry), "checkpoint_7.pt", stream="checkpoint"), uri="file:///x.pt")
-    failed = registry.fail(record.id, "OSError: disk full")
+    record = registry.records.create_pending(
+        _info(_run(registry), "checkpoint_7.pt", stream="checkpoint"), uri="file:///x.pt"
+    )
+    failed = registry.records.fail(record.id, "OSError: disk full")
     model = Model(record.id)
     assert "failed" in model.tags and "archived" in model.system_tags
     assert model.get_metadata("error") == "OSError: disk full" and failed.error == "OSError: disk full"
@@ -201,7 +203,7 @@ def test_metadata_is_typed_as_the_server_stores_it(run_task) -> None:
     # Absent is type None (an empty type blocks the web app's metadata editor): the SDK casts it to its empty text.
     assert stored["nan_score"] == {"key": "nan_score", "type": "None", "value": ""}
     assert Model(record.id).get_all_metadata_casted()["nan_score"] == ""
-    got = registry.get(record.id).metadata
+    got = registry.records.get(record.id).metadata
     assert (got["global_step"], got["score"], got["flag"], got["nan_score"]) == (3, 0.93121, True, None)
     assert "state" not in got and "stream" not in got  # record fields are not user metadata
 
@@ -224,9 +226,9 @@ def test_models_not_made_by_tracker_saver_are_not_records(run_task) -> None:
     other = OutputModel(task=task, name="someone else's model", framework="PyTorch")
     other.update_weights(register_uri="file:///elsewhere/model.pt")
     mine = _commit(registry, "best_model_1_val_acc=0.5000.pt")
-    assert [r.id for r in registry.query(Query(project="ckpts"))] == [mine.id]
+    assert [r.id for r in registry.records.query(Query(project="ckpts"))] == [mine.id]
     with pytest.raises(RecordNotFoundError, match="not a tracker_saver checkpoint record"):
-        registry.get(other.id)
+        registry.records.get(other.id)
 
 
 def test_records_of_a_run_without_a_task_are_models_without_a_task(clearml_server: ClearMLServer) -> None:
@@ -240,14 +242,14 @@ def test_records_of_a_run_without_a_task_are_models_without_a_task(clearml_serve
 def test_reserved_metadata_keys_tags_and_short_names_are_refused_with_the_fix(run_task) -> None:
     _, registry = run_task
     with pytest.raises(ConfigError, match=r"'state'.*record fields.*rename them"):
-        registry.create_pending(_info(_run(registry), "checkpoint_1.pt", state="mine"), uri="file:///x.pt")
+        registry.records.create_pending(_info(_run(registry), "checkpoint_1.pt", state="mine"), uri="file:///x.pt")
     with pytest.raises(ConfigError, match="at least 3 characters"):
-        registry.create_pending(UploadInfo("ckpts", "train-run", "a", "a", slot=0, key="k"), uri="file:///x.pt")
+        registry.records.create_pending(UploadInfo("ckpts", "train-run", "a", "a", slot=0, key="k"), uri="file:///x.pt")
     record = _commit(registry, "checkpoint_1.pt", stream="checkpoint")
     with pytest.raises(ConfigError, match="reserved"):
-        registry.add_tags(record.id, ["evicted"])
+        registry.labels.add_tags(record.id, ["evicted"])
     with pytest.raises(ConfigError, match="at least 3 characters"):
-        registry.rename(record.id, "ab")
+        registry.labels.rename(record.id, "ab")
 
 
 def test_bad_constructor_arguments_are_config_errors_with_the_fix(clearml_server: ClearMLServer) -> None:
@@ -260,7 +262,7 @@ def test_bad_constructor_arguments_are_config_errors_with_the_fix(clearml_server
 def test_a_bad_metadata_value_is_a_config_error_not_a_type_error(run_task) -> None:
     _, registry = run_task
     with pytest.raises(ConfigError, match="use an int, float, str or bool"):
-        registry.create_pending(_info(_run(registry), "checkpoint_1.pt", shape=[1, 2]), uri="file:///x.pt")
+        registry.records.create_pending(_info(_run(registry), "checkpoint_1.pt", shape=[1, 2]), uri="file:///x.pt")
 
 
 def test_a_live_server_is_used_only_when_host_and_both_keys_are_set() -> None:
@@ -275,19 +277,19 @@ def test_a_live_server_is_used_only_when_host_and_both_keys_are_set() -> None:
 
 def test_requests_per_operation_are_few(clearml_standin, run_task) -> None:
     _, registry = run_task
-    registry.create_pending(_info(_run(registry), "warm_up.pt"), uri="file:///x.pt")  # project looked up once
+    registry.records.create_pending(_info(_run(registry), "warm_up.pt"), uri="file:///x.pt")  # project looked up once
     with clearml_standin.count() as create:
-        record = registry.create_pending(_info(_run(registry), "best_model_1.pt"), uri="file:///x.pt")
+        record = registry.records.create_pending(_info(_run(registry), "best_model_1.pt"), uri="file:///x.pt")
     with clearml_standin.count() as commit:
-        registry.make_live(record.id, sha256=SHA, size=10)
+        registry.records.make_live(record.id, sha256=SHA, size=10)
     with clearml_standin.count() as evict:
-        registry.evict(record.id)
+        registry.records.evict(record.id)
     with clearml_standin.count() as get:
-        registry.get(record.id)
+        registry.records.get(record.id)
     old = _commit(registry, "best_model_2.pt")
-    new = registry.create_pending(_info(_run(registry), "best_model_3.pt"), uri="file:///x.pt")
+    new = registry.records.create_pending(_info(_run(registry), "best_model_3.pt"), uri="file:///x.pt")
     with clearml_standin.count() as stage:
-        registry.supersede(new.id, sha256=SHA, size=10, replaces=old.id)
+        registry.records.supersede(new.id, sha256=SHA, size=10, replaces=old.id)
     assert [c.endpoint for c in create] == ["models.create", "models.add_or_update_metadata"]
     assert [c.endpoint for c in commit] == [
         "models.get_by_id",
@@ -319,11 +321,11 @@ def test_another_process_evicting_reads_the_task_before_taking_a_model_off(clear
     newer = _commit(second, "checkpoint_5.pt", stream="checkpoint", slot=1)  # same filename saved again
     third = ClearMLRegistry(task, project_root=first.transport.root)  # knows nothing of either listing
     with clearml_standin.count("tasks\\.") as calls:
-        third.evict(old.id)
+        third.records.evict(old.id)
     assert [c.endpoint for c in calls] == ["tasks.get_all"]  # the entry names the newer model: keep it
     assert _listed(task) == [newer.id]
     with clearml_standin.count("tasks\\.") as calls:
-        third.evict(newer.id)
+        third.records.evict(newer.id)
     assert [c.endpoint for c in calls] == ["tasks.get_all", "tasks.delete_models"]
     assert _listed(task) == []
 
@@ -342,7 +344,7 @@ def test_query_pushes_project_run_stream_state_and_string_equality_to_the_server
         order_by=parse_order("-score"),
     )
     with clearml_standin.count("models\\.get_all") as calls:
-        got = registry.query(dataclasses.replace(query, where=query.where[:2]))
+        got = registry.records.query(dataclasses.replace(query, where=query.where[:2]))
     assert [r.global_step for r in got] == [2, 1]
     call, aliases = calls  # the query, then one for the aliases of its streams (a where narrows it)
     assert aliases.data["metadata.state.value"] == ["live", "revived"]
@@ -350,7 +352,7 @@ def test_query_pushes_project_run_stream_state_and_string_equality_to_the_server
     assert call.data["metadata.state.value"] == ["live"] and call.data["metadata.prefix.value"] == ["best"]
     assert "metadata.score.value" not in call.data  # ranges and numbers are filtered client-side
     with clearml_standin.count("models\\.get_all") as calls:
-        assert registry.query(query) == []
+        assert registry.records.query(query) == []
     assert "metadata.note.value" not in calls[0].data  # "-1" would be an exclusion to the server
 
 
@@ -362,19 +364,21 @@ def test_leaving_live_hides_the_model_from_clearml_before_the_state_changes(clea
     record = _commit(registry, "checkpoint_1.pt", stream="checkpoint")
     clearml_standin.fail(r"models\.add_or_update_metadata", msg="mongo is down")
     with pytest.raises(RegistryError, match=rf"marking model {record.id} .*evicted failed with 500/0 \(mongo is down"):
-        registry.evict(record.id)
+        registry.records.evict(record.id)
     model = Model(record.id)
     assert "archived" in model.system_tags and "evicted" in model.tags and not model.url
     assert _listed(task) == [] and Model.query_models(project_name=task.get_project_name()) == []
-    assert registry.get(record.id).state is RecordState.LIVE  # the truth did not change
-    assert registry.evict(record.id).state is RecordState.EVICTED  # and the eviction can be retried
+    assert registry.records.get(record.id).state is RecordState.LIVE  # the truth did not change
+    assert registry.records.evict(record.id).state is RecordState.EVICTED  # and the eviction can be retried
 
-    pending = registry.create_pending(_info(_run(registry), "checkpoint_2.pt", stream="checkpoint"), uri="file:///x.pt")
+    pending = registry.records.create_pending(
+        _info(_run(registry), "checkpoint_2.pt", stream="checkpoint"), uri="file:///x.pt"
+    )
     clearml_standin.fail(r"models\.add_or_update_metadata")
     with pytest.raises(RegistryError, match="injected fault"):
-        registry.fail(pending.id, "OSError: disk full")
+        registry.records.fail(pending.id, "OSError: disk full")
     assert "failed" in Model(pending.id).tags and "archived" in Model(pending.id).system_tags
-    assert registry.get(pending.id).state is RecordState.PENDING
+    assert registry.records.get(pending.id).state is RecordState.PENDING
 
 
 def test_becoming_live_writes_the_state_before_clearml_shows_it(clearml_standin, run_task) -> None:
@@ -382,11 +386,13 @@ def test_becoming_live_writes_the_state_before_clearml_shows_it(clearml_standin,
     from clearml import Model
 
     task, registry = run_task
-    record = registry.create_pending(_info(_run(registry), "checkpoint_1.pt", stream="checkpoint"), uri="file:///x.pt")
+    record = registry.records.create_pending(
+        _info(_run(registry), "checkpoint_1.pt", stream="checkpoint"), uri="file:///x.pt"
+    )
     clearml_standin.fail(r"models\.edit")
     with pytest.raises(RegistryError, match=f"updating model {record.id} failed"):
-        registry.make_live(record.id, sha256=SHA, size=10)
-    assert registry.get(record.id).state is RecordState.LIVE
+        registry.records.make_live(record.id, sha256=SHA, size=10)
+    assert registry.records.get(record.id).state is RecordState.LIVE
     assert "archived" in Model(record.id).system_tags and not Model(record.id).url and _listed(task) == []
 
 
@@ -397,27 +403,27 @@ def test_an_evicted_model_cannot_be_downloaded_through_clearml(run_task, tmp_pat
     task, registry = run_task
     slot = tmp_path / "best_model.slot0.pt"
     slot.write_bytes(b"checkpoint bytes")
-    record = registry.create_pending(_info(_run(registry), "best_model_1.pt"), uri=slot.as_uri())
-    registry.make_live(record.id, sha256=SHA, size=16)
+    record = registry.records.create_pending(_info(_run(registry), "best_model_1.pt"), uri=slot.as_uri())
+    registry.records.make_live(record.id, sha256=SHA, size=16)
     assert Model(record.id).url == slot.as_uri() and InputModel(record.id).get_weights()
-    evicted = registry.evict(record.id)
+    evicted = registry.records.evict(record.id)
     assert not Model(record.id).url and not InputModel(record.id).get_weights()
-    assert evicted.uri == registry.get(record.id).uri == slot.as_uri()  # the record keeps it, for history
+    assert evicted.uri == registry.records.get(record.id).uri == slot.as_uri()  # the record keeps it, for history
     assert Model(record.id).get_metadata("uri") == slot.as_uri()
-    registry.restore(record.id, RecordState.REVIVED)
+    registry.records.restore(record.id, RecordState.REVIVED)
     assert Model(record.id).url == slot.as_uri() and _listed(task) == [record.id]
 
 
 def test_stage_notes_the_digest_then_evicts_the_replaced_record(run_task) -> None:
     task, registry = run_task
     old = _commit(registry, "best_model_1.pt")
-    new = registry.create_pending(_info(_run(registry), "best_model_2.pt"), uri="file:///x.pt")
-    registry.supersede(new.id, sha256="cd" * 32, size=42, replaces=old.id)
-    staged = registry.get(new.id)
+    new = registry.records.create_pending(_info(_run(registry), "best_model_2.pt"), uri="file:///x.pt")
+    registry.records.supersede(new.id, sha256="cd" * 32, size=42, replaces=old.id)
+    staged = registry.records.get(new.id)
     assert (staged.state, staged.sha256, staged.size) == (RecordState.PENDING, "cd" * 32, 42)
     assert "sha256" not in staged.metadata  # shown in metadata once committed, as in SQLite
-    assert registry.get(old.id).state is RecordState.EVICTED and _listed(task) == []
-    done = registry.make_live(new.id, sha256="cd" * 32, size=42)
+    assert registry.records.get(old.id).state is RecordState.EVICTED and _listed(task) == []
+    done = registry.records.make_live(new.id, sha256="cd" * 32, size=42)
     assert done.metadata["sha256"] == "cd" * 32 and _listed(task) == [new.id]
 
 
@@ -427,33 +433,33 @@ def test_stage_changes_nothing_when_the_slot_changed_under_it(run_task) -> None:
     _, registry = run_task
     old = _commit(registry, "best_model_1.pt")
     gone = _commit(registry, "best_model_2.pt", slot=1)
-    registry.evict(gone.id)
-    new = registry.create_pending(_info(_run(registry), "best_model_3.pt"), uri="file:///x.pt")
+    registry.records.evict(gone.id)
+    new = registry.records.create_pending(_info(_run(registry), "best_model_3.pt"), uri="file:///x.pt")
     with pytest.raises(RegistryError, match=rf"record {gone.id}, which record {new.id} replaces .* is evicted"):
-        registry.supersede(new.id, sha256=SHA, size=10, replaces=gone.id)
-    assert registry.get(new.id).sha256 is None
-    registry.fail(new.id, "OSError: disk full")
+        registry.records.supersede(new.id, sha256=SHA, size=10, replaces=gone.id)
+    assert registry.records.get(new.id).sha256 is None
+    registry.records.fail(new.id, "OSError: disk full")
     with pytest.raises(RegistryError, match=rf"record {new.id} is failed, no longer pending"):
-        registry.supersede(new.id, sha256=SHA, size=10, replaces=old.id)
-    assert registry.get(old.id).state is RecordState.LIVE and Model(old.id).url
+        registry.records.supersede(new.id, sha256=SHA, size=10, replaces=old.id)
+    assert registry.records.get(old.id).state is RecordState.LIVE and Model(old.id).url
     with pytest.raises(RecordNotFoundError, match="0123abcd"):
-        registry.supersede("0123abcd", sha256=SHA, size=10, replaces=old.id)
+        registry.records.supersede("0123abcd", sha256=SHA, size=10, replaces=old.id)
 
 
 def test_a_replaced_record_deleted_by_another_client_is_logged_and_its_slot_reused(run_task, caplog) -> None:
     _, registry = run_task
-    new = registry.create_pending(_info(_run(registry), "best_model_3.pt"), uri="file:///x.pt")
+    new = registry.records.create_pending(_info(_run(registry), "best_model_3.pt"), uri="file:///x.pt")
     with caplog.at_level("WARNING"):
-        registry.supersede(new.id, sha256=SHA, size=10, replaces="0123abcd")  # deleted in the web UI, say
+        registry.records.supersede(new.id, sha256=SHA, size=10, replaces="0123abcd")  # deleted in the web UI, say
     assert "record 0123abcd, which record" in caplog.text and "no longer exists" in caplog.text
-    assert registry.make_live(new.id, sha256=SHA, size=10).state is RecordState.LIVE
+    assert registry.records.make_live(new.id, sha256=SHA, size=10).state is RecordState.LIVE
 
 
 def test_infinite_scores_are_kept_exactly_and_nan_is_absent(run_task) -> None:
     _, registry = run_task
     record = _commit(registry, "best_model_1_acc=inf.pt", score=float("inf"), priority=float("-inf"),
                      other=float("nan"))  # fmt: skip
-    got = registry.get(record.id)
+    got = registry.records.get(record.id)
     assert got.metadata["score"] == float("inf") and got.metadata["priority"] == float("-inf")
     assert got.metadata["other"] is None and got.score == float("inf")
 
@@ -464,13 +470,20 @@ def test_records_at_another_output_uri_are_another_stream(clearml_standin, run_t
     for output_uri in ("file:///a", "s3://bucket/b"):
         for slot in (0, 1):
             info = dataclasses.replace(_info(run, f"best_model_{slot}.pt", slot=slot), output_uri=output_uri)
-            registry.make_live(registry.create_pending(info, uri=f"{output_uri}/{info.key}").id, sha256=SHA, size=1)
+            registry.records.make_live(
+                registry.records.create_pending(info, uri=f"{output_uri}/{info.key}").id, sha256=SHA, size=1
+            )
     with clearml_standin.count("models\\.get_all") as calls:
-        found = registry.query(Query(project="ckpts", run=run, stream="best_model", output_uri="s3://bucket/b", slot=1))
+        found = registry.records.query(
+            Query(project="ckpts", run=run, stream="best_model", output_uri="s3://bucket/b", slot=1)
+        )
     assert [(r.output_uri, r.slot, r.filename) for r in found] == [("s3://bucket/b", 1, "best_model_1.pt")]
     pushed = calls[0].data
     assert pushed["metadata.output_uri.value"] == ["s3://bucket/b"] and pushed["metadata.slot.value"] == ["1"]
-    assert {r.output_uri for r in registry.query(Query(project="ckpts", run=run))} == {"file:///a", "s3://bucket/b"}
+    assert {r.output_uri for r in registry.records.query(Query(project="ckpts", run=run))} == {
+        "file:///a",
+        "s3://bucket/b",
+    }
 
 
 # -- stream claims -----------------------------------------------------------------------------------
@@ -520,7 +533,7 @@ def test_a_stream_claimed_by_a_live_saver_is_busy_for_another(clearml_standin, c
     first_owner, second_owner = _Saver(), _Saver()
     first, second = new_holder(first_owner), new_holder(second_owner)
     with clearml_standin.count() as calls:
-        claim_registry.claim(_stream(), first)
+        claim_registry.claims.claim(_stream(), first)
     assert [c.endpoint for c in calls if c.endpoint.startswith("models.")] == [
         "models.get_all",
         "models.create",
@@ -531,23 +544,23 @@ def test_a_stream_claimed_by_a_live_saver_is_busy_for_another(clearml_standin, c
         match=rf"ckpts/train-run/best_model at file:///out is being written by .*"
         rf"pid {os.getpid()} on .*close\(\) the other saver",
     ) as err:
-        claim_registry.claim(_stream(), second)
+        claim_registry.claims.claim(_stream(), second)
     assert err.value.holder == first.describe()
     (claim,) = _claim_models(clearml_standin)
     assert "archived" in claim["system_tags"] and "state" not in (claim.get("metadata") or {})
-    assert claim_registry.query(Query()) == []  # a claim is never a record
+    assert claim_registry.records.query(Query()) == []  # a claim is never a record
     with pytest.raises(RecordNotFoundError, match="not a tracker_saver checkpoint record"):
-        claim_registry.get(claim["id"])
-    claim_registry.claim(_stream("s3://bucket/other"), second)  # another output_uri is another stream
+        claim_registry.records.get(claim["id"])
+    claim_registry.claims.claim(_stream("s3://bucket/other"), second)  # another output_uri is another stream
     assert len(_claim_models(clearml_standin)) == 2
 
 
 def test_a_dead_savers_claim_is_taken_over(clearml_standin, claim_registry) -> None:
     owner = _Saver()
     dead, alive = _dead_holder(), new_holder(owner)
-    claim_registry.claim(_stream(), dead)
+    claim_registry.claims.claim(_stream(), dead)
     (stale,) = _claim_models(clearml_standin)
-    claim_registry.claim(_stream(), alive)  # a restart right after a kill just works
+    claim_registry.claims.claim(_stream(), alive)  # a restart right after a kill just works
     (claim,) = _claim_models(clearml_standin)
     assert claim["id"] != stale["id"] and f'"token": "{alive.token}"' in claim["comment"]
 
@@ -555,10 +568,10 @@ def test_a_dead_savers_claim_is_taken_over(clearml_standin, claim_registry) -> N
 def test_a_claim_is_renewed_not_duplicated(clearml_standin, claim_registry) -> None:
     owner = _Saver()
     holder = new_holder(owner)
-    claim_registry.claim(_stream(), holder)
+    claim_registry.claims.claim(_stream(), holder)
     before = json.loads(_claim_models(clearml_standin)[0]["comment"])["heartbeat"]
     with clearml_standin.count() as calls:
-        claim_registry.claim(_stream(), holder)
+        claim_registry.claims.claim(_stream(), holder)
     assert [c.endpoint for c in calls if c.endpoint.startswith("models.")] == ["models.get_all", "models.edit"]
     (claim,) = _claim_models(clearml_standin)
     assert json.loads(claim["comment"])["heartbeat"] >= before
@@ -567,31 +580,31 @@ def test_a_claim_is_renewed_not_duplicated(clearml_standin, claim_registry) -> N
 def test_a_released_stream_can_be_claimed_by_another_saver(clearml_standin, claim_registry) -> None:
     first_owner, second_owner = _Saver(), _Saver()
     first, second = new_holder(first_owner), new_holder(second_owner)
-    claim_registry.claim(_stream(), first)
-    claim_registry.release(_stream(), second)  # holds nothing: changes nothing
+    claim_registry.claims.claim(_stream(), first)
+    claim_registry.claims.release(_stream(), second)  # holds nothing: changes nothing
     assert len(_claim_models(clearml_standin)) == 1
     with clearml_standin.count() as calls:
-        claim_registry.release(_stream(), first)
+        claim_registry.claims.release(_stream(), first)
     assert [c.endpoint for c in calls if c.endpoint.startswith("models.")] == ["models.get_all", "models.delete"]
     assert _claim_models(clearml_standin) == []
-    claim_registry.claim(_stream(), second)
-    claim_registry.release(StreamId("file:///out", "never-used", "r", "s"), second)  # no such project: nothing
+    claim_registry.claims.claim(_stream(), second)
+    claim_registry.claims.release(StreamId("file:///out", "never-used", "r", "s"), second)  # no such project: nothing
 
 
 def test_two_savers_claiming_at_once_leave_one_claim_the_oldest(clearml_standin, claim_registry, monkeypatch) -> None:
     """Both found the stream free; the later claim loses, deletes its model and says who won."""
     first_owner, second_owner = _Saver(), _Saver()
     first, second = new_holder(first_owner), new_holder(second_owner)
-    claim_registry.claim(_stream(), first)
-    real, looks = claim_registry._claims._stream_claims, []
+    claim_registry.claims.claim(_stream(), first)
+    real, looks = claim_registry.claims._stream_claims, []
 
     def claims(*args: Any) -> Any:  # the second saver's first look came before the first saver's claim
         looks.append(args)
         return [] if len(looks) == 1 else real(*args)
 
-    monkeypatch.setattr(claim_registry._claims, "_stream_claims", claims)
+    monkeypatch.setattr(claim_registry.claims, "_stream_claims", claims)
     with clearml_standin.count() as calls, pytest.raises(StreamBusyError) as err:
-        claim_registry.claim(_stream(), second)
+        claim_registry.claims.claim(_stream(), second)
     assert [c.endpoint for c in calls if c.endpoint.startswith("models.")] == [
         "models.create",
         "models.get_all",
@@ -607,7 +620,7 @@ def test_a_server_error_is_a_registry_error_naming_the_model(clearml_standin, ru
     record = _commit(registry, "checkpoint_1.pt", stream="checkpoint")
     clearml_standin.fail(r"models\.edit", code=500, msg="mongo is down")
     with pytest.raises(RegistryError, match=rf"updating model {record.id} failed with 500/0 \(mongo is down\)"):
-        registry.evict(record.id)
+        registry.records.evict(record.id)
 
 
 class _RefusingSession:
@@ -639,17 +652,17 @@ def test_a_connection_error_is_chained_and_never_shows_credentials(clearml_serve
     registry.transport._session = _RefusingSession()  # the server went away after the registry connected
     # A read is retried until the timeout; the last network error is chained under the outage.
     with pytest.raises(RegistryError, match="reading model 0123abcd failed: the server stopped answering") as err:
-        registry.get("0123abcd")
+        registry.records.get("0123abcd")
     assert isinstance(err.value.__cause__.__cause__, requests.ConnectionError)
     assert "s3cr3t-value" not in str(err.value) and "STANDIN_ACCESS_KEY" not in str(err.value)
     # A create is never repeated after an unclear failure (it could make the model twice): it
     # fails at once, even with a long timeout.
     registry = ClearMLRegistry(project_root=_root(), timeout=60)
     info = _info(_run(registry), "checkpoint_1.pt")
-    registry.fail(registry.create_pending(info, uri="file:///x.pt").id, "only to look the project up")
+    registry.records.fail(registry.records.create_pending(info, uri="file:///x.pt").id, "only to look the project up")
     registry.transport._session = refusing = _RefusingSession()
     with pytest.raises(RegistryError, match="creating .* failed .*cannot reach") as err:
-        registry.create_pending(info, uri="file:///x.pt")
+        registry.records.create_pending(info, uri="file:///x.pt")
     assert refusing.sent == 1  # not retried: no wait for the timeout
     assert isinstance(err.value.__cause__, requests.ConnectionError)
     assert "s3cr3t-value" not in str(err.value) and "STANDIN_ACCESS_KEY" not in str(err.value)
@@ -682,7 +695,7 @@ def test_the_registry_has_its_own_bounded_session_and_leaves_the_sdks_alone(clea
     assert sdk._session_timeout == (10.0, 300.0)  # clearml's defaults, untouched
     user_config = ConfigWrapper._init()  # still clearml's own object, with the test config's retries
     assert type(user_config).__name__ == "Config" and user_config.get("api.http.retries.total", None) == 2
-    assert registry.query(Query(project="nothing-here")) == []  # and it works
+    assert registry.records.query(Query(project="nothing-here")) == []  # and it works
 
 
 def test_opening_the_registrys_session_never_walks_the_stack(

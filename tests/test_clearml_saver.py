@@ -92,7 +92,7 @@ def test_tracker_saver_in_the_discussion_scenario(clearml_standin, clearml_proje
         records = find_models(project=clearml_project, run=f"our-saver.{task.id}", registry=saver.registry)
         clearml_standin.edit_model(records[0].id, name="renamed in the web UI")
         train_on(5)
-        after = saver.registry.get(records[0].id)
+        after = saver.registry.records.get(records[0].id)
     assert _objects(out) == [f"{clearml_project}/our-saver.{task.id}/epoch_model.slot0.pt"]  # ClearML's own layout
     assert names == ["epoch_model_1.pt", "epoch_model_2.pt", "epoch_model_3.pt"]
     assert [r.global_step for r in records] == [1, 2, 3] and type(records[0].metadata["global_step"]) is int

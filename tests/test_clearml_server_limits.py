@@ -124,8 +124,8 @@ def _info(task: Any, filename: str, slot: int) -> UploadInfo:
 
 
 def _commit(registry: ClearMLRegistry, task: Any, filename: str, slot: int) -> Any:
-    record = registry.create_pending(_info(task, filename, slot), uri=f"file:///out/best_model.slot{slot}.pt")
-    return registry.make_live(record.id, sha256=SHA, size=10)
+    record = registry.records.create_pending(_info(task, filename, slot), uri=f"file:///out/best_model.slot{slot}.pt")
+    return registry.records.make_live(record.id, sha256=SHA, size=10)
 
 
 def _listed(api: ClearMLApi, task: Any) -> list[str]:
@@ -143,7 +143,7 @@ def test_a_save_after_the_task_finished_is_linked_by_its_task_field_only(api, fi
 
 def test_evicting_under_a_finished_task_leaves_the_task_alone(api, finished_task) -> None:
     task, registry, first = finished_task
-    evicted = registry.evict(first.id)
+    evicted = registry.records.evict(first.id)
     assert evicted.state is RecordState.EVICTED
     assert "archived" in _raw(api, first.id)["system_tags"] and not _raw(api, first.id)["uri"]
     assert _listed(api, task) == [first.id]  # listed while it ran; the server changes no finished task
@@ -151,7 +151,7 @@ def test_evicting_under_a_finished_task_leaves_the_task_alone(api, finished_task
 
 def test_a_pin_under_a_finished_task_does_not_fail(api, finished_task) -> None:
     task, registry, _ = finished_task
-    pinned = registry.create_pinned(_info(task, "best_model_1.pt", 0), uri="file:///out/pinned/best_model_1.pt",
+    pinned = registry.labels.create_pinned(_info(task, "best_model_1.pt", 0), uri="file:///out/pinned/best_model_1.pt",
                                     sha256=SHA, size=10)  # fmt: skip
     assert pinned.state is RecordState.PINNED and _raw(api, pinned.id)["task"] == task.id
 

@@ -52,7 +52,7 @@ class Watchers:
         seen = dict.fromkeys(RUNS, 0)
         try:
             while not self._stop.is_set():
-                live = (own.query(Query(project="bench", states=LOADABLE)) if own else
+                live = (own.records.query(Query(project="bench", states=LOADABLE)) if own else
                         find_models(project="bench", live=True, registry=self.registry))  # fmt: skip
                 per_run = collections.Counter(r.run for r in live)
                 assert all(n <= 1 for n in per_run.values()), f"more than n_saved=1 live records: {per_run}"
@@ -101,7 +101,7 @@ def test_two_processes_saving_200_each_into_one_sqlite_registry_lose_nothing_whi
     reg = SQLiteRegistry(registry)
     try:
         for run in RUNS:
-            records = reg.query(Query(project="bench", run=run))
+            records = reg.records.query(Query(project="bench", run=run))
             states = collections.Counter(r.state for r in records)
             assert len(records) == SAVES and states == {RecordState.EVICTED: SAVES - 1, RecordState.LIVE: 1}
             assert sorted(r.metadata["global_step"] for r in records) == list(range(1, SAVES + 1))

@@ -137,7 +137,9 @@ def _saved_at(registry: str, output_uri: str, run: str) -> None:
     key = f"p/{run}/model.slot0.pt"
     with open_registry(registry) as reg:
         info = UploadInfo("p", run, "model", "model_1.pt", slot=0, key=key, output_uri=output_uri)
-        reg.make_live(reg.create_pending(info, uri=f"{output_uri}/{key}").id, sha256="0" * 64, size=1893)
+        reg.records.make_live(
+            reg.records.create_pending(info, uri=f"{output_uri}/{key}").id, sha256="0" * 64, size=1893
+        )
 
 
 def test_fsck_checks_every_reachable_output_uri_and_reports_the_unreachable_one(local_target, closed_endpoint) -> None:

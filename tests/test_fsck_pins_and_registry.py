@@ -120,7 +120,7 @@ def test_two_records_that_share_one_pin_object_are_a_shared_pin_problem(local_ta
             key=pin.key,
             output_uri=pin.output_uri,
         )
-        twin = registry.create_pinned(info, uri=pin.uri or "", sha256=pin.sha256, size=pin.size)
+        twin = registry.labels.create_pinned(info, uri=pin.uri or "", sha256=pin.sha256, size=pin.size)
     report = _check(local_target, deep=True)
     assert _kinds(report) == [("shared-pin", twin.id)]
     (finding,) = report.problems

@@ -106,7 +106,9 @@ def test_follow_prints_old_events_then_new_ones_until_told_to_stop(local_target)
     train(local_target, 1)
     registry = open_registry(local_target.registry)
     record = by_epoch(local_target)[1]
-    waits = iter([lambda: registry.set_alias(record.id, "staging"), lambda: registry.remove_alias("p", "staging")])
+    waits = iter(
+        [lambda: registry.labels.set_alias(record.id, "staging"), lambda: registry.labels.remove_alias("p", "staging")]
+    )
 
     def wait() -> bool:  # the clock: each tick makes one change, then the follower stops
         step = next(waits, None)
@@ -174,7 +176,7 @@ def test_the_gate_runs_inside_the_transaction_that_moves_the_alias(local_target)
     train(local_target, 4)
     records = by_epoch(local_target)
     registry = open_registry(local_target.registry)
-    registry.set_alias(records[2].id, "production")
+    registry.labels.set_alias(records[2].id, "production")
 
     def check(record: Any, holder: Any) -> None:  # a gate that sees the write lock held by its own move
         other = sqlite3.connect(registry.path, timeout=0)
@@ -200,7 +202,7 @@ def test_models_alias_if_better_refuses_with_both_records_and_scores(local_targe
 
 
 def _pins(registry: Any) -> list[str]:
-    return [r.id for r in registry.query(Query(project="p", states=(RecordState.PINNED,)))]
+    return [r.id for r in registry.records.query(Query(project="p", states=(RecordState.PINNED,)))]
 
 
 def test_a_gated_alias_on_a_slot_record_checks_it_then_pins_it_or_refuses_pinning_nothing(local_target) -> None:
@@ -254,7 +256,7 @@ def test_a_prune_keeps_live_renamed_aliased_and_each_slots_newest_evicted_record
     records = by_epoch(local_target)
     # The registry's own set_alias (no pin first, as another client may do) leaves it on the slot record;
     # the save that evicts that record pins its bytes and moves the alias to the pin (issue 52).
-    open_registry(local_target.registry).set_alias(records[1].id, "first")
+    open_registry(local_target.registry).labels.set_alias(records[1].id, "first")
     rename_model(records[2].id, "kept by name", registry=local_target.registry)
     train(local_target, 8, scored=False)  # eight more saves in the same stream
     registry = open_registry(local_target.registry)
@@ -267,7 +269,7 @@ def test_a_prune_keeps_live_renamed_aliased_and_each_slots_newest_evicted_record
 
     assert [p.record_id for p in pruned] == [p.record_id for p in dry] and pruned
     assert set(after) == set(before) - {p.record_id for p in pruned}
-    first = registry.query(Query(project="p", alias="first"))[0]
+    first = registry.records.query(Query(project="p", alias="first"))[0]
     assert first.state is RecordState.PINNED and str(first.metadata["pinned_from"]) == records[1].id
     assert {first.id, records[2].id} <= set(after)
     assert {before[p.record_id].state for p in pruned} == {RecordState.EVICTED}
@@ -280,7 +282,7 @@ def test_a_prune_keeps_live_renamed_aliased_and_each_slots_newest_evicted_record
 def test_keep_last_and_older_than_both_bound_a_prune(local_target) -> None:
     train(local_target, 8, scored=False)
     registry = open_registry(local_target.registry)
-    evicted = registry.query(Query(project="p", states=(RecordState.EVICTED,)))
+    evicted = registry.records.query(Query(project="p", states=(RecordState.EVICTED,)))
     assert len(evicted) == 6
     assert registry.history.prune(Query(), Retention(keep_last=0, older_than=3600), dry_run=True) == []
     kept_three = registry.history.prune(Query(), Retention(keep_last=3))

@@ -71,9 +71,9 @@ def interrupt_second_save(local_target: Any, monkeypatch: pytest.MonkeyPatch, st
         pre_upload=[lambda info: (when("pre-upload"), info)[1]],
         post_upload=[lambda info: when("post-upload")],
     )
-    registry, storage = saver.registry, saver.storage
+    records, storage = saver.registry.records, saver.storage
     for method in ("create_pending", "supersede"):
-        inner = getattr(registry, method)
+        inner = getattr(records, method)
 
         def tapped(*args: Any, _inner: Any = inner, _name: str = method, **kwargs: Any) -> Any:
             when(f"{_name}:before")
@@ -81,7 +81,7 @@ def interrupt_second_save(local_target: Any, monkeypatch: pytest.MonkeyPatch, st
             when(f"{_name}:after")
             return result
 
-        monkeypatch.setattr(registry, method, tapped)
+        monkeypatch.setattr(records, method, tapped)
     stage = storage.stage
 
     def tapped_stage(key: str, **kwargs: Any) -> Any:

@@ -16,6 +16,7 @@ import pytest
 from tests.test_structure import PACKAGE, _modules
 from tests.test_structure import _graph as _read_graph
 from tracker_saver import registry, storage
+from tracker_saver.registry.base import Labels, RecordStore, Registry, StreamClaims
 
 #: The floors, lowest first: a module imports only from its own floor or below.
 FLOORS = {
@@ -141,6 +142,9 @@ def test_nothing_but_the_table_imports_a_backend() -> None:
 #: subclasses users rely on (the drop-in ClearMLSaver is a TrackerSaver; the offline journal is a registry).
 SEAM_BASES = {
     "tracker_saver.registry.base.Registry",
+    "tracker_saver.registry.base.RecordStore",
+    "tracker_saver.registry.base.Labels",
+    "tracker_saver.registry.base.StreamClaims",
     "tracker_saver.storage.base.Storage",
     "tracker_saver.storage.base.StagedWrite",
 }
@@ -164,6 +168,130 @@ def test_no_class_inherits_from_another_files_class_but_a_seam() -> None:
                 if PUBLIC_SUBCLASSES.get(f"{name}.{cls.__qualname__}") != qualified:
                     towers.append(f"{name}.{cls.__qualname__}({qualified})")
     assert towers == [], "hold a collaborator instead of inheriting from another file's class"
+
+
+#: A registry's parts: the attribute each backend sets, and the ABC (registry/base.py) its object derives from.
+PARTS: dict[str, type] = {"records": RecordStore, "labels": Labels, "claims": StreamClaims}
+#: Methods that hand a call to a collaborator of the same name and are not forwarding a part: the
+#: SQLite registry's connection is the whole's (``close``, and ``atomic`` for a bulk import).
+WHOLE_OWN = {
+    "tracker_saver.registry.sqlite.SQLiteRegistry.close",
+    "tracker_saver.registry.sqlite.SQLiteRegistry.atomic",
+}
+
+
+def _forwarders(source: str, module: str) -> list[str]:
+    """``module.Class.method`` of each method whose body is one call of a collaborator's method of
+    the same or a similar name (``self._labels.rename(...)``, ``self._store.registry_id(...)``)."""
+
+    def similar(a: str, b: str) -> bool:
+        a, b = a.strip("_").replace("_", ""), b.strip("_").replace("_", "")
+        return a in b or b in a
+
+    found = []
+    for cls in [n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.ClassDef)]:
+        for fn in [n for n in cls.body if isinstance(n, ast.FunctionDef)]:
+            body = [s for s in fn.body if not (isinstance(s, ast.Expr) and isinstance(s.value, ast.Constant))]
+            call = body[0].value if len(body) == 1 and isinstance(body[0], (ast.Return, ast.Expr)) else None
+            if (
+                isinstance(call, ast.Call)
+                and isinstance(call.func, ast.Attribute)
+                and isinstance(call.func.value, ast.Attribute)
+                and isinstance(call.func.value.value, ast.Name)
+                and call.func.value.value.id == "self"
+                and similar(call.func.attr, fn.name)
+            ):
+                found.append(f"{module}.{cls.name}.{fn.name}")
+    return found
+
+
+def _part_methods() -> set[str]:
+    return {name for part in PARTS.values() for name, value in vars(part).items() if callable(value)} - {"__init__"}
+
+
+def test_the_registry_is_made_of_parts_and_holds_no_method_of_theirs() -> None:
+    assert not getattr(Registry, "__abstractmethods__", None), "a backend writes its parts, not the Registry"
+    assert set(vars(Registry)) & _part_methods() == set()
+    assert set(Registry.__annotations__) >= set(PARTS)
+
+
+def test_each_registry_backend_sets_its_three_parts() -> None:
+    # SQLite opened for real; ClearML and MLflow read from their constructors (each needs a server).
+    opened = registry.open_registry(":memory:")
+    assert {name: isinstance(getattr(opened, name), part) for name, part in PARTS.items()} == dict.fromkeys(PARTS, True)
+    for backend in registry.BACKENDS.values():
+        module = importlib.import_module(backend.module)
+        source = Path(module.__file__ or "").read_text()
+        (cls,) = [
+            n
+            for n in ast.walk(ast.parse(source))
+            if isinstance(n, ast.ClassDef) and issubclass(getattr(module, n.name), Registry)
+        ]
+        init = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
+        made = {
+            t.id: v
+            for n in ast.walk(init)
+            if isinstance(n, ast.Assign)
+            for t in n.targets
+            if isinstance(t, ast.Name) and isinstance((v := n.value), ast.Call)
+        }
+        parts = {}
+        for node in [n for n in ast.walk(init) if isinstance(n, ast.AnnAssign)]:
+            target, value = node.target, node.value
+            if isinstance(target, ast.Attribute) and target.attr in PARTS and value is not None:
+                call = made.get(value.id) if isinstance(value, ast.Name) else value
+                assert isinstance(call, ast.Call) and isinstance(call.func, ast.Name), ast.unparse(node)
+                parts[target.attr] = getattr(module, call.func.id)
+        assert set(parts) == set(PARTS), f"{backend.module}: {cls.name} sets {sorted(parts)}"
+        for name, made_by in parts.items():
+            assert issubclass(made_by, PARTS[name]), f"{backend.module}: {name} is a {made_by.__name__}"
+
+
+def test_no_registry_class_forwards_a_call_to_a_collaborator_of_the_same_name() -> None:
+    found = [
+        f
+        for name in _modules()
+        if name.startswith(("tracker_saver.registry", "tracker_saver.integrations"))
+        for f in _forwarders(Path(importlib.import_module(name).__file__ or "").read_text(), name)
+    ]
+    assert sorted(set(found) - WHOLE_OWN) == [], "a backend exposes the collaborator as its part instead"
+
+
+def test_the_forwarding_check_finds_a_forwarder() -> None:
+    source = (
+        "class R:\n"
+        "    def rename(self, record_id, name):\n"
+        '        """Rename."""\n'
+        "        return self._labels.rename(record_id, name)\n"
+        "    def registry_id(self, project):\n"
+        "        self._store.registry_id(project)\n"
+        "    def get(self, record_id):\n"
+        "        return self._aliased([self._fetch(record_id)])[0]\n"
+    )
+    assert _forwarders(source, "m") == ["m.R.rename", "m.R.registry_id"]
+
+
+def _signature(fn: ast.FunctionDef) -> tuple[str, tuple[str, ...]]:
+    return fn.name, tuple(a.arg for a in (*fn.args.args, *fn.args.kwonlyargs))
+
+
+def test_each_part_method_signature_is_written_once_per_backend() -> None:
+    # The ABC's one signature, then one implementation in each backend; a forwarder would be one more.
+    base = ast.parse(Path(importlib.import_module("tracker_saver.registry.base").__file__ or "").read_text())
+    signatures = {
+        _signature(fn)
+        for cls in base.body
+        if isinstance(cls, ast.ClassDef) and cls.name in {p.__name__ for p in PARTS.values()}
+        for fn in cls.body
+        if isinstance(fn, ast.FunctionDef)
+    }
+    counts: dict[str, int] = {}
+    for name in _modules():
+        if name.startswith(("tracker_saver.registry", "tracker_saver.integrations")):
+            tree = ast.parse(Path(importlib.import_module(name).__file__ or "").read_text())
+            for fn in [n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef) and _signature(n) in signatures]:
+                counts[fn.name] = counts.get(fn.name, 0) + 1
+    assert {k: v for k, v in counts.items() if v > 1 + len(registry.BACKENDS)} == {}
 
 
 def test_every_module_path_is_a_file_of_the_package() -> None:

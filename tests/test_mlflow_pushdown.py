@@ -30,12 +30,12 @@ def _save(reg: MLflowRegistry, project: str, run: str, step: int, score: float, 
     meta = {"basename": stream, "prefix": stream.split("_")[0], "global_step": step, "score": score}
     info = UploadInfo(project, run, stream, filename, metadata=meta, slot=step % 2, tags=tags,
                       key=f"{project}/{run}/{stream}.slot{step % 2}.pt")  # fmt: skip
-    record = reg.create_pending(info, uri=f"file:///out/{info.key}")
+    record = reg.records.create_pending(info, uri=f"file:///out/{info.key}")
     if state == "failed":
-        return reg.fail(record.id, "disk full")
+        return reg.records.fail(record.id, "disk full")
     if state != "pending":
-        record = reg.make_live(record.id, sha256=SHA, size=10, metadata={"write_s": 0.5})
-    return reg.evict(record.id) if state == "evicted" else record
+        record = reg.records.make_live(record.id, sha256=SHA, size=10, metadata={"write_s": 0.5})
+    return reg.records.evict(record.id) if state == "evicted" else record
 
 
 @pytest.fixture(scope="module")
@@ -53,10 +53,10 @@ def records(mlflow_server: str) -> tuple[MLflowRegistry, str, list[Record]]:
         _save(reg, project, "r2", 2, 0.99, stream="checkpoint", state="evicted"),
         _save(reg, project, "r2", 3, 1.0, stream="checkpoint"),
     ]
-    made[2] = reg.rename(made[2].id, "it's baseline")
+    made[2] = reg.labels.rename(made[2].id, "it's baseline")
     pin = UploadInfo(project, "r1", "best_model", made[1].filename, metadata={"score": 0.9}, slot=None,
                      key=f"{project}/r1/pinned/{made[1].filename}")  # fmt: skip
-    made.append(reg.create_pinned(pin, uri=f"file:///out/{pin.key}", sha256=SHA, size=10))
+    made.append(reg.labels.create_pinned(pin, uri=f"file:///out/{pin.key}", sha256=SHA, size=10))
     return reg, project, made
 
 
@@ -82,11 +82,11 @@ def test_a_query_pushed_down_finds_what_the_whole_query_finds_without_it(records
     reg, project, _ = records
     fields = {**fields, "where": parse_where(fields.get("where"))}
     query = Query(project=project, **fields)
-    everything = reg.query(Query(project=project))  # nothing pushed down but the project: every record, aliased
+    everything = reg.records.query(Query(project=project))  # nothing pushed down but the project: every record, aliased
     assert len(everything) == 9
     expected = select(everything, query)
-    assert reg.query(query) == expected
-    assert [r for page in reg.pages(query) for r in page] == expected
+    assert reg.records.query(query) == expected
+    assert [r for page in reg.records.pages(query) for r in page] == expected
 
 
 def test_pushed_down_filters_make_mlflow_send_fewer_models(records) -> None:
@@ -96,7 +96,7 @@ def test_pushed_down_filters_make_mlflow_send_fewer_models(records) -> None:
     sent = reg._store.search(experiments, record_filters(query), unreadable=reg._skip)
     # 0.9 (live) and its pin, then the two records without metrics: 0.95 (pending), 0.8 (failed)
     assert sorted(r.score or 0 for r in sent) == [0.8, 0.9, 0.9, 0.95]
-    assert sorted(r.score or 0 for r in reg.query(query)) == [0.9, 0.9, 0.95]
+    assert sorted(r.score or 0 for r in reg.records.query(query)) == [0.9, 0.9, 0.95]
 
 
 def test_models_list_prints_each_of_mlflows_pages_as_it_comes(records, monkeypatch, capsys) -> None:
@@ -104,7 +104,7 @@ def test_models_list_prints_each_of_mlflows_pages_as_it_comes(records, monkeypat
     monkeypatch.setattr(store, "PAGE", 3)
     pages = list(find_model_pages(project=project, registry=reg))
     assert [len(p) for p in pages] == [3, 3, 3]
-    assert [r.id for p in pages for r in p] == [r.id for r in reg.query(Query(project=project))]
+    assert [r.id for p in pages for r in p] == [r.id for r in reg.records.query(Query(project=project))]
     assert [len(p) for p in find_model_pages(project=project, offset=4, limit=4, registry=reg)] == [2, 2]
     argv = ["--registry", reg.uri, "models", "list", "--project", project, "--where", "score>0.5"]
     assert main([*argv, "--json"]) == 0

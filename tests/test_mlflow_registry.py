@@ -43,7 +43,9 @@ def test_a_checkpoint_is_a_logged_model_with_a_legal_name_metrics_and_status(reg
 
     record = pending(reg, "best_model_3_acc=0.91.pt", score=0.91, score_name="acc", global_step=3)
     # As the pipeline does: the save's whole metadata again, with what the write adds.
-    record = reg.make_live(record.id, sha256=SHA, size=10, metadata={"score": 0.91, "global_step": 3, "write_s": 0.25})
+    record = reg.records.make_live(
+        record.id, sha256=SHA, size=10, metadata={"score": 0.91, "global_step": 3, "write_s": 0.25}
+    )
     model = _model(reg, record.id)
     assert model.name == "best_model_3_acc=0_91"
     assert str(model.status) == "READY"
@@ -76,11 +78,11 @@ def test_an_experiment_found_once_gives_its_id_and_registry_id_without_another_c
         return original(self, fn, what, *args, **kwargs)
 
     monkeypatch.setattr(MLflowTransport, "call", recording)
-    registry_id = reg.registry_id("p")
+    registry_id = reg.claims.registry_id("p")
     assert calls == ["get_experiment_by_name", "create_experiment", "get_experiment"]
     calls.clear()
     pending(reg, "model_1.pt")
-    assert reg.registry_id("p") == registry_id
+    assert reg.claims.registry_id("p") == registry_id
     assert "get_experiment_by_name" not in calls and "get_experiment" not in calls, calls
 
 
@@ -94,19 +96,19 @@ def test_two_filenames_never_share_a_name(reg: MLflowRegistry) -> None:
 def test_pending_failed_and_evicted_are_not_ready_in_mlflow_and_evicted_is_no_failure(reg: MLflowRegistry) -> None:
     record = pending(reg, "a_1.pt")
     assert str(_model(reg, record.id).status) == "PENDING"
-    reg.fail(record.id, "disk full")
+    reg.records.fail(record.id, "disk full")
     assert str(_model(reg, record.id).status) == "FAILED"
     other = live(reg, "a_2.pt", slot=1)
-    reg.evict(other.id)
+    reg.records.evict(other.id)
     assert str(_model(reg, other.id).status) == "UNSPECIFIED"  # MLflow's UI shows no status: not a red Failed
     assert _model(reg, other.id).tags["tracker_saver.state"] == "evicted"  # plain text, as people read it
-    reg.restore(other.id)
+    reg.records.restore(other.id)
     assert str(_model(reg, other.id).status) == "READY"
 
 
 def test_rename_keeps_the_mlflow_name_and_sets_the_display_name_tag(reg: MLflowRegistry) -> None:
     record = live(reg, "best_model_1_acc=0.5.pt")
-    assert reg.rename(record.id, "baseline").name == "baseline"
+    assert reg.labels.rename(record.id, "baseline").name == "baseline"
     model = _model(reg, record.id)
     assert model.name == "best_model_1_acc=0_5" and model.tags["tracker_saver.name"] == "baseline"
 
@@ -117,7 +119,7 @@ def test_a_model_deleted_in_the_ui_is_not_found(reg: MLflowRegistry) -> None:
     record = live(reg, "a_1.pt")
     MlflowClient(reg.tracking_uri).delete_logged_model(record.id)
     with pytest.raises(RecordNotFoundError, match=record.id):
-        reg.get(record.id)
+        reg.records.get(record.id)
 
 
 def test_a_deleted_experiment_names_the_restore_command(reg: MLflowRegistry) -> None:
@@ -194,7 +196,7 @@ def test_no_tracking_uri_is_a_config_error_naming_the_fix(monkeypatch: pytest.Mo
 def test_make_live_is_refused_twice(reg: MLflowRegistry) -> None:
     record = live(reg, "a_1.pt")
     with pytest.raises(RegistryError, match="not pending"):
-        reg.make_live(record.id, sha256=SHA, size=1)
+        reg.records.make_live(record.id, sha256=SHA, size=1)
 
 
 @pytest.mark.parametrize("refused", ["finalize_logged_model", "set_logged_model_tags"])
@@ -211,13 +213,13 @@ def test_an_eviction_cut_short_never_leaves_mlflow_offering_the_evicted_record(
         raise MlflowException("refused by the test", error_code="INVALID_STATE")
 
     if refused == "set_logged_model_tags":  # the registry writes tags through the tracking client underneath
-        monkeypatch.setattr(reg, "_write_tags", refuse)
+        monkeypatch.setattr(reg.records, "_write_tags", refuse)
     else:
         monkeypatch.setattr(reg._transport.client, refused, refuse)
     with pytest.raises(RegistryError):
-        reg.evict(record.id)
+        reg.records.evict(record.id)
     monkeypatch.undo()
     model = _model(reg, record.id)
     offered = str(model.status) == "READY"
     assert not offered or model.tags["tracker_saver.state"] == "live", (model.status, model.tags)
-    assert reg.get(record.id).state in (RecordState.LIVE, RecordState.EVICTED)
+    assert reg.records.get(record.id).state in (RecordState.LIVE, RecordState.EVICTED)

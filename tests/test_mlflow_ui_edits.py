@@ -73,18 +73,18 @@ def test_the_tags_people_read_are_plain_text(reg: MLflowRegistry) -> None:
 def test_a_name_typed_in_mlflows_ui_is_the_records_new_name(reg: MLflowRegistry) -> None:
     record = live(reg, "best_model_3_acc=0.91.pt")
     _client(reg).set_logged_model_tags(record.id, {"tracker_saver.name": "the one we ship"})
-    assert reg.get(record.id).name == "the one we ship"
+    assert reg.records.get(record.id).name == "the one we ship"
     assert [r.name for r in find_models(registry=reg)] == ["the one we ship"]
 
 
 def test_a_record_written_by_0_1_is_read_and_its_hand_typed_name_too(reg: MLflowRegistry) -> None:
-    record = reg.get(live(reg, "best_model_1_acc=0.5.pt").id)
+    record = reg.records.get(live(reg, "best_model_1_acc=0.5.pt").id)
     _as_schema_1(reg, record.id)
     assert _client(reg).get_logged_model(record.id).tags["tracker_saver.name"] == '"best_model_1_acc=0.5.pt"'
-    assert reg.get(record.id) == record
+    assert reg.records.get(record.id) == record
     _client(reg).set_logged_model_tags(record.id, {"tracker_saver.name": "hand typed, no quotes"})
-    assert reg.get(record.id).name == "hand typed, no quotes"
-    evicted = reg.evict(record.id)  # a later change is written in the record's own schema
+    assert reg.records.get(record.id).name == "hand typed, no quotes"
+    evicted = reg.records.evict(record.id)  # a later change is written in the record's own schema
     assert (
         evicted.state.value == "evicted"
         and _client(reg).get_logged_model(record.id).tags["tracker_saver.state"] == '"evicted"'
@@ -105,7 +105,7 @@ def test_a_tag_edited_into_nonsense_skips_the_record_with_one_warning(
         "not what tracker_saver writes"
     ]
     with pytest.raises(UnreadableRecordError, match=f"record {broken.id} cannot be read: .*put the tag back"):
-        reg.get(broken.id)
+        reg.records.get(broken.id)
     report = check(reg)
     assert [(f.kind, f.record_id) for f in report.problems if f.kind == "unreadable"] == [("unreadable", broken.id)]
 
@@ -135,13 +135,13 @@ def test_an_evicted_record_written_before_descriptions_is_read_and_described_at_
     reg: MLflowRegistry,
 ) -> None:
     record = live(reg, "best_model_3_acc=0.91.pt")
-    evicted = reg.evict(record.id)
+    evicted = reg.records.evict(record.id)
     client = _client(reg)
     client.finalize_logged_model(record.id, "FAILED")  # as 0.2 wrote an evicted record: Failed, no description
     client.delete_logged_model_tag(record.id, "mlflow.note.content")
-    assert reg.get(record.id) == evicted
+    assert reg.records.get(record.id) == evicted
     assert [r.id for r in find_models(states=["evicted"], registry=reg)] == [record.id]
-    reg.restore(record.id)
+    reg.records.restore(record.id)
     model = client.get_logged_model(record.id)
     assert str(model.status) == "READY"
     assert model.tags["mlflow.note.content"].startswith("**best_model_3_acc=0.91.pt** · live")

@@ -211,7 +211,7 @@ def test_unpinning_one_of_two_pins_that_share_an_object_keeps_it_for_the_other(
     info = UploadInfo("p", "r", source.stream, source.filename, metadata={"pinned_from": int(source_id)}, slot=None,
                       key=key, output_uri=source.output_uri)  # fmt: skip
     first, second = (
-        registry.create_pinned(info, uri=storage.url(key), sha256=source.sha256 or "", size=source.size or 0)
+        registry.labels.create_pinned(info, uri=storage.url(key), sha256=source.sha256 or "", size=source.size or 0)
         for _ in range(2)
     )
     assert main(["models", "unpin", first.id, "--registry", local_target.registry, "--json"]) == 0
@@ -260,7 +260,7 @@ def test_unpinning_an_earlier_releases_pin_that_is_another_streams_slot_leaves_t
     storage, registry = local_target.storage(), shared_registry(reg)
     info = UploadInfo("team", "vision", "model", "model.slot0.pt", metadata={}, slot=None, key=victim.key,
                       output_uri=victim.output_uri)  # fmt: skip
-    old_pin = registry.create_pinned(info, uri=storage.url(victim.key or ""), sha256=victim.sha256 or "",
+    old_pin = registry.labels.create_pinned(info, uri=storage.url(victim.key or ""), sha256=victim.sha256 or "",
                                      size=victim.size or 0)  # fmt: skip
     unpin_model(old_pin.id, registry=reg)
     _intact(local_target, victim.id)
@@ -275,8 +275,8 @@ def test_a_pin_by_a_registry_that_does_not_own_the_stream_is_refused_before_any_
     other = shared_registry(str(tmp_path / "other.db"))
     info = UploadInfo("p", "r", source.stream, source.filename, metadata={}, slot=source.slot, key=source.key,
                       output_uri=source.output_uri)  # fmt: skip
-    copied = other.create_pending(info, uri=source.uri or "")
-    other.make_live(copied.id, sha256=source.sha256 or "", size=source.size or 0)
+    copied = other.records.create_pending(info, uri=source.uri or "")
+    other.records.make_live(copied.id, sha256=source.sha256 or "", size=source.size or 0)
     with pytest.raises(StreamOwnedError, match="belongs to another registry"):
         pin_model(copied.id, registry=other)
     assert [o.key for o in local_target.storage().list("p/r/")] == [source.key]

@@ -40,7 +40,7 @@ def test_database_uses_wal_and_records_its_schema_version(tmp_path) -> None:
 def test_reopening_does_not_migrate_again(tmp_path) -> None:
     live(SQLiteRegistry(tmp_path / "r.db"), "a_1.pt")
     again = SQLiteRegistry(tmp_path / "r.db")
-    assert len(again.query(Query(project="p"))) == 1
+    assert len(again.records.query(Query(project="p"))) == 1
     rows = sqlite3.connect(tmp_path / "r.db").execute("SELECT COUNT(*) FROM schema_migrations").fetchone()[0]
     assert rows == len(MIGRATIONS)
 
@@ -80,7 +80,7 @@ def test_two_processes_can_write_at_once(tmp_path) -> None:
     db = str(tmp_path / "shared.db")
     procs = [subprocess.Popen([sys.executable, "-c", WRITER, db, name]) for name in ("alpha", "beta")]
     assert [p.wait(timeout=120) for p in procs] == [0, 0]
-    records = SQLiteRegistry(db).query(Query(project="p"))
+    records = SQLiteRegistry(db).records.query(Query(project="p"))
     assert len(records) == 80
     assert {r.stream for r in records} == {"alpha", "beta"}
 
@@ -92,17 +92,21 @@ def test_slot_size_sha256_uri_and_created_at_are_stored_once_and_still_queried_a
     first = live(registry, "a_1.pt", slot=0)
     second = live(registry, "a_2.pt", slot=1)
     staged = pending(registry, "a_3.pt", slot=2)
-    registry.supersede(staged.id, sha256=SHA, size=99, replaces=None)
+    registry.records.supersede(staged.id, sha256=SHA, size=99, replaces=None)
     with sqlite3.connect(registry.path) as conn:
         keys = {k for (k,) in conn.execute("SELECT DISTINCT key FROM metadata")}
     assert not keys & {"slot", "size", "sha256", "uri", "created_at"}
-    got = registry.get(second.id).metadata
+    got = registry.records.get(second.id).metadata
     assert (got["slot"], got["size"], got["sha256"]) == (1, 10, SHA) and type(got["slot"]) is int
-    assert "sha256" not in registry.get(staged.id).metadata  # staged, not committed
-    assert [r.id for r in registry.query(Query(where=parse_where("slot==1")))] == [second.id]
-    assert [r.id for r in registry.query(Query(where=parse_where(["size>5", "slot in 0,2"])))] == [first.id]
-    assert [r.id for r in registry.query(Query(where=parse_where(f"sha256=={SHA}")))] == [first.id, second.id]
-    assert [r.id for r in registry.query(Query(order_by=parse_order("-slot")))] == [staged.id, second.id, first.id]
+    assert "sha256" not in registry.records.get(staged.id).metadata  # staged, not committed
+    assert [r.id for r in registry.records.query(Query(where=parse_where("slot==1")))] == [second.id]
+    assert [r.id for r in registry.records.query(Query(where=parse_where(["size>5", "slot in 0,2"])))] == [first.id]
+    assert [r.id for r in registry.records.query(Query(where=parse_where(f"sha256=={SHA}")))] == [first.id, second.id]
+    assert [r.id for r in registry.records.query(Query(order_by=parse_order("-slot")))] == [
+        staged.id,
+        second.id,
+        first.id,
+    ]
 
 
 def test_a_registry_from_a_newer_version_is_refused_with_the_fix(tmp_path) -> None:
@@ -137,15 +141,15 @@ def test_migrating_a_version_4_registry_keeps_records_metadata_and_tags_and_admi
     conn.commit()
     conn.close()
     reg = SQLiteRegistry(path)
-    (record,) = reg.query(Query(project="p"))
+    (record,) = reg.records.query(Query(project="p"))
     assert (record.id, record.name, record.state, record.metadata["score"], record.tags) == (
         "7", "renamed", RecordState.LIVE, 0.5, ("keep",)
     )  # fmt: skip
     assert record.aliases == ("best", "latest")
     info = UploadInfo("p", "r", "best_model", "best_model_1.pt", slot=None, key="p/r/pinned/best_model_1.pt")
-    pinned = reg.create_pinned(info, uri="file:///o/p/r/pinned/best_model_1.pt", sha256="ab" * 32, size=10)
-    assert reg.get(pinned.id).state is RecordState.PINNED
-    reg.set_alias(record.id, "production")
+    pinned = reg.labels.create_pinned(info, uri="file:///o/p/r/pinned/best_model_1.pt", sha256="ab" * 32, size=10)
+    assert reg.records.get(pinned.id).state is RecordState.PINNED
+    reg.labels.set_alias(record.id, "production")
     conn = sqlite3.connect(path)
     assert conn.execute("PRAGMA foreign_key_check").fetchall() == []
     assert conn.execute("PRAGMA foreign_keys").fetchone()[0] == 0  # a new connection: only ours turns them on
@@ -153,7 +157,7 @@ def test_migrating_a_version_4_registry_keeps_records_metadata_and_tags_and_admi
     assert {"records_stream", "records_filename", "records_output_uri", "aliases_record"} <= indexes
     conn.close()
     assert reg._db._conn.execute("PRAGMA foreign_keys").fetchone()[0] == 1
-    reg.delete_pinned(pinned.id)
+    reg.labels.delete_pinned(pinned.id)
     with reg.atomic() as c:  # deleting a record takes its metadata, tags and aliases with it
         c.execute("DELETE FROM records WHERE id = 7")
     counts = [reg._db._conn.execute(f"SELECT count(*) FROM {t}").fetchone()[0] for t in ("metadata", "tags", "aliases")]
@@ -173,13 +177,13 @@ def test_every_page_of_a_sort_on_a_metadata_key_is_the_reference_page_across_hol
     values = [3, None, "b", 0.5, True, "a", 3, None, 2.5, False]
     for i, value in enumerate(values):
         live(registry, f"a_{i}.pt", slot=i, **({} if i % 4 == 1 else {"v": value}), step=i % 3)
-    records = registry.query(Query())
+    records = registry.records.query(Query())
     for order, run in itertools.product(("v", "-v", "-v,step", "step,-v"), (None, "r")):
         query = Query(order_by=parse_order(order.split(",")), where=parse_where("step<2"), run=run)
         everything = select(records, query)
-        assert len(registry.query(query)) == len(everything) == registry.count(query) == 7
+        assert len(registry.records.query(query)) == len(everything) == registry.records.count(query) == 7
         for offset, limit in itertools.product(range(len(everything) + 2), (None, 1, 3)):
-            page = registry.query(dataclasses.replace(query, offset=offset, limit=limit))
+            page = registry.records.query(dataclasses.replace(query, offset=offset, limit=limit))
             end = None if limit is None else offset + limit
             assert [r.id for r in page] == [r.id for r in everything[offset:end]], (order, run, offset, limit)
 
@@ -197,3 +201,14 @@ def test_a_page_sorted_by_a_metadata_key_walks_its_index_or_starts_from_a_rare_c
 
     assert plan().startswith("SEARCH o0 USING INDEX metadata_order (key=?)") and "RIGHT PART OF ORDER BY" in plan()
     assert plan(query.where[0]).startswith("SEARCH d USING INDEX metadata_text (key=? AND text=?)")
+
+
+def test_a_flat_registry_call_of_0_1_0_still_answers_and_warns_which_part_to_name(tmp_path) -> None:
+    registry = SQLiteRegistry(tmp_path / "r.db")
+    record = live(registry, "a_1.pt")
+    with pytest.warns(DeprecationWarning, match=r"Registry.get\(\) is deprecated: use registry.records.get\(\)"):
+        assert registry.get(record.id) == registry.records.get(record.id)
+    with pytest.warns(DeprecationWarning, match=r"use registry.labels.rename\(\); it goes in 0.3.0"):
+        assert registry.rename(record.id, "first").name == "first"
+    with pytest.raises(AttributeError, match="has no attribute 'gte'"):
+        registry.gte(record.id)

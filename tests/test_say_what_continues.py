@@ -124,7 +124,7 @@ def test_a_take_over_refusal_lists_every_stream_another_registry_owns_and_change
             TrackerSaver(out, project="p", run="r", registry=carol), {"model": model()}, prefix=prefix
         ).save_handler.close()
     storage = open_storage(out)
-    alice_id = open_registry(alice).registry_id("p")
+    alice_id = open_registry(alice).claims.registry_id("p")
     with pytest.raises(StreamOwnedError, match=r"2 of the 3 streams of run p/r at .* are not owned by") as refused:
         take_over_run(storage, open_registry(bob), "p", "r", from_id=alice_id)
     assert "p/r/a_model at " in str(refused.value) and "p/r/b_model at " in str(refused.value)

@@ -60,7 +60,9 @@ def receiver() -> Iterator[Any]:
 def save(registry: SQLiteRegistry, n: int) -> None:
     """A record made live (one ``record.live`` event), as a save makes it."""
     info = UploadInfo("p", "r", "s", f"s_{n}.pt", slot=0, key="p/r/s.slot0.pt", metadata={"score": n})
-    registry.make_live(registry.create_pending(info, uri=f"file:///o/{info.key}").id, sha256="0" * 64, size=1)
+    registry.records.make_live(
+        registry.records.create_pending(info, uri=f"file:///o/{info.key}").id, sha256="0" * 64, size=1
+    )
 
 
 def deliver(registry: SQLiteRegistry, argv: list[str], capsys: Any) -> tuple[int, str, str]:

@@ -847,7 +847,7 @@ def test_where_values_and_keys_with_sql_metacharacters_match_exactly_and_never_r
     distinctive = [t for t in [*SQL_VALUES, *SQL_KEYS] if len(t) > 1 and any(c in t for c in "'\";%$[")]
     assert recording.sql and not [t for t in distinctive if t in texts]
     assert "--" not in texts and "DROP" not in texts and "/*" not in texts
-    assert _schema(registry) == schema and len(SQLiteRegistry(registry).query(Query())) == len(records)
+    assert _schema(registry) == schema and len(SQLiteRegistry(registry).records.query(Query())) == len(records)
 
 
 @pytest.mark.parametrize("value", SQL_VALUES)
@@ -881,7 +881,7 @@ def test_the_cli_refuses_keys_with_sql_metacharacters_in_one_line(args, sql_regi
         assert json.loads(out) == []
     else:
         assert status == 2 and err.startswith("tracker-saver: error: ") and err.count("\n") == 1
-    assert _schema(registry) == schema and len(SQLiteRegistry(registry).query(Query())) == len(records)
+    assert _schema(registry) == schema and len(SQLiteRegistry(registry).records.query(Query())) == len(records)
 
 
 def test_a_listing_prefix_never_walks_outside_the_root(tmp_path) -> None:

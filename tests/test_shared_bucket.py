@@ -69,7 +69,7 @@ def test_a_second_registry_refuses_before_it_writes_or_deletes_a_byte(bucket: st
     leftover.file.write(b"half")  # locally a temp file; on S3 nothing yet (less than one part)
     staged = [s.key for s in storage.staged("p/")]
     before = _bytes(alice)
-    alice_id = open_registry(alice.registry).registry_id("p")
+    alice_id = open_registry(alice.registry).claims.registry_id("p")
     with pytest.raises(
         StreamOwnedError,
         match=rf"stream p/r/model at .* belongs to another registry: sqlite:///.*alice/registry.db \(registry id {alice_id}.*take-over .* --from {alice_id}",
@@ -97,7 +97,7 @@ def test_the_owner_object_is_not_among_the_streams_objects(bucket: str, tmp_path
     train(alice.saver(), {"model": model()}, n_saved=1, epochs=3).save_handler.close()
     stream = StreamId(alice.storage().uri, "p", "r", "model")
     owner = read_owner(alice.storage(), stream)
-    assert owner is not None and owner.registry_id == open_registry(alice.registry).registry_id("p")
+    assert owner is not None and owner.registry_id == open_registry(alice.registry).claims.registry_id("p")
     assert [o.key for o in alice.storage().list()] == ["p/r/model.slot0.pt"]  # one slot, n_saved=1
     assert [o.key for o in alice.storage().list(".tracker_saver/")] == [owner_key(stream)]
 
@@ -113,7 +113,7 @@ def test_a_stream_written_before_owners_goes_to_the_registry_that_knows_its_byte
     assert read_owner(storage, stream) is None  # Bob claimed nothing
     train(alice.saver(), {"model": model()}, n_saved=2).save_handler.close()  # Alice's records match: hers
     owner = read_owner(storage, stream)
-    assert owner is not None and owner.registry_id == open_registry(alice.registry).registry_id("p")
+    assert owner is not None and owner.registry_id == open_registry(alice.registry).claims.registry_id("p")
 
 
 def test_a_deliberate_take_over_hands_the_stream_on_and_keeps_the_footprint(
@@ -121,7 +121,7 @@ def test_a_deliberate_take_over_hands_the_stream_on_and_keeps_the_footprint(
 ) -> None:
     alice, bob = _alice_and_bob(bucket, tmp_path)
     train(alice.saver(), {"model": model()}, n_saved=2, epochs=2).save_handler.close()
-    alice_id = open_registry(alice.registry).registry_id("p")
+    alice_id = open_registry(alice.registry).claims.registry_id("p")
     storage = alice.storage()
     refused_saver = bob.saver()  # closed after: an open one holds the stream's claim until GC collects it
     with pytest.raises(StreamOwnedError, match=f"--from {alice_id}"):  # Bob is refused: his registry exists

@@ -40,15 +40,15 @@ def test_threads_racing_for_one_location_get_one_registry(tmp_path: Path) -> Non
     for attempt in range(5):  # the race is a window: several rounds on fresh files widen it
         got = _race(str(tmp_path / f"race{attempt}.db"))
         assert len({id(r) for r in got}) == 1, f"round {attempt}: {len({id(r) for r in got})} registries, not 1"
-        assert got[0].query(Query()) == []
+        assert got[0].records.query(Query()) == []
 
 
 def test_a_registry_a_caller_holds_stays_open_past_the_lru(tmp_path: Path) -> None:
     held = shared_registry(str(tmp_path / "held.db"))
     others = [shared_registry(str(tmp_path / f"other{i}.db")) for i in range(MAX_OPEN + 2)]
-    assert held.query(Query()) == []  # the old LRU closed it here: "Cannot operate on a closed database"
+    assert held.records.query(Query()) == []  # the old LRU closed it here: "Cannot operate on a closed database"
     assert shared_registry(str(tmp_path / "held.db")) is held  # handed out again, not a second connection
-    assert all(r.query(Query()) == [] for r in others)
+    assert all(r.records.query(Query()) == [] for r in others)
 
 
 def test_a_registry_nobody_holds_is_let_go(tmp_path: Path) -> None:

@@ -116,7 +116,9 @@ def make_live(registry: SQLiteRegistry, n: int, slot: int | None = None) -> str:
     """A record made live (one ``record.live`` event), as a save makes it; in slot ``n`` unless given."""
     slot = n if slot is None else slot
     info = UploadInfo("p", "r", "s", f"s_{n}.pt", slot=slot, key=f"p/r/s.slot{slot}.pt", metadata={"score": float(n)})
-    return registry.make_live(registry.create_pending(info, uri=f"file:///o/{info.key}").id, sha256="0" * 64, size=1).id
+    return registry.records.make_live(
+        registry.records.create_pending(info, uri=f"file:///o/{info.key}").id, sha256="0" * 64, size=1
+    ).id
 
 
 # -- the CLI, events, the UI's API ----------------------------------------------------------------------------
@@ -170,7 +172,7 @@ def test_a_text_value_that_reads_infinity_keeps_its_type(tmp_path, capsys) -> No
     registry = open_registry(path)
     try:
         info = UploadInfo("p", "r", "s", "s_1.pt", slot=0, key="p/r/s.slot0.pt", metadata={"note": "Infinity"})
-        registry.create_pending(info, uri="file:///o/p/r/s.slot0.pt")
+        registry.records.create_pending(info, uri="file:///o/p/r/s.slot0.pt")
     finally:
         registry.close()
     (item,) = strict(cli(capsys, "models", "list", "--registry", path, "--json"))
@@ -280,7 +282,7 @@ def test_a_prune_keeps_the_event_of_a_set_aside_record(registry, receiver) -> No
     receiver.answers = [400]
     older, newer = (make_live(registry, n, slot=0) for n in range(2))
     for record_id in (older, newer):
-        registry.set_state(record_id, RecordState.EVICTED, expected=[RecordState.LIVE])
+        registry.records.set_state(record_id, RecordState.EVICTED, expected=[RecordState.LIVE])
     assert relay.pump() == 1
     assert [p.record_id for p in registry.history.prune(Query(project="p"), Retention(keep_last=0))] == [older]
     assert [d.event.record_id for d in registry.history.dead()] == [older]  # still there, to be sent again

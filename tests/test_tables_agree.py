@@ -45,9 +45,9 @@ def test_a_pins_pinned_from_is_the_source_record_id_as_a_string_and_an_older_int
     assert pinned.metadata["pinned_from"] == first.id  # a string, as every record id
     registry = open_registry(local_target.registry)
     old_pin = _pin_info(second, int(second.id), "0123456789abcdef-old.pt")
-    older = registry.create_pinned(old_pin, uri="file:///x", sha256=second.sha256 or "", size=second.size or 0)
+    older = registry.labels.create_pinned(old_pin, uri="file:///x", sha256=second.sha256 or "", size=second.size or 0)
     again = _pin_info(second, second.id, "fedcba9876543210-new.pt")
-    reused = registry.create_pinned(
+    reused = registry.labels.create_pinned(
         again, uri="file:///y", sha256=second.sha256 or "", size=second.size or 0, once=True
     )
     assert reused.id == older.id  # a pin an earlier release made (an int pinned_from) is the same record's pin

@@ -279,8 +279,8 @@ def test_clearml_records_in_0_1_0s_form_with_an_alias_on_a_slot_record_are_conti
         old = [{**item, "key": "key"} if item["key"] == "slot_key" else item for item in items]
         clearml_api.ok("models.add_or_update_metadata", model=record.id, metadata=old, replace_metadata=True)
     low = min(find_models(project="p", stream="best_model", live=True, registry=reg), key=lambda r: r.score or 0)
-    reg.rename(low.id, "keep me")
-    reg.set_alias(low.id, "production")  # the tag 0.1.0 wrote, on the slot record itself
+    reg.labels.rename(low.id, "keep me")
+    reg.labels.set_alias(low.id, "production")  # the tag 0.1.0 wrote, on the slot record itself
     train(6)
     assert get_model(low.id, registry=reg).state is RecordState.EVICTED
     production = resolve_model("p@production", registry=reg)

@@ -66,8 +66,8 @@ def registry(tmp_path: Path) -> Iterator[SQLiteRegistry]:
 def save(registry: SQLiteRegistry, n: int) -> str:
     """A record made live (one ``record.live`` event), as a save makes it."""
     info = UploadInfo("p", "r", "s", f"s_{n}.pt", slot=n % 2, key=f"p/r/s.slot{n % 2}.pt", metadata={"score": n})
-    record = registry.create_pending(info, uri=f"file:///o/{info.key}")
-    return registry.make_live(record.id, sha256="0" * 64, size=1).id
+    record = registry.records.create_pending(info, uri=f"file:///o/{info.key}")
+    return registry.records.make_live(record.id, sha256="0" * 64, size=1).id
 
 
 def test_events_arrive_in_order_signed_once_each_after_the_receiver_comes_back(registry) -> None:
@@ -78,7 +78,7 @@ def test_events_arrive_in_order_signed_once_each_after_the_receiver_comes_back(r
     clock = Clock()
     relay = Relay(registry.history, Webhook(f"http://127.0.0.1:{port}/events", SECRET), clock=clock, base=2.0)
     ids = [save(registry, n) for n in range(3)]
-    registry.set_alias(ids[2], "production")
+    registry.labels.set_alias(ids[2], "production")
 
     assert relay.pump() == 0
     box = registry.history.outbox(relay.webhook.endpoint, relay.webhook.shown)
@@ -205,7 +205,7 @@ def test_a_dead_webhook_never_fails_a_save_and_its_events_wait_for_the_next_proc
     stop(server)  # nothing listens there
     train(local_target, 3, webhook=Webhook(url, SECRET))
     registry = open_registry(local_target.registry)
-    assert len(registry.query(Query(project="p", states=(RecordState.LIVE,)))) == 2
+    assert len(registry.records.query(Query(project="p", states=(RecordState.LIVE,)))) == 2
     server = serve(server.server_address[1], got.append)  # back, for the next process's relay
     try:
         later = Relay(registry.history, Webhook(url, SECRET), clock=lambda: time.time() + 3600)  # past the backoff

@@ -155,10 +155,16 @@ def _killing(base: type) -> type:
     """``base``, a real registry, with a SIGKILL right after the commit-point transaction."""
 
     class Killing(base):  # type: ignore[valid-type,misc]
-        def supersede(self, record_id: str, **kwargs: Any) -> None:
-            super().supersede(record_id, **kwargs)
-            if _fault["kind"] == "kill-stage" and self.get(record_id).stream == _fault["stream"]:
-                _die()
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            records, supersede = self.records, self.records.supersede
+
+            def killing(record_id: str, **kwargs: Any) -> None:
+                supersede(record_id, **kwargs)
+                if _fault["kind"] == "kill-stage" and records.get(record_id).stream == _fault["stream"]:
+                    _die()
+
+            records.supersede = killing
 
     return Killing
 

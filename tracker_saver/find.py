@@ -100,7 +100,7 @@ def _check_keys(registry: Registry, query: Query, matched: bool, page: Sequence[
     doubtful += [("sort", o.key) for o in query.order_by if not any(o.key in r.metadata for r in page)]
     doubtful = [(what, key) for what, key in doubtful if key not in RECORD_FIELDS and key not in SAVED_KEYS]
     if doubtful:
-        present = registry.metadata_keys()
+        present = registry.records.metadata_keys()
         for what, key in doubtful:
             check_key(what, key, present)
 
@@ -175,7 +175,7 @@ def find_models(
         limit=limit,
     )
     reg = shared_registry(registry, create=False)
-    found = reg.query(query)
+    found = reg.records.query(query)
     _check_keys(reg, query, bool(found), found)
     return found
 
@@ -195,7 +195,7 @@ def find_model_pages(*, registry: RegistryArg = None, **filters: Any) -> Iterato
     query = _query(**filters)
     reg = shared_registry(registry, create=False)
     matched = False
-    for page in reg.pages(query):
+    for page in reg.records.pages(query):
         if page and not matched:
             _check_keys(reg, query, True, page)
             matched = True
@@ -240,7 +240,7 @@ def count_models(
         states=states,
     )
     reg = shared_registry(registry, create=False)
-    count = reg.count(query)
+    count = reg.records.count(query)
     _check_keys(reg, query, count > 0)
     return count
 
@@ -253,7 +253,7 @@ def get_model(record_id: str | int, *, registry: RegistryArg = None) -> Record:
         Traceback (most recent call last):
         tracker_saver.core.errors.RecordNotFoundError: record 1 does not exist
     """
-    return shared_registry(registry, create=False).get(check_text("record id", str(record_id)))
+    return shared_registry(registry, create=False).records.get(check_text("record id", str(record_id)))
 
 
 def resolve_model(
@@ -292,7 +292,7 @@ def resolve_model(
         left, alias = text, "latest"
     parts = left.rsplit("/", 2)
     if not at and len(parts) < 3:
-        record = reg.get(text)  # a record id
+        record = reg.records.get(text)  # a record id
         if uri is not None and record.output_uri != uri:
             raise RecordNotFoundError(
                 f"record {record.id} ({record.name!r}) is stored at {record.output_uri}, not{at_uri}: give a "
@@ -307,9 +307,9 @@ def resolve_model(
     found: list[Record] = []
     if len(parts) == 3:
         project, run, stream = parts
-        found = reg.query(Query(output_uri=uri, project=project, run=run, stream=stream, alias=alias))
+        found = reg.records.query(Query(output_uri=uri, project=project, run=run, stream=stream, alias=alias))
     if not found and alias not in DERIVED_ALIASES and at:
-        found = reg.query(Query(output_uri=uri, project=left, alias=alias))
+        found = reg.records.query(Query(output_uri=uri, project=left, alias=alias))
     if not found:
         raise RecordNotFoundError(
             f"no record is {text}{at_uri}: check the names with `tracker-saver models list` (aliases are shown "

@@ -74,7 +74,7 @@ def rename_model(record_id: str | int, name: str, *, registry: RegistryArg = Non
         tracker_saver.core.errors.RecordNotFoundError: record 1 does not exist
     """
     check_display_name(str(record_id), name)
-    return shared_registry(registry, create=False).rename(str(record_id), name)
+    return shared_registry(registry, create=False).labels.rename(str(record_id), name)
 
 
 def add_tags(record_id: str | int, tags: Sequence[str], *, registry: RegistryArg = None) -> Record:
@@ -85,7 +85,9 @@ def add_tags(record_id: str | int, tags: Sequence[str], *, registry: RegistryArg
         Traceback (most recent call last):
         tracker_saver.core.errors.RecordNotFoundError: record 1 does not exist
     """
-    return shared_registry(registry, create=False).add_tags(str(record_id), check_tags(tags, f"record {record_id}"))
+    return shared_registry(registry, create=False).labels.add_tags(
+        str(record_id), check_tags(tags, f"record {record_id}")
+    )
 
 
 def remove_tags(record_id: str | int, tags: Sequence[str], *, registry: RegistryArg = None) -> Record:
@@ -96,7 +98,9 @@ def remove_tags(record_id: str | int, tags: Sequence[str], *, registry: Registry
         Traceback (most recent call last):
         tracker_saver.core.errors.RecordNotFoundError: record 1 does not exist
     """
-    return shared_registry(registry, create=False).remove_tags(str(record_id), check_tags(tags, f"record {record_id}"))
+    return shared_registry(registry, create=False).labels.remove_tags(
+        str(record_id), check_tags(tags, f"record {record_id}")
+    )
 
 
 def set_alias(
@@ -136,7 +140,7 @@ def set_alias(
     reg = shared_registry(registry, create=False)
     return keep_alias(
         reg,
-        reg.get(str(record_id)),
+        reg.records.get(str(record_id)),
         alias,
         locate=lambda record: locate(record, storage_options=storage_options)[0],
         owner=ensure_owner,
@@ -175,7 +179,7 @@ def slot_history(record: Record, *, registry: RegistryArg = None) -> list[Record
     query = Query(
         output_uri=record.output_uri, project=record.project, run=record.run, stream=record.stream, slot=record.slot
     )
-    return shared_registry(registry, create=False).query(query)
+    return shared_registry(registry, create=False).records.query(query)
 
 
 def _check_loadable(record: Record, states: Sequence[RecordState] = LOADABLE_OR_PINNED) -> None:
@@ -294,7 +298,7 @@ def pin_model(
         tracker_saver.core.errors.RecordNotFoundError: record 12 does not exist
     """
     reg = shared_registry(registry, create=False)
-    source = reg.get(str(record_id))
+    source = reg.records.get(str(record_id))
     if source.state is RecordState.PINNED and not is_archived(source):
         return source
     _check_loadable(source, LOADABLE_OR_PINNED if is_archived(source) else LOADABLE)
@@ -320,7 +324,7 @@ def unpin_model(
         tracker_saver.core.errors.RecordNotFoundError: record 12 does not exist
     """
     reg = shared_registry(registry, create=False)
-    record = reg.get(str(record_id))
+    record = reg.records.get(str(record_id))
     if record.state is not RecordState.PINNED or record.key is None or record.uri is None:
         raise RegistryError(
             f"record {record.id} ({record.name!r}) is {record.state.value}, not pinned: only a pinned record can "
@@ -402,7 +406,7 @@ def load_checkpoint(
     from ignite.handlers import Checkpoint
 
     if not isinstance(record, Record):
-        record = shared_registry(registry, create=False).get(str(record))
+        record = shared_registry(registry, create=False).records.get(str(record))
     with open_verified(record, storage=storage, storage_options=storage_options) as f:
         try:
             checkpoint = torch.load(f, map_location=map_location, weights_only=weights_only)

@@ -81,13 +81,13 @@ def resume(
 
     # The other ranks read only once the saving rank's recovery is done, so all see one state.
     share_outcome(claim, src=saver.save_on_rank, what="resume's stream claims")
-    latest = saver.registry.query(stream_query(saver.stream_id(stream), states=LOADABLE))
+    latest = saver.registry.records.query(stream_query(saver.stream_id(stream), states=LOADABLE))
     record = latest[-1] if latest else None
     if record is not None:
         load_checkpoint(record, to_load, storage=saver.storage, **load_kwargs)
     for handler in handlers:
         name = stream_of(handler)
-        live = saver.registry.query(stream_query(saver.stream_id(name), states=LOADABLE))
+        live = saver.registry.records.query(stream_query(saver.stream_id(name), states=LOADABLE))
         # Stable sort by priority alone, as Ignite sorts _saved: ties keep save order.
         items = sorted(((_priority(r), r.filename) for r in live), key=lambda item: item[0])
         if handler.n_saved is not None:

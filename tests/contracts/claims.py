@@ -12,38 +12,38 @@ import pytest
 from tracker_saver.core.claims import new_holder, release_local
 from tracker_saver.core.errors import StreamBusyError
 from tracker_saver.core.records import StreamId
-from tracker_saver.registry import StreamClaims
+from tracker_saver.registry import Registry
 
 
 class StreamClaimsContract:
-    def test_a_stream_has_one_live_claim_holder(self, registry: StreamClaims) -> None:
+    def test_a_stream_has_one_live_claim_holder(self, registry: Registry) -> None:
         class Owner: ...
 
         first, second = Owner(), Owner()
         a, b = new_holder(first), new_holder(second)
         stream = StreamId("file:///out", "p", "r", "best_model")
-        registry.claim(stream, a)
-        registry.claim(stream, a)  # renewing is fine
-        registry.claim(StreamId("file:///out", "p", "r", "checkpoint"), b)  # another stream is fine
+        registry.claims.claim(stream, a)
+        registry.claims.claim(stream, a)  # renewing is fine
+        registry.claims.claim(StreamId("file:///out", "p", "r", "checkpoint"), b)  # another stream is fine
         with pytest.raises(StreamBusyError, match=f"pid {a.pid}"):
-            registry.claim(stream, b)
-        registry.release(stream, a)
-        registry.claim(stream, b)
+            registry.claims.claim(stream, b)
+        registry.claims.release(stream, a)
+        registry.claims.claim(stream, b)
         release_local(b)  # b's saver is gone: its claim is dead
-        registry.claim(stream, a)
-        registry.release(stream, a)
-        registry.release(StreamId("file:///out", "p", "r", "checkpoint"), b)
+        registry.claims.claim(stream, a)
+        registry.claims.release(stream, a)
+        registry.claims.release(StreamId("file:///out", "p", "r", "checkpoint"), b)
 
-    def test_holder_names_the_live_claim_holder_and_changes_nothing(self, registry: StreamClaims) -> None:
+    def test_holder_names_the_live_claim_holder_and_changes_nothing(self, registry: Registry) -> None:
         class Owner: ...
 
         owner = Owner()
         a = new_holder(owner)
         stream = StreamId("file:///out", "p", "r2", "best_model")
-        assert registry.holder(stream) is None
-        registry.claim(stream, a)
-        assert registry.holder(stream) == a
-        assert registry.holder(stream) == a  # asking twice takes nothing
+        assert registry.claims.holder(stream) is None
+        registry.claims.claim(stream, a)
+        assert registry.claims.holder(stream) == a
+        assert registry.claims.holder(stream) == a  # asking twice takes nothing
         release_local(a)  # its saver is gone: a dead holder holds nothing
-        assert registry.holder(stream) is None
-        registry.release(stream, a)
+        assert registry.claims.holder(stream) is None
+        registry.claims.release(stream, a)

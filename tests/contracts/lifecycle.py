@@ -121,8 +121,8 @@ class AliasKeepContract:
         trainer.run([0], max_epochs=2)
         reg = shared_registry(target.registry, create=False)
         (live,) = find_models(project="p", live=True, registry=reg)
-        reg.set_alias(live.id, "production")  # no pin: the alias sits on the slot record
-        reg.set_alias(live.id, "staging")
+        reg.labels.set_alias(live.id, "production")  # no pin: the alias sits on the slot record
+        reg.labels.set_alias(live.id, "staging")
         assert get_model(live.id, registry=reg).state is RecordState.LIVE
         trainer.run([0], max_epochs=3)  # epoch 3's save reuses the only slot: the aliased record is evicted
         saver.close()
@@ -147,13 +147,13 @@ class HistoryContract:
         attach(trainer, saver, {"model": model()}, n_saved=2, prefix="best")
         trainer.run([0], max_epochs=6)
         registry = shared_registry(target.registry, create=False)
-        assert registry.count(Query(project="p", states=(RecordState.EVICTED,))) == 4
+        assert registry.records.count(Query(project="p", states=(RecordState.EVICTED,))) == 4
         saver.close()
-        evicted = registry.query(Query(project="p", states=(RecordState.EVICTED,)))
+        evicted = registry.records.query(Query(project="p", states=(RecordState.EVICTED,)))
         assert sorted(r.metadata["global_step"] for r in evicted) == [3, 4]  # each slot's newest evicted record
         assert not check(registry).problems
         events = history_of(registry, "the contract").events(project="p")
-        left = sorted(r.id for r in registry.query(Query(project="p")))
+        left = sorted(r.id for r in registry.records.query(Query(project="p")))
         assert [e.type for e in events] == ["record.live"] * 4  # one written with each save that is left
         assert sorted(e.record_id or "" for e in events) == left  # a pruned record's events went with it
 

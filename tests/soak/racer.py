@@ -64,7 +64,7 @@ class Racer:
     # -- what the registry holds now ----------------------------------------------------------------
     def records(self) -> list[Record]:
         query = Query(project=self.project, run=self.run, details=False)
-        return sorted(self.registry.query(query), key=lambda r: (r.created_at, r.id.zfill(20)))
+        return sorted(self.registry.records.query(query), key=lambda r: (r.created_at, r.id.zfill(20)))
 
     def pick(self, op: Op, records: list[Record]) -> Record | None:
         """The record ``op`` works on: the hot one (the oldest loadable of the best stream), or one at random."""
@@ -141,7 +141,7 @@ class Racer:
             )
         if op.op == "take-over":
             stream = "best_checkpoint" if op.hot else self.rng.choice(sorted(N_SAVED))
-            mine = self.registry.registry_id(p)
+            mine = self.registry.claims.registry_id(p)
             argv = [
                 "streams",
                 "take-over",
@@ -244,11 +244,11 @@ def inspect(racer: Racer) -> dict[str, Any]:
     from tracker_saver.fsck import check
 
     out: dict[str, Any] = {
-        "names": {r.id: r.name for r in racer.registry.query(Query(project=racer.project, run=racer.run))}
+        "names": {r.id: r.name for r in racer.registry.records.query(Query(project=racer.project, run=racer.run))}
     }
     aliases: dict[str, Any] = {}
     for alias in ALIASES:
-        named = racer.registry.query(Query(project=racer.project, alias=alias, details=False))
+        named = racer.registry.records.query(Query(project=racer.project, alias=alias, details=False))
         if not named:
             continue
         dest = racer.folder / f"alias-{alias}.pt"

@@ -135,27 +135,37 @@ def soak_registry(base: type[Registry], crash: Crash, mutant: str = "") -> type[
     early = mutant == "live-before-commit"
 
     class SoakRegistry(base):  # type: ignore[valid-type,misc]
-        def create_pending(self, info: UploadInfo, *, uri: str) -> Record:
-            crash.at("create:before")
-            record = super().create_pending(info, uri=uri)
-            crash.at("create:after")
-            return record
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            super().__init__(*args, **kwargs)
+            records = self.records
+            create_pending, supersede, make_live = records.create_pending, records.supersede, records.make_live
 
-        def supersede(self, record_id: str, **kwargs: Any) -> None:
-            crash.at("supersede:before")
-            super().supersede(record_id, **kwargs)
-            if early:
-                self.set_state(record_id, RecordState.LIVE, expected=(RecordState.PENDING,))
-            emit("superseded", id=record_id)
-            crash.at("supersede:after")
+            def crashing_create_pending(info: UploadInfo, *, uri: str) -> Record:
+                crash.at("create:before")
+                record = create_pending(info, uri=uri)
+                crash.at("create:after")
+                return record
 
-        def make_live(self, record_id: str, **kwargs: Any) -> Record:
-            if early and self.get(record_id).state is RecordState.LIVE:
-                return self.get(record_id)
-            crash.at("register:before")
-            record = super().make_live(record_id, **kwargs)
-            crash.at("register:after")
-            return record
+            def crashing_supersede(record_id: str, **kwargs: Any) -> None:
+                crash.at("supersede:before")
+                supersede(record_id, **kwargs)
+                if early:
+                    records.set_state(record_id, RecordState.LIVE, expected=(RecordState.PENDING,))
+                emit("superseded", id=record_id)
+                crash.at("supersede:after")
+
+            def crashing_make_live(record_id: str, **kwargs: Any) -> Record:
+                if early and records.get(record_id).state is RecordState.LIVE:
+                    return records.get(record_id)
+                crash.at("register:before")
+                record = make_live(record_id, **kwargs)
+                crash.at("register:after")
+                return record
+
+            # The registry's records part, wrapped in place: every caller names registry.records.
+            records.create_pending = crashing_create_pending
+            records.supersede = crashing_supersede
+            records.make_live = crashing_make_live
 
     return SoakRegistry
 

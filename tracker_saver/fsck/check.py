@@ -204,7 +204,7 @@ def _check_pins(
 def _still_pinned(registry: Registry, record: Record) -> Record | None:
     """``record`` as the registry has it now, with its metadata; ``None`` if an unpin removed it since the query."""
     try:
-        again = registry.get(record.id)
+        again = registry.records.get(record.id)
     except RecordNotFoundError:
         return None
     return again if again.key == record.key else None
@@ -268,7 +268,7 @@ def _check_records(
     """What :func:`check_streams` finds in the records and at their output_uris."""
     grouped: dict[tuple[str, str, str], dict[StreamId, list[Record]]] = defaultdict(lambda: defaultdict(list))
     report, checked, now, placed = Report(), dict[str, CheckedStream](), time.time(), []
-    for record in registry.query(query):
+    for record in registry.records.query(query):
         if (problem := misplaced(record)) is not None:
             report.findings.append(misplaced_finding(record, problem))
             continue
@@ -362,7 +362,7 @@ def _check_run(
         wrong = [r for r in records if misplaced(r, storage) is not None]
         report.findings += [misplaced_finding(r, misplaced(r, storage) or "") for r in wrong]
         records = [r for r in records if r not in wrong]
-        holder = registry.holder(sid)
+        holder = registry.claims.holder(sid)
         checked[sid.label] = CheckedStream(storage, sid)
         if holder is not None:
             detail = f"written by {holder.describe()} now: its unfinished saves are not checked"

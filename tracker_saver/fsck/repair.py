@@ -84,8 +84,8 @@ def repair(
         holder = new_holder(where)  # alive while this repair runs
         try:
             if where.stream is not None and not dry_run:
-                registry.claim(where.stream, holder)
-            elif where.stream is not None and (writer := registry.holder(where.stream)) is not None:
+                registry.claims.claim(where.stream, holder)
+            elif where.stream is not None and (writer := registry.claims.holder(where.stream)) is not None:
                 raise busy(where.stream, writer)  # what the claim would say
         except StreamBusyError as exc:
             act(f"skip {label}: {exc}")
@@ -94,7 +94,7 @@ def repair(
             _repair_stream(registry, where, findings, delete_orphans, stale_after_s, act, dry_run)
         finally:
             if where.stream is not None and not dry_run:
-                registry.release(where.stream, holder)
+                registry.claims.release(where.stream, holder)
             release_local(holder)
     if dry_run:
         before.actions = actions
@@ -120,7 +120,7 @@ def _repair_stream(
             if f.kind == "lie" and f.record_id is not None:
                 act(
                     f"demote record {f.record_id} to evicted in {sid.label} ({f.detail})",
-                    lambda rid=f.record_id: registry.evict(rid),
+                    lambda rid=f.record_id: registry.records.evict(rid),
                 )
         slots = sorted({f.slot for f in findings if f.kind in ("lie", "pending", "revivable") and f.slot is not None})
         demoted = {f.record_id for f in findings if f.kind == "lie"}
@@ -152,7 +152,7 @@ def _plan_slot(
     registry: Registry, storage: Storage, sid: StreamId, slot: int, demoted: set[str | None], act: Callable[..., None]
 ) -> None:
     """A dry run of :func:`settle_stream` on one slot, as it runs after the demotions of the slot's lies."""
-    records = registry.query(stream_query(sid, slot=slot))
+    records = registry.records.query(stream_query(sid, slot=slot))
     records = [replace(r, state=RecordState.EVICTED) if r.id in demoted else r for r in records]
     plan = plan_slot(storage, records)
     for record, change in plan:

@@ -134,7 +134,7 @@ def foreign_finding(registry: Registry, storage: Storage, sid: StreamId) -> Find
         owner = read_owner(storage, sid)
     except StreamOwnedError as exc:
         return Finding("foreign", sid.label, str(exc), "none: restore the owner object, or take the stream over")
-    if owner is None or owner.registry_id == registry.registry_id(sid.project):
+    if owner is None or owner.registry_id == registry.claims.registry_id(sid.project):
         return None
     return Finding(
         "foreign",

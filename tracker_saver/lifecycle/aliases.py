@@ -92,15 +92,18 @@ def keep_alias(
         _gate(registry, source, alias, check)
     if source.state not in LOADABLE or source.slot is None:
         return (
-            registry.set_alias(source.id, alias)
+            registry.labels.set_alias(source.id, alias)
             if check is None
             else move_alias(registry, source.id, alias, check=check)
         )
     storage = locate(source)
-    before = {r.id for r in registry.query(Query(project=source.project, run=source.run, states=(RecordState.PINNED,)))}
+    before = {
+        r.id
+        for r in registry.records.query(Query(project=source.project, run=source.run, states=(RecordState.PINNED,)))
+    }
     target = keep_copy(storage, registry, source, owner=owner, extra={KEPT_BY: alias_reason(alias)})
     if check is None:
-        return registry.set_alias(target.id, alias)
+        return registry.labels.set_alias(target.id, alias)
     try:
         return move_alias(registry, target.id, alias, check=check)
     except PromotionRefusedError:
@@ -113,7 +116,7 @@ def keep_alias(
 def _gate(registry: Registry, source: Record, alias: str, check: Check) -> None:
     """Refuse before any copy when ``check`` refuses ``source`` against the alias's holder (unless the
     holder is ``source`` or a pin of it: setting the alias again is no move)."""
-    found = registry.query(Query(project=source.project, alias=alias, limit=1))
+    found = registry.records.query(Query(project=source.project, alias=alias, limit=1))
     holder = found[0] if found else None
     if holder is not None and source.id in (holder.id, str(holder.metadata.get("pinned_from"))):
         return
@@ -149,10 +152,10 @@ def keep_aliased(storage: Storage, registry: Registry, replaced: Record, *, owne
         Runs where the save's step 6 runs: on the upload worker with ``async_upload``.
     """
     try:
-        aliases = registry.user_aliases(replaced)
+        aliases = registry.labels.user_aliases(replaced)
         if not aliases:
             return None
-        current = registry.get(replaced.id)
+        current = registry.records.get(replaced.id)
     except RecordNotFoundError:  # deleted behind our back (a tracker's UI): it holds no alias; the save goes on
         return None
     if current.state not in LOADABLE or current.slot is None:
@@ -160,7 +163,7 @@ def keep_aliased(storage: Storage, registry: Registry, replaced: Record, *, owne
     pin = current
     for alias in aliases:  # the first alias makes the copy; the others find it (reuse)
         pin = keep_copy(storage, registry, current, owner=owner, extra={KEPT_BY: alias_reason(alias)}, verify=False)
-        pin = registry.set_alias(pin.id, alias)
+        pin = registry.labels.set_alias(pin.id, alias)
     what = "record %s (%r) holds alias %s and its slot is saved over: pinned as record %s, which the alias now names"
     log.info(what, current.id, current.name, ", ".join(aliases), pin.id)
     return pin
@@ -172,10 +175,10 @@ def drop_alias(registry: Registry, project: str, alias: str) -> Record | None:
     Raises:
         RecordNotFoundError: the project has no such alias.
     """
-    named = registry.query(Query(project=project, alias=alias)) if ALIAS_PATTERN.fullmatch(alias) else []
-    registry.remove_alias(project, alias)
+    named = registry.records.query(Query(project=project, alias=alias)) if ALIAS_PATTERN.fullmatch(alias) else []
+    registry.labels.remove_alias(project, alias)
     try:
-        return registry.get(named[0].id) if named else None
+        return registry.records.get(named[0].id) if named else None
     except RecordNotFoundError:
         return None
 

@@ -39,7 +39,7 @@ KEPT_AT = "kept_at"
 
 def archive_entries(registry: Registry, stream: StreamId) -> list[Record]:
     """The stream's archive entries (``keep_every``'s pinned copies), oldest first."""
-    pinned = registry.query(stream_query(stream, states=(RecordState.PINNED,)))
+    pinned = registry.records.query(stream_query(stream, states=(RecordState.PINNED,)))
     return sorted((r for r in pinned if is_archived(r)), key=lambda r: (r.created_at, r.id))
 
 
@@ -119,7 +119,7 @@ class Archive:
             if entry.metadata.get(KEPT_BY) == self.every.label and isinstance(kept_at, (int, float)):
                 return float(kept_at)
         if not self.needs_engine:
-            first = registry.query(stream_query(stream, order_by=(Order("created_at"),), limit=1))
+            first = registry.records.query(stream_query(stream, order_by=(Order("created_at"),), limit=1))
             return first[0].created_at if first else live.created_at
         return 0.0
 

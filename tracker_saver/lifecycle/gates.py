@@ -76,7 +76,7 @@ def move_alias(registry: Registry, record_id: str, alias: str, *, check: Check) 
     if isinstance(found, HistoryLog):
         return found.move_alias(record_id, alias, check=check)
     for _ in range(3):
-        record = registry.get(record_id)
+        record = registry.records.get(record_id)
         holder = _holder(registry, record.project, alias)
         if holder is not None and holder.id == record.id:
             return record
@@ -85,7 +85,7 @@ def move_alias(registry: Registry, record_id: str, alias: str, *, check: Check) 
             raise refused(record, alias, reason)
         if _id(_holder(registry, record.project, alias)) != _id(holder):
             continue  # moved while we checked: check against the new holder
-        moved = registry.set_alias(record_id, alias)
+        moved = registry.labels.set_alias(record_id, alias)
         if _id(_holder(registry, record.project, alias)) == record_id:
             return moved
     raise RegistryError(
@@ -95,7 +95,7 @@ def move_alias(registry: Registry, record_id: str, alias: str, *, check: Check) 
 
 
 def _holder(registry: Registry, project: str, alias: str) -> Record | None:
-    found = registry.query(Query(project=project, alias=alias, limit=1))
+    found = registry.records.query(Query(project=project, alias=alias, limit=1))
     return found[0] if found else None
 
 

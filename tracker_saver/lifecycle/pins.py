@@ -61,7 +61,7 @@ def alias_reason(alias: str) -> str:
 def _reusable(registry: Registry, source: Record) -> Record | None:
     """A pin of ``source`` made before (``pinned_from``, same bytes), which is not an archive entry."""
     query = Query(output_uri=source.output_uri, project=source.project, run=source.run, states=(RecordState.PINNED,))
-    for other in registry.query(query):
+    for other in registry.records.query(query):
         if str(other.metadata.get("pinned_from")) == source.id and other.sha256 == source.sha256:
             if not is_archived(other):
                 return other
@@ -149,7 +149,7 @@ def keep_copy(
     )
     fingerprint = stat.fingerprint if stat is not None else None
     # A failure here leaves the copy at its fresh key: an object no record names, never a record that lies.
-    pinned = registry.create_pinned(
+    pinned = registry.labels.create_pinned(
         info, uri=storage.url(key), sha256=expected.sha256, size=found.size, fingerprint=fingerprint, once=reuse
     )
     if pinned.key != key:  # another process pinned the same record first: its pin is the one
@@ -178,7 +178,7 @@ def drop_pin(storage: Storage, registry: Registry, record: Record, *, unless_ali
         RecordNotFoundError: the record is gone (another process unpinned it, and deletes its object).
         RegistryError: the record is not pinned.
     """
-    if not registry.delete_pinned(record.id, unless_aliased=unless_aliased):
+    if not registry.labels.delete_pinned(record.id, unless_aliased=unless_aliased):
         return False
     if record.key is None or may_be_slot_key(record.key) or _named(registry, record):
         return False
@@ -189,4 +189,4 @@ def drop_pin(storage: Storage, registry: Registry, record: Record, *, unless_ali
 def _named(registry: Registry, record: Record) -> bool:
     """Whether a record other than ``record`` names ``record``'s key at its output_uri (all of its run's)."""
     query = Query(output_uri=record.output_uri, project=record.project, run=record.run, details=False)
-    return any(r.key == record.key and r.id != record.id for r in registry.query(query))
+    return any(r.key == record.key and r.id != record.id for r in registry.records.query(query))

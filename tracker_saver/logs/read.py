@@ -50,7 +50,7 @@ def _run_storage(
     opened: Registry | None = None
     if output_uri is None:
         opened = shared_registry(registry, create=False)  # a reader never creates an empty registry
-        uris = sorted({r.output_uri for r in opened.query(Query(project=project, run=run)) if r.output_uri})
+        uris = sorted({r.output_uri for r in opened.records.query(Query(project=project, run=run)) if r.output_uri})
         if len(uris) != 1:
             found = f"its records name {len(uris)} ({', '.join(uris)})" if uris else "the registry has no record of it"
             raise ConfigError(

@@ -3,10 +3,11 @@
 from __future__ import annotations
 
 import logging
+import warnings
 from abc import ABC, abstractmethod
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from tracker_saver.core.claims import Holder
 from tracker_saver.core.errors import ConfigError, RegistryError, StreamBusyError
@@ -24,6 +25,7 @@ from tracker_saver.core.records import (
 __all__ = [
     "Candidate",
     "Labels",
+    "MOVED",
     "Query",
     "RECORD_FIELDS",
     "RecordStore",
@@ -202,7 +204,7 @@ def _id_key(record_id: str) -> tuple[int, Any]:
 
 
 class RecordStore(ABC):
-    """Records and their states: the part of a registry that every save goes through.
+    """Records and their states: a registry's ``records``, the part that every save goes through.
 
     A backend writes six methods: ``create_pending`` (step 4), ``supersede`` (step 6),
     ``make_live`` (step 9), ``set_state`` (every other move, a compare-and-set on the state it
@@ -211,12 +213,12 @@ class RecordStore(ABC):
 
     Examples:
         >>> from tracker_saver.registry import open_registry
-        >>> reg = open_registry(":memory:")
-        >>> isinstance(reg, RecordStore)
+        >>> records = open_registry(":memory:").records
+        >>> isinstance(records, RecordStore)
         True
-        >>> rec = reg.create_pending(UploadInfo("p", "r", "checkpoint", "checkpoint_1.pt", slot=0,
-        ...                          key="p/r/checkpoint.slot0.pt"), uri="file:///tmp/p/r/checkpoint.slot0.pt")
-        >>> reg.evict(reg.make_live(rec.id, sha256="0" * 64, size=1).id).state.value
+        >>> rec = records.create_pending(UploadInfo("p", "r", "checkpoint", "checkpoint_1.pt", slot=0,
+        ...                              key="p/r/checkpoint.slot0.pt"), uri="file:///tmp/p/r/checkpoint.slot0.pt")
+        >>> records.evict(records.make_live(rec.id, sha256="0" * 64, size=1).id).state.value
         'evicted'
     """
 
@@ -297,18 +299,18 @@ class RecordStore(ABC):
 
 
 class Labels(ABC):
-    """What users put on records after training: names, tags, user aliases and pins.
+    """What users put on records after training: a registry's ``labels`` (names, tags, user aliases and pins).
 
     None of it moves a slot's record through its states; derived aliases (``latest``,
     ``best``) are not stored here but computed by :func:`derived_aliases` when records are
-    read. A backend writes seven methods; ``tests/contracts/labels.py`` proves them.
+    read. A backend writes eight methods; ``tests/contracts/labels.py`` proves them.
 
     Examples:
         >>> from tracker_saver.registry import open_registry
         >>> reg = open_registry(":memory:")
-        >>> rec = reg.create_pending(UploadInfo("p", "r", "checkpoint", "checkpoint_1.pt", slot=0,
-        ...                          key="p/r/checkpoint.slot0.pt"), uri="file:///tmp/p/r/checkpoint.slot0.pt")
-        >>> reg.add_tags(reg.rename(rec.id, "first").id, ["baseline"]).tags
+        >>> rec = reg.records.create_pending(UploadInfo("p", "r", "checkpoint", "checkpoint_1.pt", slot=0,
+        ...                                  key="p/r/checkpoint.slot0.pt"), uri="file:///tmp/p/r/checkpoint.slot0.pt")
+        >>> reg.labels.add_tags(reg.labels.rename(rec.id, "first").id, ["baseline"]).tags
         ('baseline',)
     """
 
@@ -356,9 +358,17 @@ class Labels(ABC):
         SQLite checks in the delete's transaction, MLflow and ClearML just before it.
         """
 
+    @abstractmethod
+    def user_aliases(self, record: Record) -> tuple[str, ...]:
+        """The aliases people set on ``record`` (never ``best`` or ``latest``), as the registry holds them now.
+
+        A save asks it of each record it evicts (:mod:`tracker_saver.lifecycle.aliases`), so each
+        backend answers it with as few requests as it can (one).
+        """
+
 
 class StreamClaims(ABC):
-    """One writer per stream: who holds a stream's claim, and whether that holder is alive.
+    """One writer per stream: a registry's ``claims``, who holds a stream's claim and whether that holder is alive.
 
     A backend writes four methods; ``tests/contracts/claims.py`` proves them. A holder that
     died (see :func:`tracker_saver.core.claims.is_alive`) holds nothing. The claim is the
@@ -371,8 +381,8 @@ class StreamClaims(ABC):
         >>> class Saver: ...
         >>> reg, saver = open_registry(":memory:"), Saver()
         >>> stream = StreamId("file:///c", "p", "r", "best_model")
-        >>> reg.claim(stream, new_holder(saver))
-        >>> reg.holder(stream) is not None
+        >>> reg.claims.claim(stream, new_holder(saver))
+        >>> reg.claims.holder(stream) is not None
         True
     """
 
@@ -401,26 +411,52 @@ class StreamClaims(ABC):
         """
 
 
-class Registry(RecordStore, Labels, StreamClaims):
-    """Records of checkpoints: a :class:`RecordStore`, its :class:`Labels` and its :class:`StreamClaims`.
+#: 0.1.0's flat ``Registry`` methods and the part each is now on: ``registry.query(q)`` is
+#: ``registry.records.query(q)``. The flat names work, with a ``DeprecationWarning``, until 0.3.0.
+MOVED: dict[str, str] = {
+    **dict.fromkeys(
+        ("create_pending", "make_live", "supersede", "set_state", "get", "query", "pages", "count")
+        + ("metadata_keys", "evict", "restore", "fail"),
+        "records",
+    ),
+    **dict.fromkeys(
+        ("rename", "add_tags", "remove_tags", "set_alias", "remove_alias", "create_pinned", "delete_pinned")
+        + ("user_aliases",),
+        "labels",
+    ),
+    **dict.fromkeys(("claim", "holder", "release", "registry_id"), "claims"),
+}
 
-    State changes are checked: ``set_state`` only moves a record out of the states it expects,
-    so an evicted record can never become live by accident (invariant 2). Each stream has one
-    writer at a time: ``claim`` records it and refuses a second live one. A backend subclasses
-    ``Registry`` and writes the abstract methods of the three parts (seventeen in all), each part
-    proven by its own contract suite in ``tests/contracts/``.
+
+class Registry(ABC):
+    """Records of checkpoints, made of its parts: ``records`` (:class:`RecordStore`), ``labels``
+    (:class:`Labels`) and ``claims`` (:class:`StreamClaims`).
+
+    A backend builds one object per part (one object may be two parts) and sets the three
+    attributes; callers name the part they use (``registry.records.get(id)``). The registry
+    itself keeps only what is the whole's: its ``uri``, the records it could not read
+    (:meth:`skipped`), and ``close``. State changes are checked: ``set_state`` only moves a
+    record out of the states it expects, so an evicted record can never become live by accident
+    (invariant 2). Each stream has one writer at a time: ``claims.claim`` records it and refuses
+    a second live one. Each part is proven by its own contract suite in ``tests/contracts/``.
 
     Examples:
         >>> from tracker_saver.registry import open_registry
         >>> reg = open_registry(":memory:")
-        >>> rec = reg.create_pending(UploadInfo("p", "r", "checkpoint", "checkpoint_1.pt", slot=0,
-        ...                          key="p/r/checkpoint.slot0.pt"), uri="file:///tmp/p/r/checkpoint.slot0.pt")
-        >>> reg.make_live(rec.id, sha256="0" * 64, size=1).state.value
+        >>> rec = reg.records.create_pending(UploadInfo("p", "r", "checkpoint", "checkpoint_1.pt", slot=0,
+        ...                                  key="p/r/checkpoint.slot0.pt"), uri="file:///tmp/p/r/checkpoint.slot0.pt")
+        >>> reg.records.make_live(rec.id, sha256="0" * 64, size=1).state.value
         'live'
     """
 
     #: A URI-like description for messages (never contains credentials).
     uri: str
+    #: Records and their states.
+    records: RecordStore
+    #: Names, tags, user aliases and pins.
+    labels: Labels
+    #: One writer per stream.
+    claims: StreamClaims
 
     def skipped(self) -> dict[str, str]:
         """Records this registry found but could not read back, id → why: queries skip them (a warning
@@ -429,19 +465,11 @@ class Registry(RecordStore, Labels, StreamClaims):
         return dict(self.__dict__.get("_skipped", {}))
 
     def _skip(self, record_id: str, why: str) -> None:
-        """Note an unreadable record (warned about the first time only)."""
+        """Note an unreadable record (warned about the first time only); a backend's ``records`` calls it."""
         found: dict[str, str] = self.__dict__.setdefault("_skipped", {})
         if record_id not in found:
             log.warning("%s: skipped record %s, which cannot be read: %s", self.uri, record_id, why)
         found[record_id] = why
-
-    def user_aliases(self, record: Record) -> tuple[str, ...]:
-        """The aliases people set on ``record`` (never ``best`` or ``latest``), as the registry holds them now.
-
-        A save asks it of each record it evicts (:mod:`tracker_saver.lifecycle.aliases`); a backend
-        whose ``get`` costs several requests answers it more cheaply.
-        """
-        return tuple(a for a in self.get(record.id).aliases if a not in DERIVED_ALIASES)
 
     def close(self) -> None:  # noqa: B027 (an optional hook: nothing to release by default)
         """Release connections."""
@@ -454,3 +482,17 @@ class Registry(RecordStore, Labels, StreamClaims):
 
     def __repr__(self) -> str:
         return f"{type(self).__name__}({self.uri!r})"
+
+    if not TYPE_CHECKING:  # mypy sees no flat method, so the package always names the part it uses
+
+        def __getattr__(self, name: str) -> Any:
+            """0.1.0's flat methods (:data:`MOVED`), deprecated: each warns and answers from its part."""
+            part = MOVED.get(name)
+            if part is None:
+                raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+            warnings.warn(
+                f"Registry.{name}() is deprecated: use registry.{part}.{name}(); it goes in 0.3.0",
+                DeprecationWarning,
+                stacklevel=2,
+            )
+            return getattr(getattr(self, part), name)

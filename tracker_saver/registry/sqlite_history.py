@@ -192,15 +192,15 @@ class SQLiteHistory:
         """Read the record and the alias's holder, check, and move the alias, in one write transaction
         (``BEGIN IMMEDIATE``: no other writer can move the alias between the check and the move)."""
         with self._db.atomic():
-            record = self._registry.get(record_id)
-            found = self._registry.query(Query(project=record.project, alias=alias, limit=1))
+            record = self._registry.records.get(record_id)
+            found = self._registry.records.query(Query(project=record.project, alias=alias, limit=1))
             holder = found[0] if found else None
             if holder is not None and holder.id == record.id:
                 return record
             reason = check(record, holder)
             if reason is not None:
                 raise refused(record, alias, reason)
-            return self._registry.set_alias(record_id, alias)
+            return self._registry.labels.set_alias(record_id, alias)
 
     def prune(self, scope: Query, rule: PruneRule, *, dry_run: bool = False, batch: int = 500) -> list[Pruned]:
         """Delete the history records of ``scope``'s streams that ``rule`` names, ``batch`` records a

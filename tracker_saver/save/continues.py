@@ -13,8 +13,8 @@ Examples:
     >>> from tracker_saver.registry import open_registry
     >>> reg = open_registry(":memory:")
     >>> info = UploadInfo("p", "r", "best", "best_3.pt", slot=0, key="p/r/best.slot0.pt", output_uri="file:///o")
-    >>> record = reg.create_pending(info, uri="file:///o/p/r/best.slot0.pt")
-    >>> _ = reg.make_live(record.id, sha256="0" * 64, size=1)
+    >>> record = reg.records.create_pending(info, uri="file:///o/p/r/best.slot0.pt")
+    >>> _ = reg.records.make_live(record.id, sha256="0" * 64, size=1)
     >>> print(continued(reg, "file:///o", "p", "r"))  # doctest: +NORMALIZE_WHITESPACE
     p/r continues run 'r' at file:///o: its next saves replace 1 live checkpoint of an earlier
     process (best: 1), oldest first; an aliased one is kept as a pin, a renamed one is not
@@ -37,7 +37,7 @@ def continued(registry: Registry, output_uri: str, project: str, run: str) -> st
     Runs before the saver's first save, so every live record it finds is an earlier process's
     (or, in another stream, a live saver's beside it: the line names the streams).
     """
-    live = registry.query(Query(output_uri=output_uri, project=project, run=run, states=LOADABLE))
+    live = registry.records.query(Query(output_uri=output_uri, project=project, run=run, states=LOADABLE))
     if not live:
         return None
     streams = ", ".join(f"{stream}: {n}" for stream, n in sorted(Counter(r.stream for r in live).items()))

@@ -121,7 +121,7 @@ def owned(storage: Storage, registry: Registry, stream: StreamId) -> bool:
     found = read_owner(storage, stream)
     if found is None:
         return False
-    mine = registry.registry_id(stream.project)
+    mine = registry.claims.registry_id(stream.project)
     if found.registry_id != mine:
         raise _owned_error(storage, stream, found, registry, mine)
     return True
@@ -155,7 +155,7 @@ def claim_stream(storage: Storage, registry: Registry, stream: StreamId) -> Owne
 
 def _claim(storage: Storage, registry: Registry, stream: StreamId) -> tuple[Owner, bool]:
     """The stream's owner, claimed for ``registry`` if nobody owns it, and whether this call wrote the claim."""
-    mine = registry.registry_id(stream.project)
+    mine = registry.claims.registry_id(stream.project)
     found = read_owner(storage, stream)
     if found is not None:
         if found.registry_id != mine:
@@ -186,7 +186,7 @@ def release_owner(storage: Storage, registry: Registry, stream: StreamId, claim:
     claim someone made since (a take-over) is left alone. The stream is then as before the save:
     another registry may claim it.
     """
-    if read_owner(storage, stream) != claim or registry.query(stream_query(stream, limit=1)):
+    if read_owner(storage, stream) != claim or registry.records.query(stream_query(stream, limit=1)):
         return False
     storage.delete(owner_key(stream))
     return True
@@ -212,7 +212,7 @@ def take_over(storage: Storage, registry: Registry, stream: StreamId, *, from_id
             "it over",
             owner=found.describe() if found else "none",
         )
-    claim = Owner(registry.registry_id(stream.project), registry.uri, socket.gethostname(), time.time())
+    claim = Owner(registry.claims.registry_id(stream.project), registry.uri, socket.gethostname(), time.time())
     storage.put_stream(owner_key(stream), io.BytesIO(_encode(claim)))
     return claim
 
@@ -228,7 +228,7 @@ def _unknown_objects(storage: Storage, registry: Registry, stream: StreamId) -> 
     if not objects:
         return []
     known: dict[str, set[tuple[int | None, str | None]]] = {}
-    for record in registry.query(stream_query(stream)):
+    for record in registry.records.query(stream_query(stream)):
         if record.key is not None and record.sha256 is not None:
             known.setdefault(record.key, set()).add((record.size, record.sha256))
     unknown = []
@@ -324,7 +324,7 @@ def take_over_run(
             refused.append(f"{stream.label} (not an owner object tracker_saver wrote: {exc.owner})")
             continue
         current = _id(found)
-        if current == registry.registry_id(stream.project):
+        if current == registry.claims.registry_id(stream.project):
             continue
         if current != from_id:
             refused.append(f"{stream.label} ({found.describe() if found else 'no owner recorded: --from none'})")

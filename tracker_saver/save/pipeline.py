@@ -167,13 +167,13 @@ class Pipeline:
             self._own(stream)
             if not self.slots.loaded(stream):
                 self._settle(stream)
-                self.slots.load(stream, self.registry.query(stream_query(stream, states=LOADABLE)))
+                self.slots.load(stream, self.registry.records.query(stream_query(stream, states=LOADABLE)))
 
     def _renew_claim(self, stream: StreamId) -> None:
         """Claim ``stream`` for this writer, renewed every quarter lease (a killed holder's lease runs out)."""
         now = time.monotonic()
         if now - self._claimed.get(stream, -LEASE_S) >= LEASE_S / 4:
-            self.registry.claim(stream, self.holder)
+            self.registry.claims.claim(stream, self.holder)
             self._claimed[stream] = now
 
     def _own(self, stream: StreamId, *, first_save: bool = False) -> Owner | None:
@@ -192,7 +192,7 @@ class Pipeline:
         if owned(self.storage, self.registry, stream):
             self._owned.add(stream)
             return None
-        if not first_save and not self.registry.query(stream_query(stream, limit=1)):
+        if not first_save and not self.registry.records.query(stream_query(stream, limit=1)):
             return None  # new to this registry: its first save claims it
         claim = claim_stream(self.storage, self.registry, stream)
         self._owned.add(stream)
@@ -216,16 +216,16 @@ class Pipeline:
         own business and left alone.
         """
         query = Query(output_uri=self.storage.uri, project=project, run=run, states=(RecordState.PENDING,))
-        streams = {r.stream_id for r in self.registry.query(query)}
+        streams = {r.stream_id for r in self.registry.records.query(query)}
         if unfinished := self.storage.staged(run_prefix(project, run)):
             # every staged write has a record of its stream (step 4 comes first)
-            everything = self.registry.query(Query(output_uri=self.storage.uri, project=project, run=run))
+            everything = self.registry.records.query(Query(output_uri=self.storage.uri, project=project, run=run))
             known = {r.stream_id for r in everything}
             streams |= {s for item in unfinished if (s := owner_of(item.key, known)) is not None}
         actions: list[Action] = []
         for stream in sorted(streams, key=lambda s: s.stream):
             try:
-                self.registry.claim(stream, self.holder)
+                self.registry.claims.claim(stream, self.holder)
             except StreamBusyError:
                 continue
             try:
@@ -238,7 +238,7 @@ class Pipeline:
                 log.warning("start-up recovery left %s alone: %s", stream.label, exc)
             finally:
                 with self._lock:
-                    self.registry.release(stream, self.holder)
+                    self.registry.claims.release(stream, self.holder)
                     self._claimed.pop(stream, None)
         for action in actions:
             log.warning("start-up recovery in %s/%s: %s", project, run, action)
@@ -248,7 +248,7 @@ class Pipeline:
         """Give up every stream claim this pipeline holds."""
         with self._lock:
             for stream in list(self._claimed):
-                self.registry.release(stream, self.holder)
+                self.registry.claims.release(stream, self.holder)
                 del self._claimed[stream]
 
     def save(
@@ -287,7 +287,7 @@ class Pipeline:
                 return None
             claim = self._own(stream, first_save=True)
             clock.lap("open")
-            record = self.registry.create_pending(final, uri=self.storage.url(key))
+            record = self.registry.records.create_pending(final, uri=self.storage.url(key))
             clock.lap("pending")
         except BaseException:
             self.slots.abandon(stream, choice)
@@ -308,7 +308,7 @@ class Pipeline:
             clock.lap("hash")
             if choice.replaces is not None:  # an alias on the record it evicts moves to a pin of its bytes first
                 keep_aliased(self.storage, self.registry, choice.replaces, owner=ensure_owner)
-            self.registry.supersede(record.id, sha256=digest, size=writer.size, replaces=replaces)  # step 6
+            self.registry.records.supersede(record.id, sha256=digest, size=writer.size, replaces=replaces)  # step 6
             superseded = True
             clock.lap("supersede")
             staged.commit()  # step 7: the commit point
@@ -329,7 +329,7 @@ class Pipeline:
                 post_error = exc  # the bytes are committed: the record still becomes live
             # Last, so no callback can forge them; durable ends here, before the commit's round-trip.
             metadata = {**done.metadata, **clock.metadata(size=writer.size, write_s=write_s)}
-            live = self.registry.make_live(  # step 9
+            live = self.registry.records.make_live(  # step 9
                 record.id, sha256=writer.sha256, size=writer.size, metadata=metadata, fingerprint=fingerprint
             )
         except BaseException:
@@ -389,9 +389,9 @@ class Pipeline:
         try:
             if not reached:  # the slot's bytes are provably untouched: no need to read them
                 if superseded and choice.replaces is not None:
-                    self.registry.restore(choice.replaces.id, RecordState.LIVE)
+                    self.registry.records.restore(choice.replaces.id, RecordState.LIVE)
                     self.slots.forget(stream)
-                self.registry.fail(record.id, why)
+                self.registry.records.fail(record.id, why)
                 return
             # The commit may have reached the store: what the slot holds now decides.
             self.slots.forget(stream)
@@ -454,7 +454,7 @@ class Pipeline:
         if self.slots.remove(filename):
             return
         query = Query(output_uri=self.storage.uri, project=project, run=run, filename=filename, states=LOADABLE)
-        found = self.registry.query(query)
+        found = self.registry.records.query(query)
         if not found:
             log.debug("remove(%r): no live record of that name; nothing to do", filename)
             return

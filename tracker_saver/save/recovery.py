@@ -92,7 +92,7 @@ def settle_stream(
     this process, else ``revived``).
     """
     if slot is None:
-        pending = registry.query(stream_query(stream, states=(RecordState.PENDING,)))
+        pending = registry.records.query(stream_query(stream, states=(RecordState.PENDING,)))
         slots = sorted({r.slot for r in pending if r.slot is not None})
     else:
         slots = [slot]
@@ -109,22 +109,22 @@ def _settle_slot(
     storage: Storage, registry: Registry, stream: StreamId, slot: int, restored: RecordState
 ) -> list[Action]:
     """Settle one slot's pending and evicted records against the bytes the slot holds."""
-    records = registry.query(stream_query(stream, slot=slot))
+    records = registry.records.query(stream_query(stream, slot=slot))
     plan = plan_slot(storage, records)
     for record, change in plan:
         if change == "promoted":
             assert record.sha256 is not None and record.size is not None and record.key is not None
             found = storage.stat(record.key)
-            registry.make_live(
+            registry.records.make_live(
                 record.id,
                 sha256=record.sha256,
                 size=record.size,
                 fingerprint=found.fingerprint if found is not None else None,
             )
         elif change == "restored":
-            registry.restore(record.id, restored)
+            registry.records.restore(record.id, restored)
         else:
-            registry.fail(record.id, "its bytes never reached the slot (settled by recovery)")
+            registry.records.fail(record.id, "its bytes never reached the slot (settled by recovery)")
     return [Action(record.id, record.filename, slot, change) for record, change in plan]
 
 

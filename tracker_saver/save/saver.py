@@ -381,7 +381,7 @@ class TrackerSaver(DiskSaver):
         """This run's records at this output_uri, oldest first; ``live=True`` keeps only loadable ones."""
         states = None if live is None else LOADABLE if live else tuple(s for s in RecordState if s not in LOADABLE)
         query = Query(output_uri=self.storage.uri, project=self.project, run=self.run, states=states)
-        return self.registry.query(query)
+        return self.registry.records.query(query)
 
     def flush(self, timeout: float | None = None) -> None:
         """Block until every save is durable and registered, then raise the first error any met.

@@ -17,13 +17,13 @@ from tracker_saver.core.errors import RecordNotFoundError
 from tracker_saver.core.records import StreamId
 from tracker_saver.integrations.clearml.codec import ARCHIVED_TAG, claim_comment, claim_tag, read_claim
 from tracker_saver.integrations.clearml.transport import ClearMLTransport
-from tracker_saver.registry.base import busy
+from tracker_saver.registry.base import StreamClaims, busy
 
 __all__ = ["ClearMLClaims"]
 
 
-class ClearMLClaims:
-    """A ClearML registry's stream claims: claim, renew, look up and release a stream's writer.
+class ClearMLClaims(StreamClaims):
+    """A ClearML registry's stream claims: claim, renew, look up and release a stream's writer; who the registry is.
 
     Args:
         transport: the registry's transport, through which every request goes.
@@ -127,3 +127,9 @@ class ClearMLClaims:
         for model_id, other, _ in self._stream_claims(stream, project_id):
             if other.token == holder.token:
                 self._drop_claim(model_id)
+
+    def registry_id(self, project: str) -> str:
+        """The id clearml-server gave ``project`` (random, made by the server): this registry, for its streams."""
+        found = self._transport.project_id(project, create=True)
+        assert found is not None  # create=True makes it
+        return found

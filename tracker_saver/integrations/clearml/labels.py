@@ -20,28 +20,32 @@ from tracker_saver.integrations.clearml.codec import (
 )
 from tracker_saver.integrations.clearml.tasks import ClearMLTasks
 from tracker_saver.integrations.clearml.transport import ClearMLTransport
+from tracker_saver.registry.base import Labels, RecordStore
 
 __all__ = ["ClearMLLabels"]
 
 
-class ClearMLLabels:
+class ClearMLLabels(Labels):
     """A ClearML registry's names, tags, aliases and pinned records.
 
     Args:
         transport: the registry's transport, through which every request goes.
         tasks: the registry's tasks, which create a pinned record's model and show its state.
+        records: the registry's records, which read a record back with its derived aliases.
 
     Examples:
         Needs a ClearML server (``tests/test_clearml_*.py`` run these against the stand-in)::
 
             transport = ClearMLTransport()
-            labels = ClearMLLabels(transport, ClearMLTasks(transport, None, framework="PyTorch"))
+            tasks = ClearMLTasks(transport, None, framework="PyTorch")
+            labels = ClearMLLabels(transport, tasks, ClearMLRecords(transport, tasks, print))
             labels.add_tags("4f1c...", ["baseline"]).tags   # ('baseline',)
     """
 
-    def __init__(self, transport: ClearMLTransport, tasks: ClearMLTasks) -> None:
+    def __init__(self, transport: ClearMLTransport, tasks: ClearMLTasks, records: RecordStore) -> None:
         self._transport = transport
         self._tasks = tasks
+        self._records = records
 
     def rename(self, record_id: str, name: str) -> Record:
         check_display_name(record_id, name)
@@ -87,14 +91,14 @@ class ClearMLLabels:
         edit = self._transport.services().models.EditRequest(model=model["id"], tags=sorted(set(tags)))
         self._transport.send(edit, what, record_id=str(model["id"]))
 
-    def set_alias(self, record_id: str, alias: str) -> None:
+    def set_alias(self, record_id: str, alias: str) -> Record:
         """Tag the model ``alias:<alias>`` and untag every other model of its project that had it before.
 
         ClearML has no transaction: the holders are read first, the new holder is tagged, then
         only those earlier holders are untagged. So the alias always names a record: a move never
         untags a model that another move tagged meanwhile (two moves at once used to untag each
         other's, leaving the alias on none); two at once may leave it on both, until the next move
-        or unalias. The registry then reads the record back, derived aliases included.
+        or unalias. Then the record is read back, derived aliases included.
         """
         check_alias(alias)
         model = self._transport.fetch(record_id)
@@ -113,6 +117,7 @@ class ClearMLLabels:
             if str(other["id"]) != record_id:
                 rest = [t for t in other.get("tags") or [] if t != tag]
                 self._edit_tags(other, rest, f"moving alias {alias!r} off model {other['id']}")
+        return self._records.get(record_id)
 
     def remove_alias(self, project: str, alias: str) -> None:
         project_id = self._transport.project_id(project, create=False)
@@ -127,10 +132,15 @@ class ClearMLLabels:
             self._edit_tags(model, rest, f"removing alias {alias!r} from model {model['id']}")
 
     def create_pinned(
-        self, info: UploadInfo, *, uri: str, sha256: str, size: int, fingerprint: str | None = None
+        self, info: UploadInfo, *, uri: str, sha256: str, size: int, fingerprint: str | None = None, once: bool = False
     ) -> Record:
         """Create the model archived (as a pending one), write its metadata with state ``pinned``
-        (the commit point), then show it: a failure in between leaves nothing that looks loadable."""
+        (the commit point), then show it: a failure in between leaves nothing that looks loadable.
+
+        ``once`` is not checked: with no transaction, two pins made at once are two models, each
+        naming its own bytes (a fresh key per pin, :mod:`tracker_saver.save.keep`), and ``keep_copy``
+        looked for an earlier pin before copying.
+        """
         metadata = check_metadata(info.metadata, f"record {info.filename!r}")
         tags = check_tags(info.tags, f"record {info.filename!r}")
         extra: dict[str, MetaValue] = {"sha256": sha256, "size": int(size), "state": RecordState.PINNED.value}
@@ -154,3 +164,7 @@ class ClearMLLabels:
         delete = self._transport.services().models.DeleteRequest(model=record_id, force=True)
         self._transport.send(delete, f"deleting pinned model {record_id}", record_id=record_id)
         return True
+
+    def user_aliases(self, record: Record) -> tuple[str, ...]:
+        # One request, not get's two: user aliases are the model's own alias: tags (no derived ones to add).
+        return self._transport.record(self._transport.fetch(record.id)).aliases

@@ -286,8 +286,8 @@ def import_offline_session(
         target = found or _import(folder, task)
         journal = SQLiteRegistry(folder / JOURNAL)
         try:
-            records = sorted(journal.query(Query()), key=lambda r: (r.created_at, int(r.id)))
-            journal_id = journal.registry_id("")
+            records = sorted(journal.records.query(Query()), key=lambda r: (r.created_at, int(r.id)))
+            journal_id = journal.claims.registry_id("")
         finally:
             journal.close()
         existing: dict[str, dict[str, Any]] = {}

@@ -3,7 +3,7 @@
 A live record's model is one of its task's output models (entry name: Ignite's filename);
 its state is mirrored where ClearML's UI, ``Model.query_models`` and ``InputModel`` look
 (archive, tags, uri: :func:`tracker_saver.integrations.clearml.codec.mirror`). The truth is the
-model's metadata ``state`` (:mod:`tracker_saver.integrations.clearml.states`).
+model's metadata ``state`` (:mod:`tracker_saver.integrations.clearml.records`).
 """
 
 from __future__ import annotations

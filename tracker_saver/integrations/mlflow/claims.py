@@ -12,13 +12,14 @@ from __future__ import annotations
 import dataclasses
 import json
 import time
+import uuid
 
 from tracker_saver.core.claims import Holder, is_alive
 from tracker_saver.core.records import StreamId
 from tracker_saver.integrations.mlflow.codec import PREFIX, digest
-from tracker_saver.integrations.mlflow.store import MLflowStore
+from tracker_saver.integrations.mlflow.store import REGISTRY_ID, MLflowStore
 from tracker_saver.integrations.mlflow.transport import MLflowTransport
-from tracker_saver.registry.base import busy
+from tracker_saver.registry.base import StreamClaims, busy
 
 __all__ = ["MLflowClaims"]
 
@@ -27,8 +28,15 @@ def _prefix(stream: StreamId) -> str:
     return f"{PREFIX}claim.{digest(repr(stream))}."
 
 
-class MLflowClaims:
-    """Claim, renew, look up and release a stream's writer, as experiment tags through ``transport``."""
+class MLflowClaims(StreamClaims):
+    """Claim, renew, look up and release a stream's writer, as experiment tags through ``transport``; who the registry is.
+
+    Examples:
+        Needs a tracking server (``tests/test_mlflow_*.py`` start one)::
+
+            claims = MLflowRegistry("http://127.0.0.1:5000").claims
+            claims.claim(stream, holder)   # StreamBusyError if another live saver holds it
+    """
 
     def __init__(self, transport: MLflowTransport, store: MLflowStore) -> None:
         self._transport = transport
@@ -99,3 +107,24 @@ class MLflowClaims:
         for key, other, _, _ in self._claims(str(exp.experiment_id), stream):
             if other.token == holder.token:
                 self._drop(str(exp.experiment_id), key)
+
+    def registry_id(self, project: str) -> str:
+        """The random id of ``project``'s experiment (tag ``tracker_saver.registry_id``), made if it has none.
+
+        An experiment made by someone else gets one on first use; two savers doing that at once
+        both read back the tag that stayed.
+        """
+        if project in self._store.registry_ids:  # read with the experiment already (as a claim does first)
+            return self._store.registry_ids[project]
+        exp = self._store.experiment(project, create=True)
+        if not (exp.tags or {}).get(REGISTRY_ID):
+            self._transport.call(
+                self._transport.client.set_experiment_tag,
+                f"naming experiment {project!r}'s registry",
+                exp.experiment_id,
+                REGISTRY_ID,
+                uuid.uuid4().hex,
+            )
+            exp = self._transport.call(self._transport.client.get_experiment, "reading it back", exp.experiment_id)
+        self._store.registry_ids[project] = str(exp.tags[REGISTRY_ID])
+        return self._store.registry_ids[project]

@@ -18,7 +18,6 @@ from dataclasses import dataclass, replace
 from types import SimpleNamespace
 from typing import Any
 
-from tracker_saver.core.claims import Holder
 from tracker_saver.core.errors import ConfigError, RecordNotFoundError, RegistryError, UnreadableRecordError
 from tracker_saver.core.outage import DEFAULT_TIMEOUT_S
 from tracker_saver.core.records import (
@@ -27,7 +26,6 @@ from tracker_saver.core.records import (
     MetaValue,
     Record,
     RecordState,
-    StreamId,
     UploadInfo,
     check_alias,
 )
@@ -54,9 +52,19 @@ from tracker_saver.integrations.mlflow.internals import tag_writer
 from tracker_saver.integrations.mlflow.pushdown import record_filters, stream_filter
 from tracker_saver.integrations.mlflow.store import MLflowStore
 from tracker_saver.integrations.mlflow.transport import MLflowTransport
-from tracker_saver.registry.base import Query, Registry, check_transition, derived_aliases, select, with_aliases
+from tracker_saver.registry.base import (
+    Labels,
+    Query,
+    RecordStore,
+    Registry,
+    StreamClaims,
+    check_transition,
+    derived_aliases,
+    select,
+    with_aliases,
+)
 
-__all__ = ["MLflowRegistry", "from_spec", "tracking_uri"]
+__all__ = ["MLflowModels", "MLflowRegistry", "from_spec", "tracking_uri"]
 
 log = logging.getLogger(__name__)
 
@@ -94,6 +102,9 @@ class _Written:
 class MLflowRegistry(Registry):
     """Records as MLflow LoggedModels on the tracking server at ``uri`` (default ``$MLFLOW_TRACKING_URI``).
 
+    Its ``records`` and ``labels`` are one :class:`MLflowModels`; its ``claims``,
+    :class:`~tracker_saver.integrations.mlflow.claims.MLflowClaims`.
+
     Examples:
         >>> MLflowRegistry("http://127.0.0.1:1").uri  # connects on the first call only
         'mlflow:http://127.0.0.1:1'
@@ -104,31 +115,17 @@ class MLflowRegistry(Registry):
     ) -> None:
         self._transport = MLflowTransport(tracking_uri(uri), timeout=timeout)
         self._store = MLflowStore(self._transport, experiment_prefix=experiment_prefix)
-        self._claims = MLflowClaims(self._transport, self._store)
         self.uri = self._transport.uri
-        # Pending records this process made, until they go live: a save's later steps write them
-        # without reading them back. Any other record is read first: someone may have edited it.
-        self._written: dict[str, _Written] = {}
-        self._write_tags = tag_writer(self._transport.client)
+        models = MLflowModels(self._transport, self._store, self._skip)
+        self.records: RecordStore = models
+        self.labels: Labels = models
+        self.claims: StreamClaims = MLflowClaims(self._transport, self._store)
         #: The tracking server, the experiments' name prefix, and the bound on one call's wait (seconds).
         self.tracking_uri, self.experiment_prefix, self.timeout = (
             self._transport.tracking_uri,
             experiment_prefix,
             timeout,
         )
-
-    # --- StreamClaims: experiment tags (tracker_saver.integrations.mlflow.claims) ---------
-    def claim(self, stream: StreamId, holder: Holder) -> None:
-        self._claims.claim(stream, holder)
-
-    def holder(self, stream: StreamId) -> Holder | None:
-        return self._claims.holder(stream)
-
-    def release(self, stream: StreamId, holder: Holder) -> None:
-        self._claims.release(stream, holder)
-
-    def registry_id(self, project: str) -> str:
-        return self._store.registry_id(project)
 
     # --- RunContext: what the active MLflow run knows -------------------------------------
     def run_defaults(self) -> dict[str, str]:
@@ -156,6 +153,36 @@ class MLflowRegistry(Registry):
 
     def guard_writes(self, is_writing: Callable[[], bool]) -> None:
         """Nothing to guard: MLflow does not hook ``torch.save``."""
+
+
+class MLflowModels(RecordStore, Labels):
+    """An MLflow registry's records and labels: both are LoggedModels' tags (and their experiments' for
+    user aliases), written through one cache of the pending records this process made.
+
+    One object is both parts: a label's change rewrites the same model description that a state
+    change does (:meth:`_write`), and both read records with the same derived aliases.
+
+    Args:
+        transport: the registry's transport, through which every call goes.
+        store: the registry's experiments, runs and model reads.
+        unreadable: called with a model's id and why, for each model a query cannot read back
+            (edited by a person): the registry's ``skipped`` list.
+
+    Examples:
+        Needs a tracking server (``tests/test_mlflow_*.py`` start one)::
+
+            models = MLflowRegistry("http://127.0.0.1:5000").records
+            models.get("m-4f1c...").name   # 'best_model_17_val_acc=0.9312.pt'
+    """
+
+    def __init__(self, transport: MLflowTransport, store: MLflowStore, unreadable: Callable[[str, str], None]) -> None:
+        self._transport = transport
+        self._store = store
+        self._unreadable = unreadable
+        # Pending records this process made, until they go live: a save's later steps write them
+        # without reading them back. Any other record is read first: someone may have edited it.
+        self._written: dict[str, _Written] = {}
+        self._write_tags = tag_writer(transport.client)
 
     # --- writes ---------------------------------------------------------------------------
     def _create(self, info: UploadInfo, *, uri: str, state: RecordState, extra: dict[str, Any]) -> Record:
@@ -351,7 +378,7 @@ class MLflowRegistry(Registry):
             log.warning(
                 "MLflow registry %s: record %s, which record %s replaces in its slot, no longer exists "
                 "(deleted in MLflow's UI?): the slot is reused",
-                self.uri,
+                self._transport.uri,
                 replaces,
                 record_id,
             )
@@ -415,7 +442,7 @@ class MLflowRegistry(Registry):
         exp = self._store.experiment(project, create=False)
         if exp is None or _ALIAS + alias not in (exp.tags or {}):
             raise RecordNotFoundError(
-                f"project {project!r} has no alias {alias!r} in {self.uri}: see `tracker-saver models list`"
+                f"project {project!r} has no alias {alias!r} in {self._transport.uri}: see `tracker-saver models list`"
             )
         self._transport.call(
             self._transport.client.delete_experiment_tag, f"removing alias {alias!r}", exp.experiment_id, _ALIAS + alias
@@ -460,7 +487,7 @@ class MLflowRegistry(Registry):
     def query(self, query: Query) -> list[Record]:
         experiments = self._store.experiments(query.project)
         wheres, whole = _searches(query)
-        records = self._store.search(experiments, wheres, unreadable=self._skip) if wheres else []
+        records = self._store.search(experiments, wheres, unreadable=self._unreadable) if wheres else []
         derived, user = self._aliases(experiments, query, records if whole else None)
         return select(with_aliases(records, derived, user), query)  # the whole query: the search only narrowed
 
@@ -476,7 +503,7 @@ class MLflowRegistry(Registry):
         derived, user = self._aliases(experiments, query, None)
         skip, left = query.offset, query.limit
         each = replace(query, offset=0, limit=None)
-        for page in self._store.pages(experiments, wheres[0], unreadable=self._skip, oldest_first=True):
+        for page in self._store.pages(experiments, wheres[0], unreadable=self._unreadable, oldest_first=True):
             found = select(with_aliases(page, derived, user), each)
             found, skip = found[skip:], max(0, skip - len(found))
             if left is not None:
@@ -493,7 +520,7 @@ class MLflowRegistry(Registry):
         """The derived aliases of ``query``'s streams, from ``loadable`` (their loadable records, among
         others; searched when ``None``), and the user's aliases in the experiments' tags."""
         if loadable is None:
-            loadable = self._store.search(experiments, [stream_filter(query, LOADABLE)], unreadable=self._skip)
+            loadable = self._store.search(experiments, [stream_filter(query, LOADABLE)], unreadable=self._unreadable)
         derived = derived_aliases((r.id, r.stream_id, r.created_at, r.score) for r in loadable if r.state in LOADABLE)
         user: dict[str, list[str]] = {}
         for exp in experiments:

@@ -41,7 +41,8 @@ class MLflowStore:
         # project -> its experiment's id and its registry id, kept from any lookup: neither ever changes
         # (a deleted experiment is found again by recheck, after a write fails)
         self._experiment_ids: dict[str, str] = {}
-        self._registry_ids: dict[str, str] = {}
+        #: project -> the registry id on its experiment, noted by every lookup (:meth:`MLflowClaims.registry_id` reads it).
+        self.registry_ids: dict[str, str] = {}
 
     def experiment(self, project: str, *, create: bool) -> Any:
         """The experiment of ``project`` (``None`` when absent and not ``create``)."""
@@ -66,7 +67,7 @@ class MLflowStore:
         if exp is not None:
             self._experiment_ids[project] = str(exp.experiment_id)
             if (exp.tags or {}).get(REGISTRY_ID):
-                self._registry_ids.setdefault(project, str(exp.tags[REGISTRY_ID]))
+                self.registry_ids.setdefault(project, str(exp.tags[REGISTRY_ID]))
         return exp
 
     def experiment_id(self, project: str) -> str:
@@ -79,27 +80,6 @@ class MLflowStore:
         """Forget ``project``'s cached experiment id; raise the named fix if it was deleted since."""
         self._experiment_ids.pop(project, None)
         self.experiment(project, create=False)
-
-    def registry_id(self, project: str) -> str:
-        """The random id of ``project``'s experiment (tag ``tracker_saver.registry_id``), made if it has none.
-
-        An experiment made by someone else gets one on first use; two savers doing that at once
-        both read back the tag that stayed.
-        """
-        if project in self._registry_ids:  # read with the experiment already (a claim looks it up first)
-            return self._registry_ids[project]
-        exp = self.experiment(project, create=True)
-        if not (exp.tags or {}).get(REGISTRY_ID):
-            self._transport.call(
-                self._transport.client.set_experiment_tag,
-                f"naming experiment {project!r}'s registry",
-                exp.experiment_id,
-                REGISTRY_ID,
-                uuid.uuid4().hex,
-            )
-            exp = self._transport.call(self._transport.client.get_experiment, "reading it back", exp.experiment_id)
-        self._registry_ids[project] = str(exp.tags[REGISTRY_ID])
-        return self._registry_ids[project]
 
     def run_id(self, experiment_id: str, run: str) -> str:
         """The id of the MLflow run called ``run`` in the experiment: the active run when it is that one
