@@ -24,17 +24,28 @@ setup() {
         bash scripts/apt.sh install python3-venv python3-pip
     fi
     [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
-    # uv installs what pip would (the same 160 pins here) for about half its CPU: 52 s of CPU for a
-    # new .venv with uv's cache empty, as in CI, against about 95 s with pip, byte-compiling included;
-    # CI's budget is CPU. uv reads no pip.conf, so it gets pip's find-links (where a machine keeps
+    # uv installs what pip would (the same 160 pins here) for a fraction of its CPU (pip: about 95 s
+    # for a new .venv, byte-compiling included); CI's budget is CPU. uv reads no pip.conf, so it gets pip's find-links (where a machine keeps
     # local wheels, torch's CPU build among them).
     # constraints.txt pins torch to the local CPU wheel (nothing may pull a CUDA build) and uv.
     [ -x "$VENV/bin/uv" ] || "$VENV/bin/python" -m pip install -q --disable-pip-version-check -c constraints.txt uv
     local links=() link
     while read -r link; do links+=(--find-links "$link"); done < <(
         "$VENV/bin/python" -m pip config list 2>/dev/null | sed -n "s/^[^=]*find-links='\(.*\)'$/\1/p" | tr ' ' '\n' | sort -u)
-    "$VENV/bin/uv" pip install -q --python "$VENV/bin/python" --compile-bytecode -c constraints.txt "${links[@]}" \
-        -e '.[all,test,docs]'
+    # No --compile-bytecode: it byte-compiles all 16,700 files of the 160 wheels (61 s of CPU for a new
+    # .venv with uv's cache empty, against 13 s without), while a training and the tests import about
+    # 4,800 of them. Those are compiled once, on first import (15 s of CPU), below and in the tests,
+    # with PYTHONDONTWRITEBYTECODE unset so that the .pyc files are written.
+    "$VENV/bin/uv" pip install -q --python "$VENV/bin/python" -c constraints.txt "${links[@]}" -e '.[all,test,docs]'
+    if [ ! -e "$VENV/.imports-compiled" ]; then
+        env -u PYTHONDONTWRITEBYTECODE "$VENV/bin/python" -c '
+import importlib, pkgutil, tracker_saver
+for module in pkgutil.walk_packages(tracker_saver.__path__, "tracker_saver."):
+    importlib.import_module(module.name)
+for name in ("torch._dynamo", "ignite.distributed", "ignite.contrib.handlers", "mlflow.server", "xdist", "hypothesis"):
+    importlib.import_module(name)
+' && touch "$VENV/.imports-compiled"
+    fi
 }
 
 test_() {
@@ -59,6 +70,8 @@ test_() {
         log "not root: Ceph RGW cannot be started; run with -m 'not ceph' (CI runs as root)"
     fi
     local status=0
+    # The tests' processes write the .pyc files of what they import first (see setup).
+    unset PYTHONDONTWRITEBYTECODE
     # 2 pytest-xdist processes, one per core of CI's machine: each pays its own start-up, collection
     # (about 11 s of CPU) and servers, and a third process on 2 cores cost CPU without saving wall
     # time (fresh-clone runs of the same package code: 832 s of CPU and 8 min 21 s with 3 workers,
