@@ -109,6 +109,7 @@ case "${1:-}" in
     # torch writes its compile cache (/tmp/torchinductor_<user>) when it imports torch._dynamo: keep it in the venv.
     demo) setup; shift; TORCHINDUCTOR_CACHE_DIR=${TORCHINDUCTOR_CACHE_DIR:-$PWD/$VENV/torchinductor} "$VENV/bin/tracker-saver" demo "$@" ;;
     soak) shift; soak "$@" ;;
+    matrix) shift; setup; exec "$VENV/bin/python" scripts/matrix.py "$@" ;;  # docs/compatibility.md's matrix
     test)
         shift
         # The whole command, set-up included, under scripts/cpu_time.py: at the end it prints the wall

@@ -465,7 +465,7 @@ def test_clearml_without_a_configuration_is_one_line(tmp_path) -> None:
 def test_ui_without_the_extra_says_how_to_install_it(trained, monkeypatch, capsys) -> None:
     monkeypatch.setitem(sys.modules, "tracker_saver.ui", None)  # what a missing extra looks like
     assert _error(capsys, "ui", "--registry", trained) == (
-        "tracker-saver: error: tracker-saver ui needs fastapi and uvicorn: pip install 'fastapi>=0.110' 'uvicorn>=0.30' (the ui extra)"
+        "tracker-saver: error: tracker-saver ui needs fastapi and uvicorn: pip install 'fastapi>=0.110.1' 'uvicorn>=0.30' (the ui extra)"
     )
 
 

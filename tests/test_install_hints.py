@@ -49,12 +49,12 @@ def _hide(monkeypatch: pytest.MonkeyPatch, missing: str, *loaded: str) -> None:
 
 def test_an_s3_output_uri_without_boto3_says_what_to_install(monkeypatch: pytest.MonkeyPatch) -> None:
     _hide(monkeypatch, "boto3", "tracker_saver.storage.s3")
-    with pytest.raises(ModuleNotFoundError, match=r"needs boto3: pip install 'boto3>=1.34' \(the s3 extra\)"):
+    with pytest.raises(ModuleNotFoundError, match=r"needs boto3: pip install 'boto3>=1.38.22' \(the s3 extra\)"):
         open_storage("s3://bucket/prefix")
 
 
 @pytest.mark.parametrize(
-    ("kind", "module", "pin"), [("mlflow", "mlflow", "'mlflow>=3.4,<4'"), ("clearml", "clearml", "'clearml>=1.16,<3'")]
+    ("kind", "module", "pin"), [("mlflow", "mlflow", "'mlflow>=3.9,<4'"), ("clearml", "clearml", "'clearml>=1.16,<3'")]
 )
 def test_a_tracker_registry_without_its_extra_says_what_to_install(
     monkeypatch: pytest.MonkeyPatch, kind: str, module: str, pin: str

@@ -11,7 +11,7 @@ import inspect
 
 import pytest
 
-pytest.importorskip("mlflow", reason="MLflow tests need mlflow: pip install 'mlflow>=3.4,<4' (the mlflow extra)")
+pytest.importorskip("mlflow", reason="MLflow tests need mlflow: pip install 'mlflow>=3.9,<4' (the mlflow extra)")
 
 from mlflow import MlflowClient  # noqa: E402
 

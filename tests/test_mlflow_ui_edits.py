@@ -22,7 +22,7 @@ from pathlib import Path
 
 import pytest
 
-pytest.importorskip("mlflow", reason="MLflow tests need mlflow: pip install 'mlflow>=3.4,<4' (the mlflow extra)")
+pytest.importorskip("mlflow", reason="MLflow tests need mlflow: pip install 'mlflow>=3.9,<4' (the mlflow extra)")
 
 from tests.conftest_mlflow import own_registry  # noqa: E402
 from tests.contracts.records import live  # noqa: E402

@@ -23,7 +23,7 @@ from typing import Any
 
 import pytest
 
-pytest.importorskip("mlflow", reason="MLflow tests need mlflow: pip install 'mlflow>=3.4,<4' (the mlflow extra)")
+pytest.importorskip("mlflow", reason="MLflow tests need mlflow: pip install 'mlflow>=3.9,<4' (the mlflow extra)")
 from playwright.sync_api import expect  # noqa: E402
 
 from tests.conftest_browser import Page  # noqa: E402

@@ -87,7 +87,7 @@ def test_the_cli_names_an_unknown_key_in_one_line_with_exit_status_2(
 
 def test_the_cli_library_and_api_read_one_where_text_alike(trained: str, capsys: pytest.CaptureFixture[str]) -> None:
     pytest.importorskip(
-        "fastapi", reason="the API needs fastapi: pip install 'fastapi>=0.110' 'uvicorn>=0.30' (the ui extra)"
+        "fastapi", reason="the API needs fastapi: pip install 'fastapi>=0.110.1' 'uvicorn>=0.30' (the ui extra)"
     )
     from fastapi.testclient import TestClient
 

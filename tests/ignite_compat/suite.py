@@ -138,7 +138,8 @@ def fetch_sdist(version: str, cache: Path = CACHE) -> Path:
             done = subprocess.run(command, capture_output=True, text=True, timeout=DOWNLOAD_TIMEOUT_S)
         except subprocess.TimeoutExpired as exc:
             raise SuiteUnavailable(f"pip download took over {DOWNLOAD_TIMEOUT_S} s; {how_to_run(version)}") from exc
-        found = sorted(Path(tmp).glob("pytorch_ignite-*.tar.gz"))
+        # Older releases name it pytorch-ignite-VERSION.tar.gz (0.5.0.post2, the matrix's lowest cell).
+        found = sorted(Path(tmp).glob("pytorch[-_]ignite-*.tar.gz"))
         if done.returncode != 0 or not found:
             last = (done.stderr.strip().splitlines() or ["no output"])[-1]
             raise SuiteUnavailable(f"pip download failed ({last}); {how_to_run(version)}")

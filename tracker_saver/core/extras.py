@@ -5,7 +5,7 @@ as ``pyproject.toml`` pins them (``tests/test_install_hints.py`` compares the tw
 
 Examples:
     >>> install_hint("registry='mlflow'", "mlflow")
-    "registry='mlflow' needs mlflow: pip install 'mlflow>=3.4,<4' (the mlflow extra)"
+    "registry='mlflow' needs mlflow: pip install 'mlflow>=3.9,<4' (the mlflow extra)"
 """
 
 from __future__ import annotations
@@ -16,10 +16,10 @@ __all__ = ["EXTRAS", "install_hint", "missing_extra", "require"]
 
 #: Each extra's requirements, as pyproject.toml's ``[project.optional-dependencies]`` pins them.
 EXTRAS: dict[str, tuple[str, ...]] = {
-    "s3": ("boto3>=1.34",),
+    "s3": ("boto3>=1.38.22",),
     "clearml": ("clearml>=1.16,<3",),
-    "ui": ("fastapi>=0.110", "uvicorn>=0.30"),
-    "mlflow": ("mlflow>=3.4,<4",),
+    "ui": ("fastapi>=0.110.1", "uvicorn>=0.30"),
+    "mlflow": ("mlflow>=3.9,<4",),
 }
 
 #: The modules each extra brings: importing them is how an extra is found to be installed.
@@ -42,7 +42,7 @@ def missing_extra(what: str, extra: str, exc: ModuleNotFoundError) -> ModuleNotF
 
     Examples:
         >>> str(missing_extra("an s3:// output_uri", "s3", ModuleNotFoundError("No module named 'boto3'")))
-        "an s3:// output_uri needs boto3: pip install 'boto3>=1.34' (the s3 extra)"
+        "an s3:// output_uri needs boto3: pip install 'boto3>=1.38.22' (the s3 extra)"
     """
     return ModuleNotFoundError(install_hint(what, extra), name=exc.name)
 
