@@ -50,6 +50,12 @@ def _key(version: str) -> tuple[int, ...]:
     return tuple(int(part) for part in version.split("."))
 
 
+def earlier() -> list[Release]:
+    """The releases made before the package's own version (``0.2.0`` and ``0.2.0.dev0``: those before 0.2.0)."""
+    own = _key(re.sub(r"\.dev\d+$", "", tracker_saver.__version__))
+    return [r for r in released() if _key(r.version) < own]
+
+
 def test_the_releases_table_names_0_1_0_at_its_commit_and_the_release_this_makes() -> None:
     rows = {r.version: r for r in releases()}
     assert rows["0.1.0"] == Release("0.1.0", "69594d5", "2026-12-05")

@@ -40,7 +40,7 @@ import pytest
 
 from tests import forkserver
 from tests.helpers import ROOT, SCORES, Target, attach, model, trainer_engine
-from tests.test_releases import released
+from tests.test_releases import earlier
 from tracker_saver import ConfigError, RecordState, TrackerSaver, find_models, get_model, resolve_model, resume
 from tracker_saver.cli.main import main
 from tracker_saver.registry.shared import shared_registry
@@ -149,7 +149,7 @@ def _export(commit: str, into: Path) -> str:
 
 BACKENDS = [
     pytest.param((backend, release.version), id=f"{backend}-{release.version}", marks=marks)
-    for release in released()
+    for release in earlier()
     for backend, marks in (("sqlite", ()), ("mlflow", pytest.mark.mlflow), ("ceph", pytest.mark.ceph))
 ]
 
@@ -157,7 +157,7 @@ BACKENDS = [
 @pytest.fixture(scope="module", params=BACKENDS)
 def upgraded(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Upgraded]:
     backend, version = request.param
-    release = next(r for r in released() if r.version == version)
+    release = next(r for r in earlier() if r.version == version)
     root = tmp_path_factory.mktemp(f"upgrade-{backend}-{version}")
     package = _export(release.commit, root / "package")
     project = f"upg{uuid.uuid4().hex[:10]}"  # MLflow: experiments no other test uses
@@ -364,7 +364,7 @@ task.close()
 
 
 @pytest.mark.clearml
-@pytest.mark.parametrize("release", released(), ids=lambda r: r.version)
+@pytest.mark.parametrize("release", earlier(), ids=lambda r: r.version)
 def test_an_offline_clearml_journal_an_earlier_release_wrote_is_synced_and_continued_with_its_alias(
     release: Any, clearml_project: str, tmp_path: Path
 ) -> None:
@@ -436,7 +436,7 @@ else:
 
 
 @pytest.mark.clearml
-@pytest.mark.parametrize("release", released(), ids=lambda r: r.version)
+@pytest.mark.parametrize("release", earlier(), ids=lambda r: r.version)
 def test_an_earlier_release_refuses_to_sync_an_offline_journal_this_code_wrote_and_this_code_then_syncs_it(
     release: Any, clearml_project: str, clearml_standin: Any, tmp_path: Path
 ) -> None:
@@ -511,7 +511,7 @@ else:
 
 
 @pytest.mark.clearml
-@pytest.mark.parametrize("release", released(), ids=lambda r: r.version)
+@pytest.mark.parametrize("release", earlier(), ids=lambda r: r.version)
 def test_an_earlier_release_lists_the_clearml_records_this_code_wrote_without_their_slot_and_loads_none(
     release: Any, clearml_project: str, tmp_path: Path
 ) -> None:
