@@ -25,8 +25,8 @@ setup() {
     fi
     [ -x "$VENV/bin/python" ] || "$PYTHON" -m venv "$VENV"
     # uv installs what pip would (the same 160 pins here) for a fraction of its CPU (pip: about 95 s
-    # for a new .venv, byte-compiling included); CI's budget is CPU. uv reads no pip.conf, so it gets pip's find-links (where a machine keeps
-    # local wheels, torch's CPU build among them).
+    # for a new .venv, byte-compiling included); CI's budget is CPU. uv reads no pip.conf, so it gets
+    # pip's find-links (where a machine keeps local wheels, torch's CPU build among them).
     # constraints.txt pins torch to the local CPU wheel (nothing may pull a CUDA build) and uv.
     [ -x "$VENV/bin/uv" ] || "$VENV/bin/python" -m pip install -q --disable-pip-version-check -c constraints.txt uv
     local links=() link
