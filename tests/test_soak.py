@@ -25,6 +25,10 @@ from tests.soak.trainer import MUTANTS
 SEED = int(os.environ.get("TRACKER_SAVER_SOAK_SEED", "2024"))
 #: One kill in three is random in time (the 500-kill soak: one in two).
 RANDOM_EVERY = 3
+#: The short run's longest random delay per back end, a third of the long soak's (``Backend.max_delay``):
+#: a random kill still lands anywhere in the first saves, where a save is interrupted as well as
+#: in the tenth, and the training a random kill waits for is most of a short run's CPU.
+MAX_DELAY = {"local": 0.5, "s3": 1.3, "clearml": 1.0, "mlflow": 1.0}
 
 
 def kills(backend: str) -> int:
@@ -35,7 +39,7 @@ def _soak(backend: str, tmp_path: Path, **kwargs: object) -> tuple[Stats, list[s
     lines: list[str] = []
     stats = run_soak(
         backend, kills(backend), SEED, workdir=str(tmp_path / "soak"), log=lines.append, random_every=RANDOM_EVERY,
-        **kwargs,  # type: ignore[arg-type]
+        max_delay=MAX_DELAY[backend], **kwargs,  # type: ignore[arg-type]
     )  # fmt: skip
     print(stats.summary())
     return stats, lines
@@ -89,12 +93,13 @@ def test_the_soak_on_a_real_mlflow_server_finds_no_violation(mlflow_server: str,
 def test_the_soak_catches_a_saver_with_a_deliberate_bug(mutant: str, tmp_path: Path) -> None:
     """The harness can fail: each deliberate bug of ``MUTANTS`` shows up as violations.
 
-    20 kills hold 10 targeted ones: every crash point of the local back end once; the run ends at
-    the first kill that found a violation.
+    11 kills: one random, then every crash point of the local back end once (``random_every`` past
+    the plan's length makes only the first kill random, so the bug's point comes early, not after
+    8 more random kills); the run ends at the first kill that found a violation.
     """
     lines: list[str] = []
     stats = run_soak(
-        "local", 20, SEED, workdir=str(tmp_path / "soak"), log=lines.append, mutant=mutant, point_timeout=5,
-        until_violation=True,
+        "local", 11, SEED, workdir=str(tmp_path / "soak"), log=lines.append, mutant=mutant, point_timeout=5,
+        until_violation=True, random_every=100, max_delay=MAX_DELAY["local"],
     )  # fmt: skip
     assert stats.violations, f"{mutant} ({MUTANTS[mutant]}) went unnoticed:\n" + "\n".join(lines)
