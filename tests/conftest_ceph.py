@@ -221,6 +221,7 @@ class CephS3:
     started_here: bool = False
     script_env: dict[str, str] = field(default_factory=dict)
     lock: _GatewayUse | None = None
+    _plain: tuple[int, Any] | None = field(default=None, repr=False, compare=False)
 
     def env(self) -> dict[str, str]:
         return {
@@ -240,13 +241,23 @@ class CephS3:
         }
 
     def client(self, **config: Any) -> Any:
-        """A plain boto3 client for the gateway (for test setup and for checking what S3 holds)."""
+        """A plain boto3 client for the gateway (for test setup and for checking what S3 holds).
+
+        Without ``config`` it is one client for the process: each new boto3 session re-reads
+        botocore's service data (0.3 s of CPU), and a client is safe to share between threads (not
+        with a forked child, which would share its pooled connections: a child makes its own).
+        """
+        if not config and self._plain is not None and self._plain[0] == os.getpid():
+            return self._plain[1]
         import boto3
         from botocore.config import Config
 
-        return boto3.Session(
+        made = boto3.Session(
             aws_access_key_id=self.access_key, aws_secret_access_key=self.secret_key, region_name=self.region
         ).client("s3", endpoint_url=self.endpoint_url, config=Config(s3={"addressing_style": "path"}, **config))
+        if not config:
+            self._plain = (os.getpid(), made)
+        return made
 
     def create_user(self, uid: str) -> tuple[str, str]:
         """A second S3 user with its own keys (for permission tests); needs the script's cluster."""
