@@ -23,7 +23,8 @@ Prints a table of median and best seconds, then one JSON line.
 
 ``--scale`` measures MLflow at scale instead, for this tree's code and, with ``--baseline TREE``
 (e.g. a ``git worktree`` of main), for that tree's too, in the same run (each in its own process,
-``PYTHONPATH`` set to the tree):
+``PYTHONPATH`` set to the tree; ``--in-process``, for smoke runs, runs this tree's filter and saves
+in the parent):
 
 * ``models list --project P`` (a table) as a fresh process: seconds to its first page, and to
   its exit;
@@ -260,20 +261,23 @@ def child_save(uri: str, work: Path, saves: int, counted: bool) -> dict[str, Any
             if record.msg.startswith("saved ") and isinstance(record.args, tuple) and len(record.args) == 2:
                 laps.append(dict(record.args[1]))  # type: ignore[call-overload]
 
-    logger = logging.getLogger("tracker_saver.save.pipeline")
+    logger, handler = logging.getLogger("tracker_saver.save.pipeline"), Steps()
     logger.setLevel(logging.DEBUG)
-    logger.addHandler(Steps())
+    logger.addHandler(handler)
     saver = TrackerSaver(str(work / "out"), project=f"save-{uuid.uuid4().hex[:8]}", run="r",
                          registry=f"mlflow:{uri}")  # fmt: skip
     engine = Engine(lambda engine, batch: None)
     checkpoint = Checkpoint({"model": torch.nn.Linear(4, 4)}, saver, n_saved=N_SAVED)
-    for i in range(N_SAVED + 1 + saves):
-        if i == N_SAVED + 1:  # start-up done, the slots full, one eviction behind: steady from here
-            if counted:
-                urllib.request.urlopen(f"{uri}/__bench/reset").read()
-            laps.clear()
-        engine.state.iteration += 1
-        checkpoint(engine)
+    try:
+        for i in range(N_SAVED + 1 + saves):
+            if i == N_SAVED + 1:  # start-up done, the slots full, one eviction behind: steady from here
+                if counted:
+                    urllib.request.urlopen(f"{uri}/__bench/reset").read()
+                laps.clear()
+            engine.state.iteration += 1
+            checkpoint(engine)
+    finally:
+        logger.removeHandler(handler)  # --in-process: the next child's saves are its own
     if counted:
         counts = json.loads(urllib.request.urlopen(f"{uri}/__bench/counts").read())
         saver.close()
@@ -283,8 +287,19 @@ def child_save(uri: str, work: Path, saves: int, counted: bool) -> dict[str, Any
     return {"registry_s": statistics.median(registry), "save_s": statistics.median(sum(lap.values()) for lap in laps)}
 
 
-def run_child(tree: Path, argv: list[str]) -> dict[str, Any]:
-    """``bench_mlflow.py --child ARGV`` with ``tree``'s tracker_saver; its JSON line."""
+def child(argv: list[str]) -> dict[str, Any]:
+    """What ``--child ARGV`` prints: ``query URI PROJECT WHERE REPEATS`` or ``save URI WORK SAVES count|time``."""
+    kind, *rest = argv
+    if kind == "query":
+        return child_query(rest[0], rest[1], rest[2], int(rest[3]))
+    return child_save(rest[0], Path(rest[1]), int(rest[2]), counted=rest[3] == "count")
+
+
+def run_child(tree: Path, argv: list[str], *, here: bool = False) -> dict[str, Any]:
+    """``bench_mlflow.py --child ARGV`` with ``tree``'s tracker_saver; its JSON line. ``here``
+    (``--in-process``, this tree only): :func:`child` in this process instead."""
+    if here:
+        return child(argv)
     env = {**os.environ, "PYTHONPATH": str(tree), "MLFLOW_TRACKING_URI": ""}
     done = subprocess.run([sys.executable, __file__, "--child", *argv], capture_output=True, text=True, env=env)
     if done.returncode != 0:
@@ -330,12 +345,14 @@ def scale(args: argparse.Namespace, uri: str, project: str, written: int, fill_s
     try:
         with tempfile.TemporaryDirectory(prefix="bench-mlflow-save-") as work:
             for name, tree in trees.items():
+                here = args.in_process and tree == ROOT
                 firsts = [first_page(tree, uri, project) for _ in range(args.repeats)]
                 row = {"first_page_s": statistics.median(f for f, _ in firsts),
                        "list_s": statistics.median(t for _, t in firsts)}  # fmt: skip
-                row.update(run_child(tree, ["query", uri, project, WHERE, str(args.repeats)]))
-                row.update(run_child(tree, ["save", proxy.uri, str(Path(work) / name), str(args.saves), "count"]))
-                row.update(run_child(tree, ["save", uri, str(Path(work) / f"{name}-timed"), str(args.saves), "time"]))
+                counting = ["save", proxy.uri, str(Path(work) / name), str(args.saves), "count"]
+                timing = ["save", uri, str(Path(work) / f"{name}-timed"), str(args.saves), "time"]
+                for argv in (["query", uri, project, WHERE, str(args.repeats)], counting, timing):
+                    row.update(run_child(tree, argv, here=here))
                 rows[name] = row
     finally:
         proxy.close()
@@ -366,15 +383,13 @@ def main() -> None:
     parser.add_argument("--baseline", help="--scale: also measure the tracker_saver of this source tree")
     parser.add_argument("--saves", type=int, default=6, help="--scale: steady saves counted")
     parser.add_argument("--uri", help="a running mlflow server to use (records written through the registry)")
+    parser.add_argument(
+        "--in-process", action="store_true", help="--scale smoke runs: this tree's query and saves in this process"
+    )
     parser.add_argument("--child", nargs="+", help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.child:
-        kind, *rest = args.child
-        if kind == "query":
-            out = child_query(rest[0], rest[1], rest[2], int(rest[3]))
-        else:
-            out = child_save(rest[0], Path(rest[1]), int(rest[2]), counted=rest[3] == "count")
-        print(json.dumps(out))
+        print(json.dumps(child(args.child)))
         return
     if args.uri:
         project = f"bench-{uuid.uuid4().hex[:8]}"

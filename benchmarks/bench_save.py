@@ -46,7 +46,9 @@ is long written back); the first is reported apart, the median of the others is 
 figure, and ``ru_maxrss`` is read again at the end. The warm-up counts towards the peak on
 purpose: a buffer a saver keeps between saves is memory training cannot use. Before every
 subprocess the parent runs ``os.sync()``, so no variant pays for the previous one's dirty pages.
-Rounds are interleaved, the order rotating each round; medians are reported.
+Rounds are interleaved, the order rotating each round; medians are reported. ``--in-process``
+(for smoke runs) measures every variant but ``ClearMLSaver`` in the parent instead: no fresh
+interpreter each, so the peak-RSS figures then start from what the earlier ones left.
 
 ``--e2e`` adds the end-to-end overhead: a small MLP on synthetic data (``torch.randn``) trained
 for ``--e2e-epochs`` epochs with a ``TrackerSaver`` save of model + optimizer every epoch
@@ -559,6 +561,18 @@ def child(args: list[str], work: Path, env: dict[str, str] | None, timeout: floa
     return {"error": f"exit {proc.returncode}: " + "\n".join(tail)}
 
 
+def measure_here(variant: str, size: int, work: Path, bucket: str | None, args: argparse.Namespace) -> dict[str, Any]:
+    """``measure_one`` in this process (``--in-process``); a failure as ``{"error": ...}``, as :func:`child`'s."""
+    work.mkdir(parents=True)
+    os.sync()
+    try:
+        return measure_one(variant, size, work, bucket, args.warmup, args.measure, args.pause)
+    except Exception as exc:  # shown in the table like a failed child's, the other variants still run
+        return {"error": f"{type(exc).__name__}: {exc}"}
+    finally:
+        shutil.rmtree(work, ignore_errors=True)
+
+
 def rotated(items: list[str], shift: int) -> list[str]:
     """``items`` rotated by ``shift``, so no variant always follows the same one."""
     shift %= max(len(items), 1)
@@ -678,7 +692,10 @@ def run_saves(args: argparse.Namespace, variants: list[str], work: Path) -> dict
                     if bucket and variant.endswith("-s3"):
                         one += ["--bucket", bucket]
                     tag = f"r{round_}-{size}-{variant.replace('+', '_').replace('.', '_')}"
-                    result = child(one, work / tag, env if variant == CLEARML else None, args.timeout)
+                    if args.in_process and variant != CLEARML:  # its Task is the child's: always a fresh process
+                        result = measure_here(variant, size, work / tag, bucket, args)
+                    else:
+                        result = child(one, work / tag, env if variant == CLEARML else None, args.timeout)
                     raw[size][variant].append(result)
                     shown = result.get("error", "").splitlines()[-1:] or [
                         f"blocked {result['blocked_s']:.3f} s (sys {result['sys_s']:.3f}), durable {result['durable_s']:.3f} s, "
@@ -788,6 +805,9 @@ def main() -> None:
     )
     parser.add_argument("--tmpdir", default=None, help="folder for the local variants (default: system temp)")
     parser.add_argument("--timeout", type=float, default=1800, help="seconds one subprocess may take")
+    parser.add_argument(
+        "--in-process", action="store_true", help="smoke runs: measure in this process, not a fresh one each"
+    )
     parser.add_argument("--e2e", action="store_true", help="also measure the end-to-end training overhead")
     parser.add_argument("--e2e-epochs", type=int, default=5)
     parser.add_argument("--e2e-samples", type=int, default=32768, help="synthetic samples per epoch (batch 256)")
@@ -823,6 +843,8 @@ def main() -> None:
     if not async_built():
         print(f"note: TrackerSaver has no async_upload yet: async variants are {NOT_BUILT}", file=sys.stderr)
 
+    if args.in_process:
+        watch_durability_and_steps()
     work = Path(tempfile.mkdtemp(prefix="bench-save-", dir=args.tmpdir))
     try:
         report: dict[str, Any] = {
@@ -832,6 +854,7 @@ def main() -> None:
             "warmup": args.warmup,
             "measure": args.measure,
             "pause_s": args.pause,
+            "in_process": args.in_process,
             "machine": machine(work),
             "skipped": skipped,
             "results": {},
