@@ -126,7 +126,7 @@ class Upgraded:
 
 def _child(package: str, **config: Any) -> subprocess.CompletedProcess[str]:
     """Run CHILD (this code when ``package`` is empty), forked."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRACKER_SAVER_")}
+    env = release_env()
     spec = {"package": package, "resume": False, "label": False, "read": False, "epochs": 0, **config}
     return forkserver.run("-c", [CHILD, json.dumps(spec)], env=env, timeout=300)
 
@@ -145,6 +145,15 @@ def _export(commit: str, into: Path) -> str:
     archive = subprocess.run(["git", "archive", commit, "tracker_saver"], cwd=ROOT, capture_output=True, check=True)
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive.stdout, check=True)
     return str(into)
+
+
+def release_env() -> dict[str, str]:
+    """A release's child's environment: none of our settings, and no ``*_PROC_MASTER_ID`` that an
+    earlier test's ``Task.init`` in this worker exported (it makes a child's ``Task.init`` join that
+    task: offline, the child then has no task and 0.1.0 refuses to save)."""
+    return {
+        k: v for k, v in os.environ.items() if not k.startswith("TRACKER_SAVER_") and not k.endswith("PROC_MASTER_ID")
+    }
 
 
 BACKENDS = [
@@ -378,7 +387,7 @@ def test_an_offline_clearml_journal_an_earlier_release_wrote_is_synced_and_conti
 
     package = _export(release.commit, tmp_path / "package")
     out = tmp_path / "out"
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRACKER_SAVER_")}
+    env = release_env()
     config = {"package": package, "project": clearml_project, "output_uri": str(out)}
     done = forkserver.run("-c", [OFFLINE_CHILD, json.dumps(config)], env=env, timeout=300)
     lines = _said(done, package)
@@ -467,7 +476,7 @@ def test_an_earlier_release_refuses_to_sync_an_offline_journal_this_code_wrote_a
     written = hashlib.sha256(session.read_bytes()).hexdigest()
 
     package = _export(release.commit, tmp_path / "package")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRACKER_SAVER_")}
+    env = release_env()
     config = {"package": package, "session": str(session)}
     said = _said(forkserver.run("-c", [SYNC_CHILD, json.dumps(config)], env=env, timeout=300), package)
     assert said[0]["version"] == release.version
@@ -529,7 +538,7 @@ def test_an_earlier_release_lists_the_clearml_records_this_code_wrote_without_th
     written = [[r.name, r.state.value] for r in find_models(project="p", registry=shared_registry(target.registry))]
 
     package = _export(release.commit, tmp_path / "package")
-    env = {k: v for k, v in os.environ.items() if not k.startswith("TRACKER_SAVER_")}
+    env = release_env()
     config = {"package": package, "root": clearml_project}
     said = _said(forkserver.run("-c", [CLEARML_READ_CHILD, json.dumps(config)], env=env, timeout=300), package)
     assert said[0]["version"] == release.version
