@@ -325,7 +325,7 @@ def sandbox(tmp_path: Path) -> tuple[Path, dict[str, str]]:
         and not key.endswith("_PROC_MASTER_ID")
     }
     env.update(
-        HOME=str(home), TMPDIR=str(home / "tmp"), PYTHONPATH=str(ROOT), PYTHONDONTWRITEBYTECODE="1",
+        HOME=str(home), TMPDIR=str(home / "tmp"), PYTHONPATH=str(ROOT),
         PYTHONUNBUFFERED="1", COLUMNS="200",
     )  # fmt: skip
     return home, env
