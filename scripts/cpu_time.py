@@ -93,8 +93,10 @@ class CephWatch:
         return sum(self.last[k] - self.first[k] for k in self.last if k not in self.reaped)
 
 
-def run(argv: list[str]) -> tuple[int, float, list[float], float, list[str]]:
-    """Run ``argv``; ``(status, wall s, [user s, sys s], Ceph daemons' CPU s, processes left running)``."""
+def run(argv: list[str]) -> tuple[int, float, list[float], float, list[str], dict[str, float]]:
+    """Run ``argv``; ``(status, wall s, [user s, sys s], Ceph daemons' CPU s, processes left running,
+    the CPU s of the orphans it adopted (a process whose parent exited first: a server a test
+    started, a daemon) by name)``."""
     if ctypes.CDLL(None, use_errno=True).prctl(PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) != 0:
         print("cpu_time: not a subreaper: processes whose parent exits are not counted", file=sys.stderr)
     ceph = CephWatch()
@@ -104,6 +106,7 @@ def run(argv: list[str]) -> tuple[int, float, list[float], float, list[str]]:
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     signal.signal(signal.SIGTERM, lambda signum, frame: child.send_signal(signum))
     status, cpu, ceph_cpu = 1, [0.0, 0.0], 0.0
+    orphans: dict[str, float] = {}
     main_done = False
     while True:
         options = os.WEXITED | os.WNOWAIT | (os.WNOHANG if main_done else 0)
@@ -121,6 +124,8 @@ def run(argv: list[str]) -> tuple[int, float, list[float], float, list[str]]:
         else:
             cpu[0] += usage.ru_utime
             cpu[1] += usage.ru_stime
+            if found and info.si_pid != child.pid:
+                orphans[found[0]] = orphans.get(found[0], 0.0) + usage.ru_utime + usage.ru_stime
         if info.si_pid == child.pid:
             status = info.si_status if info.si_code == os.CLD_EXITED else 128 + info.si_status
             main_done = True
@@ -132,7 +137,7 @@ def run(argv: list[str]) -> tuple[int, float, list[float], float, list[str]]:
             left.append(f"{entry} {found[0]}")
             if found[0] not in CEPH:
                 cpu[0] += found[2]  # /proc does not split what a running process's reaped children spent
-    return status, wall, cpu, ceph_cpu + ceph.stop(), left
+    return status, wall, cpu, ceph_cpu + ceph.stop(), left, orphans
 
 
 def _parent(pid: int) -> int:
@@ -153,12 +158,15 @@ def main() -> int:
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     if not command:
         parser.error("no command: cpu_time.py [options] -- COMMAND [ARGS]")
-    status, wall, cpu, ceph, left = run(command)
+    status, wall, cpu, ceph, left, orphans = run(command)
     say = lambda line: print(f"cpu_time: {line}", file=sys.stderr, flush=True)  # noqa: E731
     say(
         f"{args.label}: wall {minutes(wall)}; CPU {minutes(sum(cpu))}, user {cpu[0]:.1f} s + sys {cpu[1]:.1f} s "
         "(it and every process it started)"
     )
+    if orphans:  # counted above, outside whatever pytest's own CPU section saw
+        top = sorted(orphans.items(), key=lambda item: -item[1])[:6]
+        say("of which processes whose parent exited first: " + ", ".join(f"{n} {c:.1f} s" for n, c in top))
     say(f"Ceph daemons, apart: CPU {minutes(ceph)} while it ran (ceph-mon, ceph-osd, radosgw)")
     if left:
         say(f"still running after it, not waited for (their CPU so far is counted): {', '.join(left)}")
