@@ -264,11 +264,13 @@ class Relay:
         """
 
         def loop() -> None:
-            while not self._stop.is_set():
+            while True:
                 try:
                     self.pump()
                 except Exception as exc:  # noqa: BLE001 (the thread outlives a locked or lost registry)
                     log.warning("webhook %s: events not sent this time (%s); trying again", self.webhook.shown, exc)
+                if self._stop.is_set():  # this pump began after the stop: what was written before it is tried
+                    return
                 self._wake.wait(interval)
                 self._wake.clear()
 
@@ -280,7 +282,8 @@ class Relay:
         self._wake.set()
 
     def stop(self, timeout: float | None = None) -> None:
-        """Stop the thread (after the request in flight, if any); undelivered events stay in the outbox."""
+        """Stop the thread after one last pump (a save's event written just before is tried, not left
+        for later); what that pump cannot deliver within ``timeout`` stays in the outbox."""
         self._stop.set()
         self._wake.set()
         if self._thread is not None:
