@@ -1,4 +1,4 @@
-"""Run a command; print its wall time and the CPU of it and of every process it started, the Ceph daemons' apart.
+"""Run a command; print its wall time and the CPU of it and of every process it started, the Ceph daemons' included.
 
 ``scripts/dev.sh test`` runs itself under this (Python's standard library only: it runs before the venv exists)::
 
@@ -10,10 +10,11 @@ How it counts, so that nothing escapes and nothing counts twice:
   (a daemon, a server a pytest-xdist worker started and another stopped) is re-parented to it
   instead of to init. It reaps every process that ends under it with ``wait4``, which gives that
   process's CPU with all its own reaped children: their sum is "CPU, user + sys".
-* The Ceph daemons (``ceph-mon``, ``ceph-osd``, ``ceph-mgr``, ``radosgw``) are reported beside it:
-  the ones it reaps (the command started and stopped them) by ``wait4``, and the ones it does not
-  (a gateway the developer started, a radosgw still running at the end) from ``/proc``, sampled
-  every 2 s, what each spent while the command ran.
+* The Ceph daemons (``ceph-mon``, ``ceph-osd``, ``ceph-mgr``, ``radosgw``) are named on a line of
+  their own and counted in the budget: the ones it reaps (the command started and stopped them) by
+  ``wait4``, and the ones it does not (a gateway the developer started, a radosgw still running at
+  the end) from ``/proc``, sampled every 2 s, what each spent while the command ran: the tests'
+  requests are what they spend it on.
 * A process still running when the command has exited is not waited for: it is named, and what it
   spent so far (from ``/proc``) is added to the figure it belongs to.
 
@@ -161,19 +162,20 @@ def main() -> int:
     status, wall, cpu, ceph, left, orphans = run(command)
     say = lambda line: print(f"cpu_time: {line}", file=sys.stderr, flush=True)  # noqa: E731
     say(
-        f"{args.label}: wall {minutes(wall)}; CPU {minutes(sum(cpu))}, user {cpu[0]:.1f} s + sys {cpu[1]:.1f} s "
-        "(it and every process it started)"
+        f"{args.label}: wall {minutes(wall)}; CPU {minutes(sum(cpu) + ceph)}: user {cpu[0]:.1f} s + sys "
+        f"{cpu[1]:.1f} s (it and every process it started) + {ceph:.1f} s (the Ceph daemons)"
     )
     if orphans:  # counted above, outside whatever pytest's own CPU section saw
         top = sorted(orphans.items(), key=lambda item: -item[1])[:6]
         say("of which processes whose parent exited first: " + ", ".join(f"{n} {c:.1f} s" for n, c in top))
-    say(f"Ceph daemons, apart: CPU {minutes(ceph)} while it ran (ceph-mon, ceph-osd, radosgw)")
+    say(f"of which the Ceph daemons (ceph-mon, ceph-osd, radosgw): CPU {minutes(ceph)} while it ran")
     if left:
         say(f"still running after it, not waited for (their CPU so far is counted): {', '.join(left)}")
-    within = wall <= args.budget_wall * 60 and sum(cpu) <= args.budget_cpu * 60
+    total = sum(cpu) + ceph
+    within = wall <= args.budget_wall * 60 and total <= args.budget_cpu * 60
     say(
-        f"budget {args.budget_wall:g} min wall and {args.budget_cpu:g} CPU-min: "
-        + ("within it" if within else "OVER IT")
+        f"budget {args.budget_wall:g} min wall and {args.budget_cpu:g} CPU-min: wall {minutes(wall)}, CPU {minutes(total)}"
+        + (" within it" if within else " OVER IT")
         + f" (on {os.cpu_count()} cores, load average now {os.getloadavg()[0]:.1f})"
     )
     return status

@@ -117,7 +117,7 @@ case "${1:-}" in
         shift
         # The whole command, set-up included, under scripts/cpu_time.py: at the end it prints the wall
         # time, the CPU time of this command and every process it started (user + sys), the Ceph
-        # daemons' apart, and whether that kept within 15 minutes wall and 15 CPU-minutes.
+        # daemons included, and whether that kept within 15 minutes wall and 15 CPU-minutes.
         if [ -z "${DEV_SH_MEASURED:-}" ]; then
             DEV_SH_MEASURED=1 exec "$PYTHON" scripts/cpu_time.py --label "scripts/dev.sh test" -- bash scripts/dev.sh test "$@"
         fi
