@@ -70,7 +70,9 @@ def exit_statuses_documented() -> dict[int, str]:
     return {int(m[1]): m[2] for m in re.finditer(r"^\| (\d+) \| (.+)$", table, re.M)}
 
 
-def test_each_documented_exit_status_is_what_its_case_exits_with(scored, capsys, monkeypatch, tmp_path) -> None:
+def test_each_documented_exit_status_is_what_its_case_exits_with(
+    scored, capsys, monkeypatch, tmp_path, pythons_sigint_handler
+) -> None:
     """The bug (70) is a stand-in, a command whose function raises what none should (no real bug is known);
     Ctrl-C (130) is a real SIGINT sent while the command runs."""
     records = find_models(project="p", registry=scored)

@@ -26,6 +26,11 @@ def ctrl_c() -> None:
     signal.raise_signal(signal.SIGINT)
 
 
+@pytest.fixture(autouse=True)
+def _pythons_own_handler(pythons_sigint_handler: None) -> None:
+    """Every test here sends a SIGINT to Python's own handler (tests/conftest.py says why it is set)."""
+
+
 class CtrlCWhilePickled:
     """Put into a checkpoint: torch.save pickles it, and Ctrl-C comes while it does."""
 
