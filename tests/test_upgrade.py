@@ -23,6 +23,7 @@ exported one. Two processes, two versions of the package: that is the point.
 
 from __future__ import annotations
 
+import ast
 import contextlib
 import hashlib
 import io
@@ -43,6 +44,7 @@ from tests.helpers import ROOT, SCORES, Target, attach, model, trainer_engine
 from tests.test_releases import earlier
 from tracker_saver import ConfigError, RecordState, TrackerSaver, find_models, get_model, resolve_model, resume
 from tracker_saver.cli.main import main
+from tracker_saver.registry.migrations import MIGRATIONS
 from tracker_saver.registry.shared import shared_registry
 from tracker_saver.storage import open_storage
 
@@ -129,6 +131,13 @@ def _child(package: str, **config: Any) -> subprocess.CompletedProcess[str]:
     env = release_env()
     spec = {"package": package, "resume": False, "label": False, "read": False, "epochs": 0, **config}
     return forkserver.run("-c", [CHILD, json.dumps(spec)], env=env, timeout=300)
+
+
+def _newest_schema(package: str) -> int:
+    """The newest SQLite schema a release knows: the last of its ``registry/migrations.py``'s MIGRATIONS."""
+    tree = ast.parse((Path(package) / "tracker_saver" / "registry" / "migrations.py").read_text())
+    (value,) = (n.value for n in tree.body if isinstance(n, ast.AnnAssign) and ast.unparse(n.target) == "MIGRATIONS")
+    return max(version for version, _ in ast.literal_eval(value))
 
 
 def _said(done: subprocess.CompletedProcess[str], package: str) -> list[dict[str, Any]]:
@@ -237,10 +246,11 @@ def test_after_the_upgrade_renames_pins_and_live_records_hold_and_fsck_is_clean(
     assert code == 0, said
 
 
-def test_the_earlier_release_refuses_a_sqlite_registry_this_code_wrote_and_sees_only_its_own_mlflow_records(
+def test_an_earlier_release_refuses_a_newer_sqlite_schema_reads_its_own_and_sees_only_its_mlflow_records(
     upgraded: Upgraded,
 ) -> None:
-    """What docs/migration.md says of a downgrade: SQLite's schema check refuses it and changes nothing;
+    """What docs/migration.md says of a downgrade: SQLite's schema check refuses a schema newer than
+    the release knows and changes nothing (a release of this code's schema reads the registry whole);
     0.1.0's MLflow reader has no such check and silently finds only the records it wrote (schema 1)."""
     if upgraded.backend == "mlflow":
         done = _child(upgraded.package, project=upgraded.project, registry=upgraded.registry, read=True)
@@ -251,6 +261,11 @@ def test_the_earlier_release_refuses_a_sqlite_registry_this_code_wrote_and_sees_
         else:  # a later release reads this code's schema whole, or refuses a newer one
             newer = "was written by a newer tracker_saver" in done.stderr
             assert newer or _said(done, upgraded.package)[-1]["records"] == len(now), done.stderr[-2000:]
+        return
+    if _newest_schema(upgraded.package) == MIGRATIONS[-1][0]:  # a release of this schema reads it whole
+        done = _child(upgraded.package, project=upgraded.project, registry=upgraded.registry, read=True)
+        now = find_models(project=upgraded.project, registry=upgraded.open())
+        assert _said(done, upgraded.package)[-1]["records"] == len(now)
         return
     with open(upgraded.registry, "rb") as f:
         before = hashlib.sha256(f.read()).hexdigest()
@@ -395,13 +410,19 @@ def test_an_offline_clearml_journal_an_earlier_release_wrote_is_synced_and_conti
     assert lines[0]["version"] == release.version
     session = Path(said["journal"]).parents[1]  # <session>/tracker_saver/registry.db
     report = import_offline_session(f"{session}.zip")
-    assert (report.imported, report.created, report.records) == (True, len(said["records"]), 6)
+    # 6 saves (3 best, 3 last) and, from 0.2.0 on, the pin the alias moved to when its record was evicted
+    assert (report.imported, report.created, report.records) == (True, len(said["records"]), len(said["records"]))
+    assert len(said["records"]) == (6 if release.version == "0.1.0" else 7)
     reg = ClearMLRegistry()
     pushed = find_models(project=clearml_project, registry=reg)
     as_written = sorted((name, state, sha, size) for name, state, sha, size in said["records"])
     assert sorted((r.name, r.state.value, r.sha256, r.size) for r in pushed) == as_written
     aliased = resolve_model(f"{clearml_project}@production", registry=reg)
-    assert aliased.name == "keep me" and aliased.state is RecordState.LIVE
+    assert aliased.name == "keep me" and aliased.state in (RecordState.LIVE, RecordState.PINNED)
+    # 0.1.0 aliased the live slot record itself; from 0.2.0 on the alias goes to a pin of it at alias time
+    source = (
+        aliased if aliased.state is RecordState.LIVE else get_model(str(aliased.metadata["pinned_from"]), registry=reg)
+    )
 
     saver = TrackerSaver(out, project=clearml_project, run=said["run"], registry=reg)
     net = model()
@@ -411,13 +432,13 @@ def test_an_offline_clearml_journal_an_earlier_release_wrote_is_synced_and_conti
     resume(saver, {"model": net, "trainer": trainer}, [best, last])
     trainer.run([0], max_epochs=6)
     saver.close()
-    assert get_model(aliased.id, registry=reg).state is RecordState.EVICTED
+    assert get_model(source.id, registry=reg).state is RecordState.EVICTED
     production = resolve_model(f"{clearml_project}@production", registry=reg)
-    assert production.state is RecordState.PINNED and str(production.metadata["pinned_from"]) == aliased.id
-    assert (production.name, production.sha256) == ("keep me", aliased.sha256)
+    assert production.state is RecordState.PINNED and str(production.metadata["pinned_from"]) == source.id
+    assert (production.name, production.sha256) == ("keep me", source.sha256)
     storage = open_storage(str(out))
-    assert storage.digest(str(production.key)) == (aliased.size, aliased.sha256)
-    prefix = str(aliased.key).rsplit("/", 1)[0]
+    assert storage.digest(str(production.key)) == (source.size, source.sha256)
+    prefix = str(source.key).rsplit("/", 1)[0]
     slots = sorted(o.key.rsplit("/", 1)[1] for o in storage.list(f"{prefix}/") if ".slot" in o.key)
     assert slots == ["best_model.slot0.pt", "best_model.slot1.pt", "checkpoint.slot0.pt"]
     live = find_models(project=clearml_project, states=["live"], registry=reg)

@@ -42,7 +42,7 @@ import shutil
 import tempfile
 import zipfile
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -302,9 +302,14 @@ def import_offline_session(
         listed = {r.filename: r.id for r in records if r.state in (RecordState.LIVE, RecordState.REVIVED)}
         outputs = _task_outputs(registry, target)
         counts = {"created": 0, "completed": 0, "unchanged": 0}
+        model_ids: dict[str, str] = {}  # journal record id -> its model's id; a pin comes after its source
         for record in records:
             before = existing.get(f"{SESSION_TAG}{offline_id}/{record.id}")
+            source = str(record.metadata.get("pinned_from"))
+            if source in model_ids:  # a pin names its source by id: the model's, not the journal's
+                record = replace(record, metadata={**record.metadata, "pinned_from": model_ids[source]})
             model, wrote = push_record(registry, record, before, task_id=target, session=offline_id)
+            model_ids[record.id] = str(model["id"])
             if (
                 outputs is not None
                 and listed.get(record.filename) == record.id
