@@ -61,7 +61,7 @@ if typing.TYPE_CHECKING:
 _LAZY = {"TrackerSaver": "tracker_saver.save.saver", "resume": "tracker_saver.resume_run"}
 
 #: The one source of the version (pyproject reads it; docs/releases.md: the policy and the releases table).
-__version__ = "0.2.0"
+__version__ = "0.3.0.dev0"
 
 __all__ = [
     "CallbackChain",
