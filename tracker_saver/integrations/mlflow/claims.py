@@ -13,6 +13,7 @@ import dataclasses
 import json
 import time
 import uuid
+from typing import Any
 
 from tracker_saver.core.claims import Holder, is_alive
 from tracker_saver.core.records import StreamId
@@ -42,11 +43,15 @@ class MLflowClaims(StreamClaims):
         self._transport = transport
         self._store = store
 
-    def _claims(self, exp_id: str, stream: StreamId) -> list[tuple[str, Holder, float, float]]:
-        """``(tag, holder, heartbeat, claimed)`` of the stream's claims, oldest first."""
-        exp = self._transport.call(
+    def _reread(self, exp_id: str, stream: StreamId) -> Any:
+        """The experiment again, by id: its tags as they are now, after this saver wrote its claim."""
+        return self._transport.call(
             self._transport.client.get_experiment, f"reading the claims on stream {stream.label}", exp_id
         )
+
+    def _claims(self, exp: Any, stream: StreamId) -> list[tuple[str, Holder, float, float]]:
+        """``(tag, holder, heartbeat, claimed)`` of the stream's claims in ``exp`` (an experiment just
+        read, whose tags hold them), oldest first."""
         found = []
         for key, value in (exp.tags or {}).items():
             if key.startswith(_prefix(stream)):
@@ -67,11 +72,12 @@ class MLflowClaims(StreamClaims):
     def _drop(self, exp_id: str, key: str) -> None:
         self._transport.call(self._transport.client.delete_experiment_tag, "deleting a stream claim", exp_id, key)
 
-    def _winner(self, exp_id: str, stream: StreamId, holder: Holder) -> tuple[Holder | None, float | None]:
-        """The holder of the oldest live claim (dead ones deleted), and ``holder``'s claim time."""
+    def _winner(self, exp: Any, stream: StreamId, holder: Holder) -> tuple[Holder | None, float | None]:
+        """The holder of the oldest live claim in ``exp`` (dead ones deleted), and ``holder``'s claim time."""
+        exp_id = str(exp.experiment_id)
         winner: Holder | None = None
         mine: float | None = None
-        for key, other, heartbeat, claimed in self._claims(exp_id, stream):
+        for key, other, heartbeat, claimed in self._claims(exp, stream):
             if other.token == holder.token:
                 mine = claimed
             elif not is_alive(other, heartbeat=heartbeat):
@@ -81,13 +87,15 @@ class MLflowClaims(StreamClaims):
         return winner, mine
 
     def claim(self, stream: StreamId, holder: Holder) -> None:
+        # Read by name, afresh (one request): its tags are the claims as they are now, so the
+        # winner is judged from this very read, not from a second one.
         exp = self._store.experiment(stream.project, create=True)
         exp_id = str(exp.experiment_id)
-        winner, mine = self._winner(exp_id, stream, holder)
+        winner, mine = self._winner(exp, stream, holder)
         if winner is None or winner.token == holder.token:
             self._write_claim(exp_id, stream, holder, mine if mine is not None else time.time())
-            if mine is None:  # two savers may both have found it free: the oldest claim wins
-                winner, mine = self._winner(exp_id, stream, holder)
+            if mine is None:  # two savers may both have found it free: read again, the oldest claim wins
+                winner, mine = self._winner(self._reread(exp_id, stream), stream, holder)
         if winner is not None and winner.token != holder.token:
             if mine is not None:
                 self._drop(exp_id, _prefix(stream) + holder.token)
@@ -97,14 +105,14 @@ class MLflowClaims(StreamClaims):
         exp = self._store.experiment(stream.project, create=False)
         if exp is None:
             return None
-        claims = self._claims(str(exp.experiment_id), stream)
+        claims = self._claims(exp, stream)
         return next((h for _, h, beat, _ in claims if is_alive(h, heartbeat=beat)), None)
 
     def release(self, stream: StreamId, holder: Holder) -> None:
         exp = self._store.experiment(stream.project, create=False)
         if exp is None:
             return
-        for key, other, _, _ in self._claims(str(exp.experiment_id), stream):
+        for key, other, _, _ in self._claims(exp, stream):
             if other.token == holder.token:
                 self._drop(str(exp.experiment_id), key)
 
