@@ -49,6 +49,12 @@ OPTIONAL = [
 ]
 
 
+#: What a child that talks to ClearML imports (1.1 to 1.4 s of CPU a child measured): not in OPTIONAL,
+#: because clearml reads CLEARML_OFFLINE_MODE and its like at import, so the plain server's
+#: children, which set their own environment, import it themselves.
+CLEARML = ("clearml", "clearml.backend_api.services", "tracker_saver.integrations.clearml.registry")
+
+
 class Forked:
     """A process the server forked: the ``subprocess.Popen`` calls the tests make on it."""
 
@@ -87,15 +93,23 @@ class Forked:
 
 
 class _Server:
-    def __init__(self) -> None:
+    def __init__(self, preload: tuple[str, ...] = (), env: dict[str, str] | None = None) -> None:
         self.folder = tempfile.mkdtemp(prefix="fs-")  # under the session's TMPDIR: short enough for AF_UNIX
         self.path = os.path.join(self.folder, "s")
         self._err = tempfile.TemporaryFile(mode="w+")
-        env = {**os.environ, "PYTHONPATH": str(ROOT)}
-        self.popen = subprocess.Popen(
-            [sys.executable, "-m", "tests.forkserver", self.path], cwd=ROOT, env=env,
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err, text=True,
-        )  # fmt: skip
+        self.popen: subprocess.Popen[str] | Forked
+        if preload:
+            # A server that imports more (clearml) is forked from the plain one, which has imported
+            # torch already: it starts in the environment of its first caller, which those modules
+            # may read at their import.
+            self.popen = spawn("tests.forkserver", [self.path, *preload], env=env or dict(os.environ),
+                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err)  # fmt: skip
+        else:
+            self.popen = subprocess.Popen(
+                [sys.executable, "-m", "tests.forkserver", self.path], cwd=ROOT,
+                env={**os.environ, "PYTHONPATH": str(ROOT)},
+                stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err, text=True,
+            )  # fmt: skip
         assert self.popen.stdout is not None
         if self.popen.stdout.readline().strip() != "ready":
             self._err.seek(0)
@@ -108,8 +122,9 @@ class _Server:
         shutil.rmtree(self.folder, ignore_errors=True)  # pytest's TMPDIR clean-up may have come first
 
 
-_server: list[_Server] = []
+_servers: dict[tuple[str, ...], _Server] = {}  # by what each imported beyond PRELOAD and OPTIONAL
 _lock = threading.Lock()
+_preload_lock = threading.Lock()
 _forked_cpu = [0.0]  # CPU seconds of the forked processes this process has seen exit
 
 
@@ -132,6 +147,7 @@ def spawn(
     stdin: int | None = None,
     stdout: int | IO[Any] | None = None,
     stderr: int | IO[Any] | None = None,
+    preload: tuple[str, ...] = (),
 ) -> Forked:
     """Run ``python -m module *args`` as a process forked from the server (started on first use).
 
@@ -140,12 +156,21 @@ def spawn(
 
     ``stdin``/``stdout`` may be ``subprocess.PIPE`` (then the :class:`Forked` has text pipes) or
     ``None`` (inherit this process's); ``stdout``/``stderr`` may also be an open file.
+    ``preload`` names modules the child's server has imported too (:data:`CLEARML`): one more
+    server, started by the first call that names them, in that call's ``env``.
     """
     with _lock:
-        if not _server:
-            _server.append(_Server())
-            atexit.register(_server[0].close)
-        path = _server[0].path
+        known = _servers.get(())
+        if known is None:
+            known = _servers[()] = _Server()
+            atexit.register(known.close)
+    if preload:
+        with _preload_lock:  # not _lock: starting this server spawns from the plain one
+            known = _servers.get(preload)
+            if known is None:
+                known = _servers[preload] = _Server(preload, env)
+                atexit.register(known.close)  # runs before the plain server's close (registered first)
+    path = known.path
     ours: list[int] = []  # the child's ends: sent, then closed here
     mine: dict[str, IO[str]] = {}
     fds = []
@@ -181,10 +206,12 @@ def _line(conn: socket.socket) -> str:
     return data.decode()
 
 
-def run(module: str, args: list[str], *, env: dict[str, str], timeout: float) -> subprocess.CompletedProcess[str]:
+def run(
+    module: str, args: list[str], *, env: dict[str, str], timeout: float, preload: tuple[str, ...] = ()
+) -> subprocess.CompletedProcess[str]:
     """``subprocess.run([python, -m, module, *args], capture_output=True, text=True, timeout=...)``, forked."""
     with tempfile.TemporaryFile(mode="w+") as out, tempfile.TemporaryFile(mode="w+") as err:
-        proc = spawn(module, args, env=env, stdout=out, stderr=err)
+        proc = spawn(module, args, env=env, stdout=out, stderr=err, preload=preload)
         try:
             code = proc.wait(timeout)
         except subprocess.TimeoutExpired:
@@ -197,7 +224,24 @@ def run(module: str, args: list[str], *, env: dict[str, str], timeout: float) ->
 
 
 # -- the server ------------------------------------------------------------------------------
-def _serve(path: str) -> None:
+def _warm_up() -> None:
+    """Import what a training's first optimizer step and ``torch.save`` import lazily.
+
+    The first ``step()`` imports torch._dynamo (about 200 modules): 0.45 s of CPU that each forked
+    training paid again. Its own tensors, no random numbers: a child's RNG is a fresh interpreter's.
+    """
+    import io
+
+    import torch
+
+    weight = torch.nn.Parameter(torch.zeros(2))
+    optimizer = torch.optim.SGD([weight], lr=0.1)
+    (weight * 2).sum().backward()
+    optimizer.step()
+    torch.save({"weight": weight, "optimizer": optimizer.state_dict()}, io.BytesIO())
+
+
+def _serve(path: str, preload: list[str]) -> None:
     for name in PRELOAD:
         __import__(name)
     for name in OPTIONAL:
@@ -205,6 +249,10 @@ def _serve(path: str) -> None:
             __import__(name)
         except ImportError:
             pass
+    for name in preload:  # a server for one kind of child: its caller asked for these
+        __import__(name)
+    if not preload:  # a server forked from this one has it already
+        _warm_up()
     gc.freeze()  # a child's collections skip what was imported here (and so never copy its pages)
     listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
     listener.bind(path)
@@ -318,4 +366,4 @@ def _shutdown(code: Any) -> int:
 
 
 if __name__ == "__main__":
-    _serve(sys.argv[1])
+    _serve(sys.argv[1], sys.argv[2:])

@@ -125,6 +125,12 @@ def process_spec(target: Target, *, run: str, **config: Any) -> dict[str, Any]:
     }
 
 
+def spec_preload(config: dict[str, Any]) -> tuple[str, ...]:
+    """What the fork server of a process with this config imports beyond torch: ClearML's SDK when it
+    talks to ClearML (the stand-in, whose address every such child's environment names alike)."""
+    return forkserver.CLEARML if str(config["registry"]).startswith("clearml") else ()
+
+
 def spec_registry(config: dict[str, Any]) -> Any:
     """The registry a process config names: its spec, or for MLflow a registry with the test's prefix."""
     spec = config["registry"]
@@ -172,7 +178,7 @@ class Worker:
         # A new process, forked from a server that has imported torch once (tests/forkserver.py).
         self.proc = forkserver.spawn(
             "tests.worker", [json.dumps(spec)], env=process_env(),
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err,
+            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err, preload=spec_preload(spec),
         )  # fmt: skip
         ready = self._read()
         assert ready is not None and ready.get("ready"), self.stderr()

@@ -17,6 +17,7 @@ import torch
 from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint
 
+from tests import forkserver
 from tests.helpers import ROOT, model, process_env
 from tests.waiting import until_idle, when_waiting
 from tracker_saver import (
@@ -264,10 +265,10 @@ def test_interpreter_exit_flushes_or_gives_up_within_the_limit(local_target, han
         trainer.run([0], max_epochs=1)
         print("training done", flush=True)
     """.replace("HANG", str(hang))
-    done = subprocess.run(
-        [sys.executable, "-c", _script(body), local_target.output_uri, local_target.registry],
-        cwd=ROOT, env=process_env(), capture_output=True, text=True, timeout=120,
-    )  # fmt: skip
+    # A process of its own, whose exit is the point: forked from the tests' fork server, which has
+    # imported torch and ignite once; its exit joins threads and then runs atexit, as an interpreter's.
+    done = forkserver.run("-c", [_script(body), local_target.output_uri, local_target.registry],
+                          env=process_env(), timeout=120)  # fmt: skip
     assert done.returncode == 0 and "training done" in done.stdout, done.stderr
     states = [r.state for r in find_models(project="p", registry=local_target.registry)]
     if hang:  # held in the pre-upload callback, before its pending record: nothing half-written

@@ -10,8 +10,6 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 import zipfile
 from collections.abc import Callable, Iterator
@@ -23,6 +21,7 @@ import torch
 from ignite.engine import Engine, Events
 from ignite.handlers import Checkpoint
 
+from tests import forkserver
 from tests.conftest_clearml import init_task
 from tests.helpers import process_env
 from tracker_saver import ConfigError, RecordState, TrackerSaver, load_checkpoint
@@ -161,8 +160,9 @@ def test_clearml_offline_mode_env_var_gives_the_journal_and_a_saver_left_open_st
         "trainer.run([0], max_epochs=3)\nprint('journal', saver.registry.path, len(saver.records()))\n"
     )  # the saver is never closed: ClearML zips the session at exit, the journal's -wal file with it
     env = {**process_env(), "CLEARML_OFFLINE_MODE": "1"}
-    done = subprocess.run([sys.executable, "-c", script, str(tmp_path / "out")], env=env, capture_output=True,
-                          text=True, timeout=120)  # fmt: skip
+    # A new process (clearml reads CLEARML_OFFLINE_MODE at its import and zips the session at exit),
+    # forked from the tests' fork server: it has imported torch and ignite, never clearml.
+    done = forkserver.run("-c", [script, str(tmp_path / "out")], env=env, timeout=120)
     assert done.returncode == 0, done.stderr
     _, path, count = next(line for line in done.stdout.splitlines() if line.startswith("journal ")).split()
     assert "/offline/offline-" in path and path.endswith(JOURNAL) and count == "3"
@@ -238,8 +238,9 @@ def test_a_sync_killed_half_way_finishes_on_rerun_without_duplicates(
     held = len(clearml_standin.hung)
     with clearml_standin.hang(r"^models\.add_or_update_metadata$", after=k - 1):
         with (tmp_path / "sync.log").open("w") as log:
-            child = subprocess.Popen([sys.executable, "-m", "tracker_saver", "sync", str(zip_path)],
-                                     env=process_env(), stdout=log, stderr=subprocess.STDOUT)  # fmt: skip
+            # a process of its own, to be killed: forked from the tests' fork server (imports paid once)
+            child = forkserver.spawn("tracker_saver", ["sync", str(zip_path)], env=process_env(), stdout=log,
+                                     stderr=log)  # fmt: skip
             deadline = time.monotonic() + 120
             while len(clearml_standin.hung) == held:  # the child waits on the k-th record's metadata
                 assert child.poll() is None and time.monotonic() < deadline, (tmp_path / "sync.log").read_text()

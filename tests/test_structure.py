@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import functools
 import importlib
 import inspect
 import textwrap
@@ -18,6 +19,7 @@ def _module(path: Path) -> str:
     return ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
 
 
+@functools.cache  # the package does not change during a session; callers only read it
 def _modules() -> dict[str, Path]:
     return {_module(p): p for p in sorted(PACKAGE.rglob("*.py"))}
 
@@ -268,12 +270,25 @@ def _foreign_privates(trees: dict[str, ast.Module]) -> dict[str, list[str]]:
     return found
 
 
+@functools.cache  # parsed once a session: three tests read the same trees, and none changes them
 def _trees() -> dict[str, ast.Module]:
     return {path.relative_to(PACKAGE).as_posix(): ast.parse(path.read_text()) for path in _modules().values()}
 
 
+@functools.cache  # two tests ask, for the same package: the walk is computed once per session
+def _package_foreign_privates() -> dict[str, list[str]]:
+    """:func:`_foreign_privates` of this package."""
+    return _foreign_privates(_trees())
+
+
+@functools.cache  # as above: it imports and parses every third-party base class, the costly part
+def _package_overridden_privates() -> dict[str, list[str]]:
+    """:func:`_overridden_privates` of this package."""
+    return _overridden_privates(_trees())
+
+
 def test_no_private_attribute_of_a_third_party_object_is_read_outside_its_shim() -> None:
-    outside = {path: hits for path, hits in _foreign_privates(_trees()).items() if path not in SHIMS}
+    outside = {path: hits for path, hits in _package_foreign_privates().items() if path not in SHIMS}
     assert outside == {}, (
         "these read a library's private attributes: route each through that library's shim "
         f"({', '.join(SHIMS)}) or add one, with a test against the installed library: {outside}"
@@ -282,9 +297,8 @@ def test_no_private_attribute_of_a_third_party_object_is_read_outside_its_shim()
 
 def test_every_shim_exists_and_reads_what_it_is_there_for() -> None:
     # A shim left with nothing private to read leaves the list, so the list stays the truth.
-    trees = _trees()
-    found = {**_foreign_privates(trees), **_overridden_privates(trees)}
-    assert [shim for shim in SHIMS if shim not in trees or shim not in found] == []
+    found = {**_package_foreign_privates(), **_package_overridden_privates()}
+    assert [shim for shim in SHIMS if shim not in _trees() or shim not in found] == []
 
 
 def test_the_private_attribute_check_finds_a_third_party_internal() -> None:
@@ -336,15 +350,25 @@ def _base_classes(tree: ast.Module, node: ast.ClassDef) -> list[type]:
     return found
 
 
-def _instance_names(klass: type | ast.ClassDef) -> set[str]:
+def _instance_names(klass: type | ast.ClassDef) -> frozenset[str]:
     """The ``self.<name>`` attributes a class's own methods store (``self._atomic = atomic``)."""
     if isinstance(klass, ast.ClassDef):
-        tree: ast.AST = klass
-    else:
-        try:
-            tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
-        except (OSError, TypeError, SyntaxError):  # a builtin, or no source shipped
-            return set()
+        return frozenset(_self_stores(klass))
+    return _library_instance_names(klass)
+
+
+@functools.cache  # many of our classes share a library base (and every MRO ends in object): read each once
+def _library_instance_names(klass: type) -> frozenset[str]:
+    """The ``self.<name>`` attributes a library class's source stores; none when it ships no source."""
+    try:
+        tree = ast.parse(textwrap.dedent(inspect.getsource(klass)))
+    except (OSError, TypeError, SyntaxError):  # a builtin, or no source shipped
+        return frozenset()
+    return frozenset(_self_stores(tree))
+
+
+def _self_stores(tree: ast.AST) -> set[str]:
+    """Every ``self.<name> = …`` target under ``tree``."""
     return {
         n.attr
         for n in ast.walk(tree)
@@ -380,7 +404,7 @@ def _overridden_privates(trees: dict[str, ast.Module]) -> dict[str, list[str]]:
 
 
 def test_no_private_method_of_a_third_party_class_is_overridden_outside_its_shim() -> None:
-    outside = {path: hits for path, hits in _overridden_privates(_trees()).items() if path not in SHIMS}
+    outside = {path: hits for path, hits in _package_overridden_privates().items() if path not in SHIMS}
     assert outside == {}, "these override a library's private attributes: move each into that library's shim"
 
 

@@ -18,7 +18,18 @@ from ignite.engine import Events
 from ignite.handlers import Checkpoint
 
 from tests import forkserver
-from tests.helpers import SCORES, Target, Worker, attach, model, process_env, process_spec, train, trainer_engine
+from tests.helpers import (
+    SCORES,
+    Target,
+    Worker,
+    attach,
+    model,
+    process_env,
+    process_spec,
+    spec_preload,
+    train,
+    trainer_engine,
+)
 from tracker_saver import (
     IntegrityError,
     RecordState,
@@ -32,7 +43,8 @@ from tracker_saver import (
 
 def _run_process(target: Target, *, run: str, epochs: int, mode: str) -> dict:
     config = process_spec(target, run=run, epochs=epochs, mode=mode)
-    done = forkserver.run("tests.resume_run", [json.dumps(config)], env=process_env(), timeout=300)
+    done = forkserver.run("tests.resume_run", [json.dumps(config)], env=process_env(), timeout=300,
+                          preload=spec_preload(config))  # fmt: skip
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
