@@ -90,8 +90,9 @@ def start_child(args: list[str], env: dict[str, str] | None, stderr: IO[str]) ->
 class Trainers:
     """Training processes in ``child`` mode, started and opened, waiting for :meth:`go`.
 
-    ``start`` starts one (:func:`start_child`'s arguments, a ``Popen``-like result): the tests fork
-    theirs from a server that has imported torch already.
+    ``start`` starts one (:func:`start_child`'s arguments, a ``Popen``-like result; by default
+    :func:`start_child`, looked up when called): the tests fork theirs from a server that has
+    imported torch already.
     """
 
     def __init__(
@@ -101,14 +102,14 @@ class Trainers:
         runs: list[str],
         saves: int,
         env: dict[str, str] | None = None,
-        start: Callable[[list[str], dict[str, str] | None, IO[str]], Any] = start_child,
+        start: Callable[[list[str], dict[str, str] | None, IO[str]], Any] | None = None,
     ):
         self.procs = []
         self.errs = []
         for run in runs:
             err = tempfile.TemporaryFile(mode="w+")  # a pipe could fill up and block the child
             args = ["child", "--output", output, "--registry", registry, "--run", run, "--saves", str(saves)]
-            self.procs.append(start(args, env, err))
+            self.procs.append((start or start_child)(args, env, err))
             self.errs.append(err)
         for i, proc in enumerate(self.procs):
             assert proc.stdout is not None
