@@ -38,8 +38,9 @@ import sys
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import IO, Any
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
@@ -79,20 +80,36 @@ def child(output: str, registry: str, run: str, saves: int) -> None:
     print(json.dumps({"run": run, "saves": saves, "seconds": seconds, "started": started, "ended": ended}), flush=True)
 
 
-class Trainers:
-    """Training processes in ``child`` mode, started and opened, waiting for :meth:`go`."""
+def start_child(args: list[str], env: dict[str, str] | None, stderr: IO[str]) -> Any:
+    """``python bench_registry_concurrency.py child ARGS``, a new interpreter with stdin and stdout piped."""
+    pipe = subprocess.PIPE
+    command = [sys.executable, __file__, *args]
+    return subprocess.Popen(command, cwd=ROOT, env=env, stdin=pipe, stdout=pipe, stderr=stderr, text=True)
 
-    def __init__(self, output: str, registry: str, runs: list[str], saves: int, env: dict[str, str] | None = None):
+
+class Trainers:
+    """Training processes in ``child`` mode, started and opened, waiting for :meth:`go`.
+
+    ``start`` starts one (:func:`start_child`'s arguments, a ``Popen``-like result; by default
+    :func:`start_child`, looked up when called): the tests fork theirs from a server that has
+    imported torch already.
+    """
+
+    def __init__(
+        self,
+        output: str,
+        registry: str,
+        runs: list[str],
+        saves: int,
+        env: dict[str, str] | None = None,
+        start: Callable[[list[str], dict[str, str] | None, IO[str]], Any] | None = None,
+    ):
         self.procs = []
         self.errs = []
         for run in runs:
             err = tempfile.TemporaryFile(mode="w+")  # a pipe could fill up and block the child
-            command = [sys.executable, __file__, "child", "--output", output, "--registry", registry]
-            proc = subprocess.Popen(
-                [*command, "--run", run, "--saves", str(saves)],
-                cwd=ROOT, env=env, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=err, text=True,
-            )  # fmt: skip
-            self.procs.append(proc)
+            args = ["child", "--output", output, "--registry", registry, "--run", run, "--saves", str(saves)]
+            self.procs.append((start or start_child)(args, env, err))
             self.errs.append(err)
         for i, proc in enumerate(self.procs):
             assert proc.stdout is not None

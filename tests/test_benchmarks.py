@@ -15,6 +15,7 @@ import os
 import re
 import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 import pytest
@@ -34,12 +35,32 @@ LOCAL_VARIANTS = [
 ]
 
 
+def _bench(
+    script: str, args: list[str], *, env: dict[str, str] | None = None, cwd: Path = ROOT, timeout: float = 600
+) -> subprocess.CompletedProcess[str]:
+    """``python benchmarks/SCRIPT ARGS``, forked from the tests' fork server (torch imported once, not
+    once per benchmark: 2 s of CPU each); its own process, environment, folder, argv and exit status."""
+    with tempfile.TemporaryFile(mode="w+") as out, tempfile.TemporaryFile(mode="w+") as err:
+        path = str(ROOT / "benchmarks" / script)
+        proc = forkserver.spawn(
+            path, args, env=dict(os.environ) if env is None else env, cwd=cwd, stdout=out, stderr=err
+        )
+        try:
+            code = proc.wait(timeout)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+            raise
+        out.seek(0)
+        err.seek(0)
+        return subprocess.CompletedProcess([path, *args], code, out.read(), err.read())
+
+
 def test_bench_save_runs_every_requested_local_variant(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "AWS_ENDPOINT_URL"}
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "bench_save.py"), "--sizes", "4", "--rounds", "1"]
-    cmd += ["--measure", "1", "--pause", "0.1", "--in-process", "--variants", *LOCAL_VARIANTS]
-    cmd += ["--tmpdir", str(tmp_path)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=600, check=False)
+    args = ["--sizes", "4", "--rounds", "1", "--measure", "1", "--pause", "0.1", "--in-process"]
+    args += ["--variants", *LOCAL_VARIANTS, "--tmpdir", str(tmp_path)]
+    proc = _bench("bench_save.py", args, env=env)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     rows = report["results"]["4"]
@@ -74,9 +95,8 @@ def test_bench_outages_clearml_kinds_neither_hang_nor_lie_nor_leave_objects(tmp_
         "clearml", reason="ClearML tests need clearml: pip install 'clearml>=1.16,<3' (the clearml extra)"
     )
     env = {k: v for k, v in os.environ.items() if k != "AWS_ENDPOINT_URL"}
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "bench_outages.py"), "--outages", "4"]
-    cmd += ["--kinds", CLEARML_OUTAGES, "--workdir", str(tmp_path)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=False)
+    args = ["--outages", "4", "--kinds", CLEARML_OUTAGES, "--workdir", str(tmp_path)]
+    proc = _bench("bench_outages.py", args, env=env, timeout=300)
     lines = proc.stdout.strip().splitlines()
     assert lines, proc.stderr[-3000:]
     summary = lines[-1]
@@ -206,9 +226,8 @@ def test_bench_drag_goals_compare_ours_with_its_own_plain_thread_and_the_load() 
 
 
 def test_bench_prune_deletes_what_the_rule_names_and_reports_the_file_sizes(tmp_path: Path) -> None:
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "bench_prune.py"), "--records", "200", "--keep-last", "10"]
-    cmd += ["--older-than-days", "0.01", "--tmpdir", str(tmp_path)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, timeout=600, check=False)
+    args = ["--records", "200", "--keep-last", "10", "--older-than-days", "0.01", "--tmpdir", str(tmp_path)]
+    proc = _bench("bench_prune.py", args)
     assert proc.returncode == 0, proc.stderr[-3000:]
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     # 4 streams of 50 saves: 2 live and 48 evicted each; the newest 10 evicted of each stay
@@ -218,9 +237,8 @@ def test_bench_prune_deletes_what_the_rule_names_and_reports_the_file_sizes(tmp_
 
 def test_bench_archive_times_each_mode_with_and_without_the_archive(tmp_path: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k != "AWS_ENDPOINT_URL"}  # local only: no bucket made
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "bench_archive.py"), "--size-mib", "1", "--saves", "2"]
-    cmd += ["--repeats", "1", "--tmpdir", str(tmp_path)]
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300, check=False)
+    args = ["--size-mib", "1", "--saves", "2", "--repeats", "1", "--tmpdir", str(tmp_path)]
+    proc = _bench("bench_archive.py", args, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]  # it exits 1 when an archive entry is missing
     report = json.loads(proc.stdout.strip().splitlines()[-1])
     assert sorted(report["results"]) == ["local"] and sorted(report["results"]["local"]) == ["async", "sync"]
@@ -232,8 +250,7 @@ def test_bench_archive_times_each_mode_with_and_without_the_archive(tmp_path: Pa
 def test_bench_scale_prints_every_figure_with_its_goal_and_the_queries_match_what_the_fill_wrote(
     tmp_path: Path,
 ) -> None:
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "bench_scale.py"), "--records", "800", "--repeats", "1"]
-    proc = subprocess.run([*cmd, "--keep", str(tmp_path)], capture_output=True, text=True, timeout=300, check=False)
+    proc = _bench("bench_scale.py", ["--records", "800", "--repeats", "1", "--keep", str(tmp_path)], timeout=300)
     assert proc.returncode == 0, proc.stderr[-3000:]
     *table, last = proc.stdout.strip().splitlines()
     report = json.loads(last)
@@ -260,10 +277,9 @@ def test_bench_mlflow_scale_counts_a_saves_calls_by_endpoint_and_finds_the_same_
 ) -> None:
     # --in-process: the filter and the saves in the benchmark's process (a fresh interpreter each, as its
     # real runs take, cost 3 s of CPU each here); the first page stays a fresh CLI process, what it times.
-    cmd = [sys.executable, str(ROOT / "benchmarks" / "bench_mlflow.py"), "--scale", "--uri", mlflow_server,
-           "--records", "8", "--repeats", "1", "--saves", "2", "--in-process"]  # fmt: skip
+    args = ["--scale", "--uri", mlflow_server, "--records", "8", "--repeats", "1", "--saves", "2", "--in-process"]
     env = {**os.environ, "PYTHONPATH": str(ROOT), "TMPDIR": str(tmp_path)}
-    proc = subprocess.run(cmd, capture_output=True, text=True, env=env, cwd=tmp_path, timeout=600, check=False)
+    proc = _bench("bench_mlflow.py", args, env=env, cwd=tmp_path)
     assert proc.returncode == 0, proc.stderr[-3000:]
     row = json.loads(proc.stdout.strip().splitlines()[-1])["results"]["this"]
     assert row["found"] == 4  # score 1.0: the second step of each of the 4 streams (2 runs, 2 streams)

@@ -6,7 +6,7 @@ import os
 import platform
 import socket
 import subprocess
-import sys
+import tempfile
 import textwrap
 from pathlib import Path
 
@@ -14,6 +14,7 @@ import ignite
 import pytest
 import torch
 
+from tests import forkserver
 from tests.helpers import attach, model, trainer_engine
 from tracker_saver import TrackerSaver, find_models
 from tracker_saver.save.lineage import LINEAGE_KEYS, git_state, lineage, mask_command
@@ -58,8 +59,6 @@ def repo(tmp_path: Path) -> Path:
 
 def _train(repo: Path, tmp_path: Path, run: str) -> None:
     args = [
-        sys.executable,
-        "train.py",
         str(tmp_path / "output"),
         str(tmp_path / "registry.db"),
         run,
@@ -71,7 +70,13 @@ def _train(repo: Path, tmp_path: Path, run: str) -> None:
         "api_token=tok_123",
     ]
     env = {**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[1])}
-    subprocess.run(args, cwd=repo, env=env, check=True, capture_output=True, text=True, timeout=120)
+    # `python train.py ARGS` in the repository, as a process forked from the tests' fork server (torch
+    # imported once): lineage reads this process's argv, folder and git state, none of them the server's.
+    with tempfile.TemporaryFile(mode="w+") as out:
+        proc = forkserver.spawn("train.py", args, env=env, cwd=repo, stdout=out, stderr=out)
+        code = proc.wait(120)
+        out.seek(0)
+        assert code == 0, out.read()
 
 
 def test_records_carry_the_commit_dirty_flag_masked_command_and_versions(repo: Path, tmp_path: Path) -> None:
