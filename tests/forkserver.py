@@ -102,8 +102,14 @@ class _Server:
             # A server that imports more (clearml) is forked from the plain one, which has imported
             # torch already: it starts in the environment of its first caller, which those modules
             # may read at their import.
-            self.popen = spawn("tests.forkserver", [self.path, *preload], env=env or dict(os.environ),
-                               stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err)  # fmt: skip
+            self.popen = spawn(
+                "tests.forkserver",
+                [self.path, *preload],
+                env=env or dict(os.environ),
+                stdin=subprocess.PIPE,
+                stdout=subprocess.PIPE,
+                stderr=self._err,
+            )
         else:
             self.popen = subprocess.Popen(
                 [sys.executable, "-m", "tests.forkserver", self.path], cwd=ROOT,

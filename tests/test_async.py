@@ -267,8 +267,9 @@ def test_interpreter_exit_flushes_or_gives_up_within_the_limit(local_target, han
     """.replace("HANG", str(hang))
     # A process of its own, whose exit is the point: forked from the tests' fork server, which has
     # imported torch and ignite once; its exit joins threads and then runs atexit, as an interpreter's.
-    done = forkserver.run("-c", [_script(body), local_target.output_uri, local_target.registry],
-                          env=process_env(), timeout=120)  # fmt: skip
+    done = forkserver.run(
+        "-c", [_script(body), local_target.output_uri, local_target.registry], env=process_env(), timeout=120
+    )
     assert done.returncode == 0 and "training done" in done.stdout, done.stderr
     states = [r.state for r in find_models(project="p", registry=local_target.registry)]
     if hang:  # held in the pre-upload callback, before its pending record: nothing half-written

@@ -239,8 +239,9 @@ def test_a_sync_killed_half_way_finishes_on_rerun_without_duplicates(
     with clearml_standin.hang(r"^models\.add_or_update_metadata$", after=k - 1):
         with (tmp_path / "sync.log").open("w") as log:
             # a process of its own, to be killed: forked from the tests' fork server (imports paid once)
-            child = forkserver.spawn("tracker_saver", ["sync", str(zip_path)], env=process_env(), stdout=log,
-                                     stderr=log)  # fmt: skip
+            child = forkserver.spawn(
+                "tracker_saver", ["sync", str(zip_path)], env=process_env(), stdout=log, stderr=log
+            )
             deadline = time.monotonic() + 120
             while len(clearml_standin.hung) == held:  # the child waits on the k-th record's metadata
                 assert child.poll() is None and time.monotonic() < deadline, (tmp_path / "sync.log").read_text()

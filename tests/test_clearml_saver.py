@@ -261,8 +261,13 @@ def test_a_continued_task_rebuilds_its_slots_and_a_new_task_starts_its_own(
     script.write_text(RESUME_SCRIPT)
 
     def run(epochs: int) -> dict:  # a new process each time, forked from the fork server that imported clearml
-        done = forkserver.run(str(script), [clearml_project, str(out), str(epochs), mode], env=env, timeout=180,
-                              preload=forkserver.CLEARML)  # fmt: skip
+        done = forkserver.run(
+            str(script),
+            [clearml_project, str(out), str(epochs), mode],
+            env=env,
+            timeout=180,
+            preload=forkserver.CLEARML,
+        )
         assert done.returncode == 0, done.stderr[-3000:]
         return json.loads(done.stdout.strip().splitlines()[-1])
 

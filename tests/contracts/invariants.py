@@ -43,8 +43,9 @@ from tracker_saver import (
 
 def _run_process(target: Target, *, run: str, epochs: int, mode: str) -> dict:
     config = process_spec(target, run=run, epochs=epochs, mode=mode)
-    done = forkserver.run("tests.resume_run", [json.dumps(config)], env=process_env(), timeout=300,
-                          preload=spec_preload(config))  # fmt: skip
+    done = forkserver.run(
+        "tests.resume_run", [json.dumps(config)], env=process_env(), timeout=300, preload=spec_preload(config)
+    )
     assert done.returncode == 0, done.stderr[-3000:]
     return json.loads(done.stdout.strip().splitlines()[-1])
 
