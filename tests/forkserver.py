@@ -213,11 +213,17 @@ def _line(conn: socket.socket) -> str:
 
 
 def run(
-    module: str, args: list[str], *, env: dict[str, str], timeout: float, preload: tuple[str, ...] = ()
+    module: str,
+    args: list[str],
+    *,
+    env: dict[str, str],
+    timeout: float,
+    cwd: Path = ROOT,
+    preload: tuple[str, ...] = (),
 ) -> subprocess.CompletedProcess[str]:
     """``subprocess.run([python, -m, module, *args], capture_output=True, text=True, timeout=...)``, forked."""
     with tempfile.TemporaryFile(mode="w+") as out, tempfile.TemporaryFile(mode="w+") as err:
-        proc = spawn(module, args, env=env, stdout=out, stderr=err, preload=preload)
+        proc = spawn(module, args, env=env, cwd=cwd, stdout=out, stderr=err, preload=preload)
         try:
             code = proc.wait(timeout)
         except subprocess.TimeoutExpired:

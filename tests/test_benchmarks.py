@@ -15,7 +15,6 @@ import os
 import re
 import subprocess
 import sys
-import tempfile
 from pathlib import Path
 
 import pytest
@@ -40,20 +39,8 @@ def _bench(
 ) -> subprocess.CompletedProcess[str]:
     """``python benchmarks/SCRIPT ARGS``, forked from the tests' fork server (torch imported once, not
     once per benchmark: 2 s of CPU each); its own process, environment, folder, argv and exit status."""
-    with tempfile.TemporaryFile(mode="w+") as out, tempfile.TemporaryFile(mode="w+") as err:
-        path = str(ROOT / "benchmarks" / script)
-        proc = forkserver.spawn(
-            path, args, env=dict(os.environ) if env is None else env, cwd=cwd, stdout=out, stderr=err
-        )
-        try:
-            code = proc.wait(timeout)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
-            raise
-        out.seek(0)
-        err.seek(0)
-        return subprocess.CompletedProcess([path, *args], code, out.read(), err.read())
+    env = dict(os.environ) if env is None else env
+    return forkserver.run(str(ROOT / "benchmarks" / script), args, env=env, cwd=cwd, timeout=timeout)
 
 
 def test_bench_save_runs_every_requested_local_variant(tmp_path: Path) -> None:

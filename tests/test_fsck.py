@@ -67,17 +67,11 @@ def _cli(*args: str, registry: str) -> tuple[int, str]:
     each, ten times; the command reads only its arguments and the environment either way).
     """
     out = io.StringIO()
-    saved = {name: os.environ.get(name) for name in ("TRACKER_SAVER_REGISTRY", "COLUMNS")}
-    os.environ.update(TRACKER_SAVER_REGISTRY=registry, COLUMNS="200")
-    try:
+    with pytest.MonkeyPatch.context() as env:  # set for the call, then restored
+        env.setenv("TRACKER_SAVER_REGISTRY", registry)
+        env.setenv("COLUMNS", "200")
         with contextlib.redirect_stdout(out), contextlib.redirect_stderr(out):
             code = main(list(args))
-    finally:
-        for name, value in saved.items():
-            if value is None:
-                os.environ.pop(name, None)
-            else:
-                os.environ[name] = value
     return code, out.getvalue()
 
 
